@@ -1,0 +1,277 @@
+"""Python face of the IGTree C library (csrc/igtree.h): build, load, query, draft.
+
+Everything that touches many tokens (building, batch prediction, drafting k
+tokens) is one C call; Python only moves numpy buffers.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from olifant_mlx._igtree import ffi, lib
+
+TOPK_ALL = 0xFFFFFFFF
+ORDERS = {"gain_ratio": lib.IGT_ORDER_GAIN_RATIO, "info_gain": lib.IGT_ORDER_INFO_GAIN}
+
+ANSWER_DTYPE = np.dtype(
+    [("token", "<u4"), ("depth", "<u4"), ("leaf", "<u4"), ("node", "<u4"),
+     ("winner_count", "<u4"), ("total", "<u4"), ("distance", "<f8")]
+)
+assert ffi.sizeof("igt_answer") == ANSWER_DTYPE.itemsize
+assert ffi.offsetof("igt_answer", "distance") == ANSWER_DTYPE.fields["distance"][1]
+
+
+class IGTreeError(Exception):
+    """A failed IGTree library call; `code` is the igt_status."""
+
+    def __init__(self, code: int, message: str):
+        self.code = code
+        self.message = message
+        status = ffi.string(lib.igt_status_string(code)).decode()
+        super().__init__(f"{message} ({status})" if message else status)
+
+
+class ModelFileError(IGTreeError):
+    """A model file that is missing, truncated, corrupt, foreign or of another version."""
+
+
+class TokenizerMismatch(ValueError):
+    """A draft model used with a verifier whose tokenizer differs from its own."""
+
+
+_FILE_ERRORS = {lib.IGT_ERR_IO, lib.IGT_ERR_FOREIGN, lib.IGT_ERR_VERSION,
+                lib.IGT_ERR_TRUNCATED, lib.IGT_ERR_CORRUPT, lib.IGT_ERR_CHECKSUM}
+
+
+def _check(status: int, err) -> None:
+    if status != lib.IGT_OK:
+        cls = ModelFileError if status in _FILE_ERRORS else IGTreeError
+        raise cls(status, ffi.string(err.message).decode("utf-8", "replace"))
+
+
+@ffi.def_extern()
+def _igt_progress(user, phase, done, total):
+    callback = ffi.from_handle(user)
+    try:
+        return 1 if callback(ffi.string(phase).decode(), int(done), int(total)) else 0
+    except BaseException:  # never unwind through C; cancel the build instead
+        return 1
+
+
+@dataclass(frozen=True)
+class Answer:
+    token: int
+    depth: int
+    leaf: bool
+    node: int
+    winner_count: int
+    total: int
+    distance: float
+
+    @property
+    def share(self) -> float:
+        """Fraction of the matched node's training instances that chose `token`."""
+        return self.winner_count / self.total if self.total else 0.0
+
+
+def _u32(a) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.uint32)
+
+
+class Builder:
+    """Collects training instances, then builds an IGTree."""
+
+    def __init__(self, vocab_size: int, window: int = 4, order="gain_ratio", top_k: int = 0,
+                 tokenizer_name: str = "", tokenizer_digest: bytes = b""):
+        cfg = ffi.new("igt_config *")
+        lib.igt_config_init(cfg, vocab_size)
+        cfg.window = window
+        if isinstance(order, str):
+            if order not in ORDERS:
+                raise ValueError(f"order must be one of {sorted(ORDERS)} or a permutation, got {order!r}")
+            cfg.order = ORDERS[order]
+        else:
+            perm = list(order)
+            cfg.order = lib.IGT_ORDER_EXPLICIT
+            if sorted(perm) != list(range(window)):
+                raise ValueError(f"permutation {perm} is not a permutation of 0..{window - 1}")
+            for i, p in enumerate(perm):
+                cfg.permutation[i] = p
+        if top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {top_k}")
+        cfg.top_k = min(top_k, TOPK_ALL)
+        name = tokenizer_name.encode()[: lib.IGT_TOKENIZER_NAME_MAX - 1]
+        ffi.memmove(cfg.tokenizer_name, name, len(name))
+        if len(tokenizer_digest) > lib.IGT_TOKENIZER_DIGEST_SIZE:
+            raise ValueError("tokenizer digest longer than 32 bytes")
+        ffi.memmove(cfg.tokenizer_digest, tokenizer_digest, len(tokenizer_digest))
+        self.window = window
+        self.vocab_size = vocab_size
+        err = ffi.new("igt_error *")
+        out = ffi.new("igt_builder **")
+        _check(lib.igt_builder_new(cfg, out, err), err)
+        self._b = ffi.gc(out[0], lib.igt_builder_free)
+
+    def __len__(self) -> int:
+        return int(lib.igt_builder_count(self._b))
+
+    def add_instances(self, rows) -> None:
+        """rows: (n, window+1) ids — context oldest first, then the class."""
+        rows = _u32(rows)
+        if rows.ndim != 2 or rows.shape[1] != self.window + 1:
+            raise ValueError(f"instances must have shape (n, {self.window + 1}), got {rows.shape}")
+        err = ffi.new("igt_error *")
+        _check(lib.igt_builder_add_instances(
+            self._b, ffi.from_buffer("uint32_t[]", rows), rows.shape[0], err), err)
+
+    def add_documents(self, tokens, doc_starts) -> None:
+        """tokens: all documents' ids concatenated; doc_starts: offset of each document."""
+        tokens = _u32(tokens)
+        starts = np.ascontiguousarray(doc_starts, dtype=np.uint64)
+        err = ffi.new("igt_error *")
+        _check(lib.igt_builder_add_documents(
+            self._b, ffi.from_buffer("uint32_t[]", tokens), tokens.size,
+            ffi.from_buffer("uint64_t[]", starts), starts.size, err), err)
+
+    def add_document(self, tokens) -> None:
+        self.add_documents(tokens, [0] if len(tokens) else [])
+
+    def build(self, progress=None) -> "IGTree":
+        """Build the pruned tree. progress(phase, done, total) -> truthy cancels."""
+        err = ffi.new("igt_error *")
+        out = ffi.new("igt_model **")
+        if progress is None:
+            status = lib.igt_builder_build(self._b, out, ffi.NULL, ffi.NULL, err)
+        else:
+            handle = ffi.new_handle(progress)
+            status = lib.igt_builder_build(self._b, out, lib._igt_progress, handle, err)
+        _check(status, err)
+        return IGTree(out[0])
+
+
+class IGTree:
+    """A built or loaded IGTree model (immutable, thread-safe to query)."""
+
+    def __init__(self, ptr):
+        self._m = ffi.gc(ptr, lib.igt_free)
+        info = ffi.new("igt_info *")
+        lib.igt_get_info(self._m, info)
+        self.window = int(info.window)
+        self.vocab_size = int(info.vocab_size)
+        self.padding_id = int(info.padding_id)
+        self.top_k = int(info.top_k)
+        self.permutation = [int(info.permutation[i]) for i in range(self.window)]
+        self.gain_ratio = [float(info.gain_ratio[i]) for i in range(self.window)]
+        self.info_gain = [float(info.info_gain[i]) for i in range(self.window)]
+        self.n_instances = int(info.n_instances)
+        self.n_nodes = int(info.n_nodes)
+        self.n_classes = int(info.n_classes)
+        self.n_dist_entries = int(info.n_dist_entries)
+        self.file_size = int(info.file_size)
+        self.default_class = int(info.default_class)
+        self.memory_mapped = bool(info.memory_mapped)
+        self.format_version = int(info.format_version)
+        self.order = {v: k for k, v in ORDERS.items()}.get(int(info.order), "explicit")
+        self.tokenizer_name = ffi.string(info.tokenizer_name).decode("utf-8", "replace")
+        self.tokenizer_digest = bytes(ffi.buffer(info.tokenizer_digest))
+        self._answer = ffi.new("igt_answer *")
+
+    # -- files -------------------------------------------------------------
+    @classmethod
+    def load(cls, path, verify_checksum: bool = True) -> "IGTree":
+        """Memory-map a model file; a bad file raises ModelFileError naming the problem."""
+        err = ffi.new("igt_error *")
+        out = ffi.new("igt_model **")
+        flags = 0 if verify_checksum else lib.IGT_LOAD_SKIP_CHECKSUM
+        _check(lib.igt_load(os.fsencode(path), flags, out, err), err)
+        return cls(out[0])
+
+    @classmethod
+    def from_bytes(cls, data: bytes, verify_checksum: bool = True) -> "IGTree":
+        err = ffi.new("igt_error *")
+        out = ffi.new("igt_model **")
+        flags = 0 if verify_checksum else lib.IGT_LOAD_SKIP_CHECKSUM
+        _check(lib.igt_load_buffer(data, len(data), flags, out, err), err)
+        return cls(out[0])
+
+    def save(self, path) -> None:
+        err = ffi.new("igt_error *")
+        _check(lib.igt_save(self._m, os.fsencode(path), err), err)
+
+    # -- queries -----------------------------------------------------------
+    def predict(self, context) -> Answer:
+        """The answer for the ids after `context` (oldest first; last `window` used)."""
+        ctx = context[-self.window:]
+        a = self._answer
+        lib.igt_predict(self._m, ffi.new("uint32_t[]", list(ctx)), len(ctx), a)
+        return Answer(a.token, a.depth, bool(a.leaf), a.node, a.winner_count, a.total, a.distance)
+
+    def predict_token(self, context) -> int:
+        """Fast path: only the predicted id."""
+        ctx = context[-self.window:]
+        lib.igt_predict(self._m, ffi.new("uint32_t[]", ctx), len(ctx), self._answer)
+        return self._answer.token
+
+    def predict_batch(self, rows) -> np.ndarray:
+        """rows: (n, window) ids, oldest first. Returns a structured array (ANSWER_DTYPE)."""
+        rows = _u32(rows)
+        if rows.ndim != 2 or rows.shape[1] != self.window:
+            raise ValueError(f"queries must have shape (n, {self.window}), got {rows.shape}")
+        out = np.empty(rows.shape[0], dtype=ANSWER_DTYPE)
+        lib.igt_predict_batch(self._m, ffi.from_buffer("uint32_t[]", rows), rows.shape[0],
+                              ffi.cast("igt_answer *", ffi.from_buffer(out)))
+        return out
+
+    def draft(self, context, k: int, min_depth: int = 0, min_share: float = 0.0) -> list[int]:
+        """Up to k ids, each prediction appended to the context for the next.
+
+        Stops before a prediction whose match depth is below min_depth or whose
+        winner share of its node is below min_share.
+        """
+        if k < 0:
+            raise ValueError(f"k must be >= 0, got {k}")
+        ctx = list(context[-self.window:])
+        tokens = ffi.new("uint32_t[]", max(k, 1))
+        n = lib.igt_draft(self._m, ffi.new("uint32_t[]", ctx), len(ctx), k, min_depth,
+                          min_share, tokens, ffi.NULL)
+        return list(tokens[0:n])
+
+    def draft_answers(self, context, k: int, min_depth: int = 0, min_share: float = 0.0) -> np.ndarray:
+        """Like draft, with the full answer (depth, counts) of every drafted id."""
+        ctx = list(context[-self.window:])
+        tokens = ffi.new("uint32_t[]", max(k, 1))
+        out = np.empty(max(k, 1), dtype=ANSWER_DTYPE)
+        n = lib.igt_draft(self._m, ffi.new("uint32_t[]", ctx), len(ctx), k, min_depth,
+                          min_share, tokens, ffi.cast("igt_answer *", ffi.from_buffer(out)))
+        return out[:n]
+
+    def node_classes(self, node: int) -> list[tuple[int, int]]:
+        """(class, count) pairs stored for a node, best first (needs top_k > 0)."""
+        n = lib.igt_node_classes(self._m, node, ffi.NULL, ffi.NULL, 0)
+        cls, cnt = ffi.new("uint32_t[]", max(n, 1)), ffi.new("uint32_t[]", max(n, 1))
+        lib.igt_node_classes(self._m, node, cls, cnt, n)
+        return [(cls[i], cnt[i]) for i in range(n)]
+
+    # -- identity ----------------------------------------------------------
+    def check_tokenizer(self, name: str, vocab_size: int, digest: bytes) -> None:
+        """Raise TokenizerMismatch unless the model was trained with this tokenizer."""
+        if self.vocab_size != vocab_size or self.tokenizer_digest != digest[:32].ljust(32, b"\0"):
+            raise TokenizerMismatch(
+                f"draft model was trained for tokenizer {self.tokenizer_name!r} "
+                f"(vocab {self.vocab_size}, digest {self.tokenizer_digest.hex()[:12]}) but the "
+                f"verifier uses {name!r} (vocab {vocab_size}, digest {digest.hex()[:12]}); "
+                f"retrain the draft model with the verifier's tokenizer")
+
+    def describe(self) -> dict:
+        return {
+            "format_version": self.format_version, "window": self.window,
+            "vocab_size": self.vocab_size, "order": self.order,
+            "permutation": self.permutation, "gain_ratio": self.gain_ratio,
+            "info_gain": self.info_gain, "instances": self.n_instances,
+            "nodes": self.n_nodes, "classes": self.n_classes, "top_k": self.top_k,
+            "stored_class_counts": self.n_dist_entries, "file_size": self.file_size,
+            "default_class": self.default_class, "tokenizer": self.tokenizer_name,
+            "tokenizer_digest": self.tokenizer_digest.hex(),
+        }

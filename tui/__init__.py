@@ -1,0 +1,1 @@
+"""Olifant terminal UI (see issue: Textual UI)."""
