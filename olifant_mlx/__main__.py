@@ -1,0 +1,5 @@
+import sys
+
+from olifant_mlx.cli import main
+
+sys.exit(main())

@@ -1,0 +1,162 @@
+"""Verifier tokenizers for draft-model training, with a stable identity.
+
+A draft model is only meaningful for the tokenizer it was trained on, so
+every tokenizer carries a name, its vocabulary size and a digest: sha256 of
+its vocabulary (token strings in id order). The digest does not depend on the
+file format, so a SentencePiece model and the Hugging Face conversion of the
+same vocabulary agree.
+
+Default: the Mistral-7B-v0.1 SentencePiece model, which ships in the PyPI
+package `mistral-common`; if that package is not installed, its wheel is
+fetched once with `pip download --no-deps` and the file cached.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+MISTRAL_NAME = "mistral-7b-v0.1"
+MISTRAL_PACKAGE = "mistral-common==1.13.1"
+MISTRAL_MEMBER = "mistral_common/data/tokenizer.model.v1"
+MISTRAL_SHA256 = "dadfd56d766715c61d2ef780a525ab43b8e6da4de6865bda3d95fdef5e134055"
+MISTRAL_ALIASES = {None, "", "mistral", MISTRAL_NAME, "mistralai/Mistral-7B-v0.1"}
+
+
+class TokenizerError(RuntimeError):
+    """A tokenizer that cannot be found, fetched or loaded."""
+
+
+def cache_dir() -> Path:
+    """Where olifant_mlx caches tokenizers, draft models and converted verifiers."""
+    root = os.environ.get("OLIFANT_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "olifant_mlx")
+    return Path(root)
+
+
+def vocabulary_digest(pieces) -> bytes:
+    h = hashlib.sha256()
+    for piece in pieces:
+        h.update(piece.encode("utf-8", "surrogatepass"))
+        h.update(b"\n")
+    return h.digest()
+
+
+class Tokenizer:
+    """encode/decode plus identity (name, vocab_size, digest)."""
+
+    def __init__(self, name, vocab_size, digest, encode_batch, decode, eos_ids=()):
+        self.name = name
+        self.vocab_size = vocab_size
+        self.digest = digest
+        self._encode_batch = encode_batch
+        self._decode = decode
+        self.eos_ids = tuple(eos_ids)
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """Token ids of each text, no BOS/EOS, spacing and line breaks kept."""
+        return self._encode_batch(texts)
+
+    def encode(self, text: str) -> list[int]:
+        return self._encode_batch([text])[0]
+
+    def decode(self, ids) -> str:
+        return self._decode([int(i) for i in ids])
+
+    def identity(self) -> dict:
+        return {"name": self.name, "vocab_size": self.vocab_size, "digest": self.digest.hex()}
+
+    def __repr__(self):
+        return f"Tokenizer({self.name!r}, vocab={self.vocab_size}, digest={self.digest.hex()[:12]})"
+
+
+def sentencepiece_tokenizer(path, name=None) -> Tokenizer:
+    import sentencepiece as spm
+
+    try:
+        sp = spm.SentencePieceProcessor(model_file=str(path))
+    except Exception as e:  # sentencepiece raises OSError/RuntimeError variants
+        raise TokenizerError(f"cannot load SentencePiece model {path}: {e}") from e
+    n = sp.get_piece_size()
+    digest = vocabulary_digest(sp.id_to_piece(i) for i in range(n))
+    threads = max(1, min(4, os.cpu_count() or 1))
+    return Tokenizer(
+        name or Path(path).stem, n, digest,
+        lambda texts: sp.encode(list(texts), num_threads=threads),
+        sp.decode, eos_ids=[sp.eos_id()] if sp.eos_id() >= 0 else [])
+
+
+def hf_tokenizer(spec) -> Tokenizer:
+    """Any Hugging Face / mlx-lm tokenizer by local path or hub id."""
+    try:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(spec)
+    except Exception as e:
+        raise TokenizerError(
+            f"cannot load tokenizer {spec!r}: {e}. Give a local model directory, a "
+            f"SentencePiece .model file, or 'mistral' (offline: hub ids need the network)") from e
+    n = len(tok)
+    digest = vocabulary_digest(tok.convert_ids_to_tokens(list(range(n))))
+    eos = [tok.eos_token_id] if tok.eos_token_id is not None else []
+    name = os.path.basename(os.path.normpath(str(spec))) or str(spec)
+    return Tokenizer(
+        name, n, digest,
+        lambda texts: tok(list(texts), add_special_tokens=False)["input_ids"],
+        lambda ids: tok.decode(ids), eos_ids=eos)
+
+
+def _sha256(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def mistral_tokenizer_path() -> Path:
+    """The Mistral-7B-v0.1 SentencePiece file: installed mistral-common, cache, or PyPI."""
+    try:
+        from importlib.resources import files
+
+        p = files("mistral_common").joinpath("data/tokenizer.model.v1")
+        if p.is_file():
+            return Path(str(p))
+    except (ImportError, ModuleNotFoundError, TypeError):
+        pass
+    target = cache_dir() / "tokenizers" / f"{MISTRAL_NAME}.model"
+    if target.is_file() and _sha256(target) == MISTRAL_SHA256:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", tmp,
+               MISTRAL_PACKAGE]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        wheels = list(Path(tmp).glob("*.whl"))
+        if r.returncode != 0 or not wheels:
+            raise TokenizerError(
+                f"the Mistral tokenizer ships in the PyPI package {MISTRAL_PACKAGE}; fetching it "
+                f"failed (is the package registry reachable?): {r.stderr.strip()[-500:]}")
+        with zipfile.ZipFile(wheels[0]) as z:
+            data = z.read(MISTRAL_MEMBER)
+    if hashlib.sha256(data).hexdigest() != MISTRAL_SHA256:
+        raise TokenizerError(f"{MISTRAL_PACKAGE} has an unexpected tokenizer file (sha256 mismatch)")
+    tmp_target = target.with_suffix(".tmp")
+    tmp_target.write_bytes(data)
+    tmp_target.replace(target)
+    return target
+
+
+def load_tokenizer(spec: str | None = None) -> Tokenizer:
+    """'mistral' (default), a SentencePiece .model file, or a HF/mlx-lm model path or id."""
+    if spec in MISTRAL_ALIASES:
+        return sentencepiece_tokenizer(mistral_tokenizer_path(), MISTRAL_NAME)
+    if os.path.isfile(spec) and not spec.endswith(".json"):
+        return sentencepiece_tokenizer(spec)
+    return hf_tokenizer(spec)
