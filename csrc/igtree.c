@@ -271,6 +271,7 @@ igt_status igt_builder_add_instances(igt_builder *b, const uint32_t *rows, size_
     }
     igt_status st = reserve_rows(b, n, err);
     if (st) return st;
+    if (n == 0) return IGT_OK;  /* rows and b->rows may be NULL: no memcpy(NULL) */
     memcpy(b->rows + b->n * b->width, rows, n * (size_t)b->width * sizeof *rows);
     b->n += n;
     return IGT_OK;
@@ -308,6 +309,7 @@ igt_status igt_builder_add_documents(igt_builder *b, const uint32_t *tokens,
                         tokens[i], V);
     igt_status st = reserve_rows(b, n_tokens, err);
     if (st) return st;
+    if (n_tokens == 0) return IGT_OK;   /* only empty documents; b->rows may be NULL */
     uint32_t *out = b->rows + b->n * W;
     for (size_t d = 0; d < n_docs; d++) {
         size_t s = (size_t)doc_starts[d];
@@ -324,79 +326,85 @@ igt_status igt_builder_add_documents(igt_builder *b, const uint32_t *tokens,
     return IGT_OK;
 }
 
-/* ---- radix sorts ------------------------------------------------------------ */
+/* ---- in-place radix sort ------------------------------------------------------ */
 
-/* Stable LSD sort of 64-bit keys by 16-bit digits, skipping digits that are
- * the same in every key. */
-static int sort_u64(uint64_t *keys, uint64_t *tmp, size_t n) {
-    size_t *hist = calloc(4 * 65536, sizeof *hist);
-    if (!hist) return 0;
-    for (size_t i = 0; i < n; i++)
-        for (int d = 0; d < 4; d++) hist[d * 65536 + ((keys[i] >> (16 * d)) & 0xffff)]++;
-    for (int d = 0; d < 4; d++) {
-        size_t *h = hist + d * 65536, sum = 0;
-        int trivial = 0;
-        for (int v = 0; v < 65536; v++)
-            if (h[v] == n) trivial = 1;
-        if (trivial) continue;
-        for (int v = 0; v < 65536; v++) {
-            size_t c = h[v];
-            h[v] = sum;
-            sum += c;
-        }
-        for (size_t i = 0; i < n; i++) tmp[h[(keys[i] >> (16 * d)) & 0xffff]++] = keys[i];
-        memcpy(keys, tmp, n * sizeof *keys);
-    }
-    free(hist);
-    return 1;
+/* Rows of `width` ids, compared lexicographically on their first `nkeys`. */
+static int row_less(const uint32_t *a, const uint32_t *b, uint32_t nkeys) {
+    for (uint32_t f = 0; f < nkeys; f++)
+        if (a[f] != b[f]) return a[f] < b[f];
+    return 0;
 }
 
-/* Stable LSD sort of rows (width ids each) by their first `nkeys` ids,
- * lexicographically. Returns the sorted buffer (rows or tmp). */
-static uint32_t *sort_rows(uint32_t *rows, uint32_t *tmp, size_t n, uint32_t width,
-                           uint32_t nkeys, igt_progress_fn progress, void *user,
-                           int *cancelled) {
-    size_t *hist = calloc((size_t)nkeys * 2 * 65536, sizeof *hist);
-    if (!hist) return NULL;
-    for (size_t i = 0; i < n; i++) {
-        const uint32_t *r = rows + i * width;
-        for (uint32_t f = 0; f < nkeys; f++) {
-            hist[(f * 2) * 65536 + (r[f] & 0xffff)]++;
-            hist[(f * 2 + 1) * 65536 + (r[f] >> 16)]++;
-        }
+static void swap_rows(uint32_t *a, uint32_t *b, uint32_t width) {
+    for (uint32_t i = 0; i < width; i++) {
+        uint32_t t = a[i];
+        a[i] = b[i];
+        b[i] = t;
     }
-    uint32_t *src = rows, *dst = tmp;
-    uint32_t passes = nkeys * 2, done = 0;
-    for (uint32_t f = nkeys; f-- > 0;) {
-        for (int half = 0; half < 2; half++, done++) {
-            size_t *h = hist + (f * 2 + half) * 65536, sum = 0;
-            int trivial = 0;
-            for (int v = 0; v < 65536; v++)
-                if (h[v] == n) trivial = 1;
-            if (progress && progress(user, "sorting", done, passes)) {
-                *cancelled = 1;
-                free(hist);
-                return NULL;
-            }
-            if (trivial) continue;
-            for (int v = 0; v < 65536; v++) {
-                size_t c = h[v];
-                h[v] = sum;
-                sum += c;
-            }
-            int shift = half ? 16 : 0;
-            for (size_t i = 0; i < n; i++) {
-                const uint32_t *r = src + i * width;
-                size_t pos = h[(r[f] >> shift) & 0xffff]++;
-                memcpy(dst + pos * width, r, width * sizeof *r);
-            }
-            uint32_t *t = src;
-            src = dst;
-            dst = t;
+}
+
+typedef struct {
+    uint32_t width, nkeys;
+    size_t *scratch;            /* 3 x 256 counters per digit position */
+} rowsort;
+
+/* MSD radix sort in place (American flag sort), byte digits from the most
+ * significant byte of the first key; digits shared by every row are
+ * skipped without moving anything. No buffer the size of the data. */
+static void afsort(const rowsort *s, uint32_t *rows, size_t n, uint32_t digit) {
+    const uint32_t W = s->width, ndigits = 4 * s->nkeys;
+    while (digit < ndigits) {
+        if (n < 32) {
+            for (size_t i = 1; i < n; i++)
+                for (size_t j = i; j > 0 && row_less(rows + j * W, rows + (j - 1) * W, s->nkeys); j--)
+                    swap_rows(rows + j * W, rows + (j - 1) * W, W);
+            return;
         }
+        const uint32_t f = digit / 4, shift = 24 - 8 * (digit % 4);
+        size_t *count = s->scratch + (size_t)digit * 768, *next = count + 256, *end = count + 512;
+        memset(count, 0, 256 * sizeof *count);
+        for (size_t i = 0; i < n; i++) count[(rows[i * W + f] >> shift) & 0xff]++;
+        int trivial = 0;
+        for (int v = 0; v < 256; v++)
+            if (count[v] == n) trivial = 1;
+        if (trivial) {
+            digit++;
+            continue;
+        }
+        size_t sum = 0;
+        for (int v = 0; v < 256; v++) {
+            next[v] = sum;
+            sum += count[v];
+            end[v] = sum;
+        }
+        for (int v = 0; v < 256; v++) {
+            while (next[v] < end[v]) {
+                uint32_t *r = rows + next[v] * W;
+                uint32_t d = (r[f] >> shift) & 0xff;
+                if (d == (uint32_t)v) {
+                    next[v]++;
+                } else {
+                    swap_rows(r, rows + next[d] * W, W);
+                    next[d]++;
+                }
+            }
+        }
+        size_t start = 0;
+        for (int v = 0; v < 256; v++) {
+            size_t c = count[v];
+            if (c > 1) afsort(s, rows + start * W, c, digit + 1);
+            start += c;
+        }
+        return;
     }
-    free(hist);
-    return src;
+}
+
+static int sort_rows(uint32_t *rows, size_t n, uint32_t width, uint32_t nkeys) {
+    rowsort s = {width, nkeys, xmalloc((size_t)nkeys * 4 * 768, sizeof(size_t))};
+    if (!s.scratch) return 0;
+    afsort(&s, rows, n, 0);
+    free(s.scratch);
+    return 1;
 }
 
 /* ---- class ranking (TiMBL's BestTarget) ---------------------------------- */
@@ -447,27 +455,55 @@ typedef struct {
     size_t n, cap;
 } vec32;
 
+static int vec_reserve(vec32 *a, size_t extra) {
+    if (a->n + extra <= a->cap) return 1;
+    size_t cap = a->cap ? a->cap + a->cap / 2 : 1024;
+    if (cap < a->n + extra) cap = a->n + extra;
+    uint32_t *v = realloc(a->v, cap * sizeof *v);
+    if (!v) return 0;
+    a->v = v;
+    a->cap = cap;
+    return 1;
+}
+
 static int vec_push(vec32 *a, uint32_t x) {
-    if (a->n == a->cap) {
-        size_t cap = a->cap ? a->cap + a->cap / 2 : 1024;
-        uint32_t *v = realloc(a->v, cap * sizeof *v);
-        if (!v) return 0;
-        a->v = v;
-        a->cap = cap;
-    }
+    if (a->n == a->cap && !vec_reserve(a, 1)) return 0;
     a->v[a->n++] = x;
     return 1;
 }
 
-/* One level of the unpruned trie. Node i has children [first[i], first[i+1])
- * in the next level; its stored pairs are pairs[dstart[i] .. dstart[i+1]). */
+/* Tree nodes as parallel arrays. A node's children are the `nchild` nodes
+ * from `cstart`; its stored classes are pairs[pstart .. pstart + npairs). */
 typedef struct {
-    vec32 key, cls, win, tot, first, dstart, pairs;
-} level_t;
+    vec32 key, cls, win, tot, cstart, nchild, pstart, npairs;
+    vec32 pairs;                /* (class, count) interleaved */
+} nodes_t;
 
-static void level_free(level_t *l) {
-    free(l->key.v); free(l->cls.v); free(l->win.v); free(l->tot.v);
-    free(l->first.v); free(l->dstart.v); free(l->pairs.v);
+static void nodes_free(nodes_t *t) {
+    free(t->key.v); free(t->cls.v); free(t->win.v); free(t->tot.v);
+    free(t->cstart.v); free(t->nchild.v); free(t->pstart.v); free(t->npairs.v);
+    free(t->pairs.v);
+    memset(t, 0, sizeof *t);
+}
+
+static void nodes_clear(nodes_t *t) {
+    t->key.n = t->cls.n = t->win.n = t->tot.n = t->cstart.n = t->nchild.n = 0;
+    t->pstart.n = t->npairs.n = t->pairs.n = 0;
+}
+
+/* Append node i of src (with its stored pairs) to dst. */
+static int nodes_copy(nodes_t *dst, const nodes_t *src, size_t i) {
+    uint32_t np = src->npairs.v[i];
+    if (!vec_push(&dst->key, src->key.v[i]) || !vec_push(&dst->cls, src->cls.v[i]) ||
+        !vec_push(&dst->win, src->win.v[i]) || !vec_push(&dst->tot, src->tot.v[i]) ||
+        !vec_push(&dst->cstart, src->cstart.v[i]) || !vec_push(&dst->nchild, src->nchild.v[i]) ||
+        !vec_push(&dst->pstart, (uint32_t)(dst->pairs.n / 2)) || !vec_push(&dst->npairs, np) ||
+        !vec_reserve(&dst->pairs, 2 * (size_t)np))
+        return 0;
+    memcpy(dst->pairs.v + dst->pairs.n, src->pairs.v + 2 * (size_t)src->pstart.v[i],
+           2 * (size_t)np * sizeof(uint32_t));
+    dst->pairs.n += 2 * (size_t)np;
+    return 1;
 }
 
 /* Class-count accumulator for the open node of one level. */
@@ -476,6 +512,7 @@ typedef struct {
     uint32_t *touched;
     size_t n_touched;
     uint32_t total;
+    uint32_t key;               /* the open node's id at this level */
 } accum_t;
 
 typedef struct {
@@ -484,10 +521,10 @@ typedef struct {
     pair_t *scratch, *scratch2; /* vocab-sized */
 } summarise_ctx;
 
-/* Winner, total and the stored top-k pairs of a distribution given as
- * (class, count) entries in `entries`. Appends pairs to out (if top_k). */
+/* Winner of a distribution given as (class, count) entries, and its top-k
+ * pairs (best first) appended to out when top_k > 0. */
 static int summarise(const summarise_ctx *s, pair_t *entries, size_t n, uint32_t *win_cls,
-                     uint32_t *win_count, vec32 *out_pairs) {
+                     uint32_t *win_count, uint32_t *n_stored, vec32 *out) {
     const class_order *o = s->order;
     size_t best = 0;
     for (size_t i = 1; i < n; i++)
@@ -495,11 +532,12 @@ static int summarise(const summarise_ctx *s, pair_t *entries, size_t n, uint32_t
             best = i;
     *win_cls = entries[best].cls;
     *win_count = entries[best].count;
+    *n_stored = 0;
     if (!s->top_k) return 1;
     size_t keep = n < s->top_k ? n : s->top_k;
+    pair_t top[8], *src = top;
     if (keep <= 8 && n > keep) {
         /* partial selection: insertion into a keep-sized sorted prefix */
-        pair_t top[8];
         size_t m = 0;
         for (size_t i = 0; i < n; i++) {
             pair_t x = entries[i];
@@ -512,34 +550,16 @@ static int summarise(const summarise_ctx *s, pair_t *entries, size_t n, uint32_t
             }
             top[j] = x;
         }
-        for (size_t i = 0; i < keep; i++)
-            if (!vec_push(out_pairs, top[i].cls) || !vec_push(out_pairs, top[i].count))
-                return 0;
-        return 1;
+    } else {
+        sort_pairs(o, entries, s->scratch2, n);
+        src = entries;
     }
-    sort_pairs(o, entries, s->scratch2, n);
-    for (size_t i = 0; i < keep; i++)
-        if (!vec_push(out_pairs, entries[i].cls) || !vec_push(out_pairs, entries[i].count))
-            return 0;
-    return 1;
-}
-
-/* Close the open node of level l from accumulator a. */
-static int close_node(const summarise_ctx *s, accum_t *a, level_t *l) {
-    size_t n = a->n_touched;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t c = a->touched[i];
-        s->scratch[i].cls = c;
-        s->scratch[i].count = a->count[c];
-        a->count[c] = 0;
+    if (!vec_reserve(out, 2 * keep)) return 0;
+    for (size_t i = 0; i < keep; i++) {
+        out->v[out->n++] = src[i].cls;
+        out->v[out->n++] = src[i].count;
     }
-    uint32_t wc = 0, wn = 0;
-    if (!summarise(s, s->scratch, n, &wc, &wn, &l->pairs)) return 0;
-    if (!vec_push(&l->cls, wc) || !vec_push(&l->win, wn) || !vec_push(&l->tot, a->total))
-        return 0;
-    if (s->top_k && !vec_push(&l->dstart, (uint32_t)(l->pairs.n / 2))) return 0;
-    a->n_touched = 0;
-    a->total = 0;
+    *n_stored = (uint32_t)keep;
     return 1;
 }
 
@@ -559,10 +579,11 @@ static igt_status column_weights(const igt_builder *b, const class_order *o,
         double p = (double)o->gcount[rank_to_class[r]] / (double)N;
         H -= p * log2z(p);
     }
-    uint64_t *keys = xmalloc(N, sizeof *keys), *tmp = xmalloc(N, sizeof *tmp);
+    uint32_t *keys = xmalloc(N, 2 * sizeof *keys); /* (value rank, class rank) */
     uint32_t *first = xmalloc((size_t)V + 1, sizeof *first);
-    if (!keys || !tmp || !first) {
-        free(keys); free(tmp); free(first);
+    if (!keys || !first) {
+        free(keys);
+        free(first);
         return fail(err, IGT_ERR_NOMEM, "cannot allocate feature statistics for %zu instances", N);
     }
     igt_status st = IGT_OK;
@@ -577,22 +598,23 @@ static igt_status column_weights(const igt_builder *b, const class_order *o,
             const uint32_t *r = b->rows + i * W;
             uint32_t v = r[j];
             if (first[v] == UINT32_MAX) first[v] = nv++;
-            keys[i] = ((uint64_t)first[v] << 32) | o->rank[r[F]];
+            keys[2 * i] = first[v];
+            keys[2 * i + 1] = o->rank[r[F]];
         }
-        if (!sort_u64(keys, tmp, N)) {
-            st = fail(err, IGT_ERR_NOMEM, "cannot allocate sort histogram");
+        if (!sort_rows(keys, N, 2, 2)) {
+            st = fail(err, IGT_ERR_NOMEM, "cannot allocate sort scratch");
             break;
         }
         double Hj = 0.0, SI = 0.0;
         size_t i = 0;
         while (i < N) {
-            uint64_t v = keys[i] >> 32;
+            uint32_t v = keys[2 * i];
             size_t e = i;
-            while (e < N && (keys[e] >> 32) == v) e++;
+            while (e < N && keys[2 * e] == v) e++;
             double nv_d = (double)(e - i), inner = 0.0;
             for (size_t k = i; k < e;) {
                 size_t m = k;
-                while (m < e && keys[m] == keys[k]) m++;
+                while (m < e && keys[2 * m + 1] == keys[2 * k + 1]) m++;
                 double p = (double)(m - k) / nv_d;
                 inner -= p * log2z(p);
                 k = m;
@@ -608,7 +630,6 @@ static igt_status column_weights(const igt_builder *b, const class_order *o,
         gr[j] = SI < DBL_EPSILON ? 0.0 : gain / SI;
     }
     free(keys);
-    free(tmp);
     free(first);
     return st;
 }
@@ -629,30 +650,75 @@ static igt_status parse_image(igt_model *m, uint32_t flags, igt_error *err);
 
 /* ---- build ------------------------------------------------------------------ */
 
+/* The scan visits the trie in sorted order, so nodes close in post-order.
+ * A closing node knows its default; its children (closed before it, waiting
+ * in pending[level + 1]) are then pruned against it and the survivors are
+ * written to `kept` as one contiguous block. Only kept nodes are ever stored,
+ * plus the pending children of the one open node per level. */
 typedef struct {
-    level_t level[IGT_MAX_WINDOW];
     accum_t acc[IGT_MAX_WINDOW];
-    uint8_t *kept[IGT_MAX_WINDOW];
-    uint32_t *kprefix[IGT_MAX_WINDOW];
+    nodes_t pending[IGT_MAX_WINDOW + 1];
+    nodes_t kept;
     uint64_t *gcount;
     uint32_t *rank, *rank_to_class;
     pair_t *scratch, *scratch2;
-    vec32 root_pairs;
+    summarise_ctx sc;
 } build_state;
 
 static void build_state_free(build_state *s) {
     for (uint32_t d = 0; d < IGT_MAX_WINDOW; d++) {
-        level_free(&s->level[d]);
         free(s->acc[d].count);
         free(s->acc[d].touched);
-        free(s->kept[d]);
-        free(s->kprefix[d]);
     }
+    for (uint32_t d = 0; d <= IGT_MAX_WINDOW; d++) nodes_free(&s->pending[d]);
+    nodes_free(&s->kept);
     free(s->gcount); free(s->rank); free(s->rank_to_class);
-    free(s->scratch); free(s->scratch2); free(s->root_pairs.v);
+    free(s->scratch); free(s->scratch2);
+}
+
+/* Prune the children waiting in `children` against parent default `pdef`:
+ * a child stays if its default differs or it kept children of its own.
+ * Survivors go to s->kept as one block; returns its start, count in *n. */
+static int flush_children(build_state *s, nodes_t *children, uint32_t pdef, uint32_t *start,
+                          uint32_t *n) {
+    *start = (uint32_t)s->kept.key.n;
+    *n = 0;
+    for (size_t i = 0; i < children->key.n; i++) {
+        if (children->cls.v[i] == pdef && children->nchild.v[i] == 0) continue;
+        if (!nodes_copy(&s->kept, children, i)) return 0;
+        (*n)++;
+    }
+    nodes_clear(children);
+    return s->kept.key.n < UINT32_MAX;
+}
+
+/* Close the open node of level d: summarise it, prune its children, and
+ * append it to the pending children of its parent. */
+static int close_node(build_state *s, uint32_t d, uint32_t F) {
+    accum_t *a = &s->acc[d];
+    nodes_t *p = &s->pending[d];
+    size_t n = a->n_touched;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t c = a->touched[i];
+        s->scratch[i].cls = c;
+        s->scratch[i].count = a->count[c];
+        a->count[c] = 0;
+    }
+    uint32_t wc, wn, np, cstart = 0, nchild = 0;
+    uint32_t pstart = (uint32_t)(p->pairs.n / 2);
+    if (!summarise(&s->sc, s->scratch, n, &wc, &wn, &np, &p->pairs)) return 0;
+    if (d + 1 < F && !flush_children(s, &s->pending[d + 1], wc, &cstart, &nchild)) return 0;
+    if (!vec_push(&p->key, a->key) || !vec_push(&p->cls, wc) || !vec_push(&p->win, wn) ||
+        !vec_push(&p->tot, a->total) || !vec_push(&p->cstart, cstart) ||
+        !vec_push(&p->nchild, nchild) || !vec_push(&p->pstart, pstart) || !vec_push(&p->npairs, np))
+        return 0;
+    a->n_touched = 0;
+    a->total = 0;
+    return 1;
 }
 
 #define NOMEM(what) do { st = fail(err, IGT_ERR_NOMEM, "out of memory (%s)", what); goto done; } while (0)
+#define CANCEL_IF(cond) do { if (cond) { st = fail(err, IGT_ERR_CANCELLED, "build cancelled"); goto done; } } while (0)
 
 igt_status igt_builder_build(igt_builder *b, igt_model **out, igt_progress_fn progress,
                              void *user, igt_error *err) {
@@ -668,10 +734,8 @@ igt_status igt_builder_build(igt_builder *b, igt_model **out, igt_progress_fn pr
     igt_status st = IGT_OK;
     build_state s;
     memset(&s, 0, sizeof s);
-    uint32_t *sorted, *tmp = NULL;
     uint8_t *image = NULL;
     igt_model *m = NULL;
-    int cancelled = 0;
 
     /* class statistics: global counts and first-seen ranks */
     s.gcount = xcalloc(V, sizeof *s.gcount);
@@ -710,143 +774,71 @@ igt_status igt_builder_build(igt_builder *b, igt_model **out, igt_progress_fn pr
     }
     for (uint32_t d = F; d < IGT_MAX_WINDOW; d++) perm[d] = d;
 
-    /* rows into tree order, then sort by the permuted features */
+    /* rows into tree order, sorted in place by the permuted features */
     for (size_t i = 0; i < N; i++) {
         uint32_t *r = b->rows + i * W, t[IGT_MAX_WINDOW];
         for (uint32_t d = 0; d < F; d++) t[d] = r[perm[d]];
         memcpy(r, t, F * sizeof *r);
     }
-    tmp = xmalloc(N * (size_t)W, sizeof *tmp);
-    if (!tmp) NOMEM("sort buffer");
-    sorted = sort_rows(b->rows, tmp, N, W, F, progress, user, &cancelled);
-    if (!sorted) {
-        if (cancelled) { st = fail(err, IGT_ERR_CANCELLED, "build cancelled"); goto done; }
-        NOMEM("sort histogram");
-    }
-    /* keep the sorted buffer, free the other one */
-    free(sorted == tmp ? b->rows : tmp);
-    b->rows = sorted;
-    tmp = NULL;
-    sorted = NULL;
+    CANCEL_IF(progress && progress(user, "sorting", 0, 1));
+    if (!sort_rows(b->rows, N, W, F)) NOMEM("sort scratch");
 
-    /* scan: the unpruned trie, level by level */
+    /* one scan: close nodes in post-order, pruning as they close */
     s.scratch = xmalloc(V, sizeof *s.scratch);
     s.scratch2 = xmalloc(V, sizeof *s.scratch2);
     if (!s.scratch || !s.scratch2) NOMEM("scratch");
+    s.sc = (summarise_ctx){&order, b->cfg.top_k, s.scratch, s.scratch2};
     for (uint32_t d = 0; d < F; d++) {
         s.acc[d].count = xcalloc(V, sizeof *s.acc[d].count);
         s.acc[d].touched = xmalloc(V, sizeof *s.acc[d].touched);
         if (!s.acc[d].count || !s.acc[d].touched) NOMEM("accumulators");
-        if (b->cfg.top_k && !vec_push(&s.level[d].dstart, 0)) NOMEM("levels");
     }
-    summarise_ctx sc = {&order, b->cfg.top_k, s.scratch, s.scratch2};
-    const uint32_t report_every = 1u << 20;
+    const size_t report_every = (size_t)1 << 20;
     for (size_t i = 0; i < N; i++) {
         const uint32_t *r = b->rows + i * W, *prev = i ? r - W : NULL;
         uint32_t lcp = 0;
-        if (prev)
+        if (prev) {
             while (lcp < F && r[lcp] == prev[lcp]) lcp++;
-        if (prev)
             for (uint32_t d = F; d-- > lcp;)
-                if (!close_node(&sc, &s.acc[d], &s.level[d])) NOMEM("nodes");
-        for (uint32_t d = lcp; d < F; d++) {
-            level_t *l = &s.level[d];
-            if (!vec_push(&l->key, r[d])) NOMEM("nodes");
-            if (d + 1 < F && !vec_push(&l->first, (uint32_t)s.level[d + 1].key.n))
-                NOMEM("nodes");
+                if (!close_node(&s, d, F)) NOMEM("nodes");
         }
+        for (uint32_t d = lcp; d < F; d++) s.acc[d].key = r[d];
         uint32_t c = r[F];
         for (uint32_t d = 0; d < F; d++) {
             accum_t *a = &s.acc[d];
             if (a->count[c]++ == 0) a->touched[a->n_touched++] = c;
             a->total++;
         }
-        if (progress && (i % report_every) == 0 && progress(user, "building", i, N)) {
-            st = fail(err, IGT_ERR_CANCELLED, "build cancelled");
-            goto done;
-        }
+        CANCEL_IF(progress && i % report_every == 0 && progress(user, "building", i, N));
     }
     for (uint32_t d = F; d-- > 0;)
-        if (!close_node(&sc, &s.acc[d], &s.level[d])) NOMEM("nodes");
-    for (uint32_t d = 0; d + 1 < F; d++)
-        if (!vec_push(&s.level[d].first, (uint32_t)s.level[d + 1].key.n)) NOMEM("nodes");
-    for (uint32_t d = 0; d < F; d++) {
-        free(s.acc[d].count); s.acc[d].count = NULL;
-        free(s.acc[d].touched); s.acc[d].touched = NULL;
-    }
+        if (!close_node(&s, d, F)) NOMEM("nodes");
     free(b->rows);
     b->rows = NULL;
     b->cap = 0;
 
-    /* root: the global distribution */
-    uint32_t root_cls = 0, root_win = 0;
-    {
-        size_t n = 0;
-        for (uint64_t r = 0; r < n_classes; r++) {
-            uint32_t c = s.rank_to_class[r];
-            s.scratch[n].cls = c;
-            s.scratch[n].count = (uint32_t)s.gcount[c];
-            n++;
-        }
-        if (!summarise(&sc, s.scratch, n, &root_cls, &root_win, &s.root_pairs))
-            NOMEM("root");
+    /* root: the global distribution; its children are the level-1 nodes */
+    uint32_t root_cls, root_win, root_np, root_start, root_n;
+    nodes_t *root_pairs = &s.pending[F];  /* spare: holds the root's pairs */
+    for (uint64_t r = 0; r < n_classes; r++) {
+        s.scratch[r].cls = s.rank_to_class[r];
+        s.scratch[r].count = (uint32_t)s.gcount[s.rank_to_class[r]];
     }
+    if (!summarise(&s.sc, s.scratch, (size_t)n_classes, &root_cls, &root_win, &root_np,
+                   &root_pairs->pairs))
+        NOMEM("root");
+    if (!flush_children(&s, &s.pending[0], root_cls, &root_start, &root_n)) NOMEM("nodes");
+    CANCEL_IF(progress && progress(user, "writing", 0, 1));
 
-    /* prune bottom-up: keep a node whose default differs from its parent's
-     * or which still has kept children */
-    if (progress && progress(user, "pruning", 0, F)) {
-        st = fail(err, IGT_ERR_CANCELLED, "build cancelled");
-        goto done;
-    }
-    for (uint32_t d = F; d-- > 0;) {
-        level_t *l = &s.level[d];
-        size_t n = l->key.n;
-        s.kept[d] = xmalloc(n, 1);
-        s.kprefix[d] = xmalloc(n + 1, sizeof(uint32_t));
-        if (!s.kept[d] || !s.kprefix[d]) NOMEM("pruning");
-        size_t parents = d ? s.level[d - 1].key.n : 1;
-        for (size_t p = 0; p < parents; p++) {
-            uint32_t pdef = d ? s.level[d - 1].cls.v[p] : root_cls;
-            size_t lo = d ? s.level[d - 1].first.v[p] : 0;
-            size_t hi = d ? s.level[d - 1].first.v[p + 1] : n;
-            for (size_t c = lo; c < hi; c++) {
-                int has_children = 0;
-                if (d + 1 < F) {
-                    uint32_t a = l->first.v[c], z = l->first.v[c + 1];
-                    has_children = s.kprefix[d + 1][z] != s.kprefix[d + 1][a];
-                }
-                s.kept[d][c] = (l->cls.v[c] != pdef) || has_children;
-            }
-        }
-        uint32_t k = 0;
-        for (size_t c = 0; c < n; c++) {
-            s.kprefix[d][c] = k;
-            k += s.kept[d][c];
-        }
-        s.kprefix[d][n] = k;
-        if (progress && progress(user, "pruning", F - d, F)) {
-            st = fail(err, IGT_ERR_CANCELLED, "build cancelled");
-            goto done;
-        }
-    }
-
-    /* breadth-first layout of the kept nodes */
-    uint64_t base[IGT_MAX_WINDOW + 1];
-    uint64_t n_nodes = 1, n_pairs = s.root_pairs.n / 2;
-    for (uint32_t d = 0; d < F; d++) {
-        base[d] = n_nodes;
-        n_nodes += s.kprefix[d][s.level[d].key.n];
-        if (b->cfg.top_k)
-            for (size_t c = 0; c < s.level[d].key.n; c++)
-                if (s.kept[d][c]) n_pairs += s.level[d].dstart.v[c + 1] - s.level[d].dstart.v[c];
-    }
-    base[F] = n_nodes;
+    /* breadth-first layout: node i's children follow as one sorted block */
+    const uint64_t n_nodes = (uint64_t)s.kept.key.n + 1;
+    uint64_t n_pairs = root_np;
+    for (size_t i = 0; i < s.kept.key.n; i++) n_pairs += s.kept.npairs.v[i];
     if (n_nodes >= UINT32_MAX || n_pairs >= UINT32_MAX) {
         st = fail(err, IGT_ERR_LIMIT, "tree too large: %llu nodes, %llu stored classes",
                   (unsigned long long)n_nodes, (unsigned long long)n_pairs);
         goto done;
     }
-
     file_header h;
     memset(&h, 0, sizeof h);
     memcpy(h.magic, IGT_MAGIC, sizeof h.magic);
@@ -884,38 +876,47 @@ igt_status igt_builder_build(igt_builder *b, igt_model **out, igt_progress_fn pr
     uint32_t *child = (uint32_t *)(image + h.sec_offset[SEC_CHILD]);
     uint32_t *dist = (uint32_t *)(image + h.sec_offset[SEC_DIST]);
     uint32_t *pairs = (uint32_t *)(image + h.sec_offset[SEC_PAIRS]);
-    uint64_t pi = 0;
+    /* src[i]: index in s.kept of the node placed at i (root: none) */
+    uint32_t *src = xmalloc((size_t)n_nodes, sizeof *src);
+    if (!src) NOMEM("layout");
     key[0] = 0;
     cls[0] = root_cls;
     win[0] = root_win;
     tot[0] = (uint32_t)N;
-    child[0] = (uint32_t)base[0];
+    uint64_t next = 1, pi = 0;
     if (h.top_k) {
         dist[0] = 0;
-        memcpy(pairs, s.root_pairs.v, s.root_pairs.n * sizeof *pairs);
-        pi = s.root_pairs.n / 2;
+        memcpy(pairs, root_pairs->pairs.v, 2 * (size_t)root_np * sizeof *pairs);
+        pi = root_np;
     }
-    size_t at = 1;
-    for (uint32_t d = 0; d < F; d++) {
-        level_t *l = &s.level[d];
-        for (size_t c = 0; c < l->key.n; c++) {
-            if (!s.kept[d][c]) continue;
-            key[at] = l->key.v[c];
-            cls[at] = l->cls.v[c];
-            win[at] = l->win.v[c];
-            tot[at] = l->tot.v[c];
-            child[at] = d + 1 < F
-                            ? (uint32_t)(base[d + 1] + s.kprefix[d + 1][l->first.v[c]])
-                            : (uint32_t)n_nodes;
-            if (h.top_k) {
-                dist[at] = (uint32_t)pi;
-                uint32_t a = l->dstart.v[c], z = l->dstart.v[c + 1];
-                memcpy(pairs + 2 * pi, l->pairs.v + 2 * (size_t)a, (size_t)(z - a) * 8);
-                pi += z - a;
-            }
-            at++;
+    for (uint64_t i = 0; i < n_nodes; i++) {
+        uint32_t cs = root_start, cn = root_n;
+        if (i >= next) { /* every kept node hangs under the root; cannot happen */
+            free(src);
+            st = fail(err, IGT_ERR_CORRUPT, "internal error: unreachable node %llu",
+                      (unsigned long long)i);
+            goto done;
         }
+        if (i > 0) {
+            uint32_t k = src[i];
+            key[i] = s.kept.key.v[k];
+            cls[i] = s.kept.cls.v[k];
+            win[i] = s.kept.win.v[k];
+            tot[i] = s.kept.tot.v[k];
+            cs = s.kept.cstart.v[k];
+            cn = s.kept.nchild.v[k];
+            if (h.top_k) {
+                dist[i] = (uint32_t)pi;
+                uint32_t np = s.kept.npairs.v[k];
+                memcpy(pairs + 2 * pi, s.kept.pairs.v + 2 * (size_t)s.kept.pstart.v[k],
+                       2 * (size_t)np * sizeof *pairs);
+                pi += np;
+            }
+        }
+        child[i] = (uint32_t)next;
+        for (uint32_t c = 0; c < cn; c++) src[next++] = cs + c;
     }
+    free(src);
     child[n_nodes] = (uint32_t)n_nodes;
     if (h.top_k) dist[n_nodes] = (uint32_t)pi;
     h.payload_checksum = checksum64(image + sizeof h, (size_t)(off - sizeof h));
@@ -939,7 +940,6 @@ igt_status igt_builder_build(igt_builder *b, igt_model **out, igt_progress_fn pr
     *out = m;
 done:
     build_state_free(&s);
-    free(tmp);
     free(image);
     free(b->rows);
     b->rows = NULL;

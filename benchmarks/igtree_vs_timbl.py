@@ -1,0 +1,248 @@
+"""IGTree in C (olifant_mlx) versus TiMBL 6.5 (`timbl -a1`) on the same data, in one run.
+
+    python benchmarks/igtree_vs_timbl.py [--train-instances 10000000] [--queries 250000]
+
+Data: the shared EUR-Lex-Sum corpus (../shared/corpora/legal), tokenised with the
+Mistral-7B-v0.1 tokenizer; training = the first N windows of the train split (width 4,
+documents padded), queries = a seeded sample of windows of the validation split.
+Both systems train from the same prepared instances: TiMBL from its text instance
+file, olifant from the same ids in a .npy file; each trains in a child process whose
+CPU time and peak RSS come from wait4(). Installs Debian's `timbl` when missing (root).
+Prints the comparison table and writes JSON to benchmarks/out/.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from olifant_mlx.corpus import iter_documents, tokenized_batches, windows  # noqa: E402
+from olifant_mlx.igtree import IGTree  # noqa: E402
+from olifant_mlx.tokenizers import load_tokenizer  # noqa: E402
+
+SHARED = Path(os.environ.get("OLIFANT_SHARED", ROOT.parent / "shared"))
+
+
+LAUNCHER = """
+import json, os, sys, time
+t0 = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    if len(sys.argv) > 2 and sys.argv[1] == "--stdout":
+        fd = os.open(sys.argv[2], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(fd, 1)
+        args = sys.argv[3:]
+    else:
+        args = sys.argv[1:]
+    os.execvp(args[0], args)
+_, status, ru = os.wait4(pid, 0)
+rss = ru.ru_maxrss / (1024 * 1024) if sys.platform == "darwin" else ru.ru_maxrss / 1024
+print(json.dumps([os.waitstatus_to_exitcode(status), time.perf_counter() - t0,
+                  ru.ru_utime + ru.ru_stime, rss]), file=sys.stderr)
+"""
+
+
+def run_child(cmd, stdout_path=None):
+    """Run cmd from a tiny launcher (so the child's peak RSS is its own, not a copy of
+    ours); return (exit status, wall s, CPU s user+sys, peak RSS MB, stderr)."""
+    pre = ["--stdout", str(stdout_path)] if stdout_path else []
+    r = subprocess.run([sys.executable, "-S", "-c", LAUNCHER, *pre, *cmd],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines = r.stderr.strip().splitlines()
+    code, wall, cpu, rss = json.loads(lines[-1])
+    return code, wall, cpu, rss, "\n".join(lines[:-1])
+
+
+def ensure_timbl():
+    if shutil.which("timbl"):
+        return
+    if os.geteuid() != 0:
+        sys.exit("timbl is not installed: apt-get install timbl (needs root)")
+    print("installing Debian's timbl ...", file=sys.stderr)
+    subprocess.run(["apt-get", "update", "-qq"], check=True)
+    subprocess.run(["apt-get", "install", "-y", "-qq", "timbl"], check=True)
+
+
+def windows_of(spec, tok, limit=None):
+    ctx_parts, tgt_parts, n = [], [], 0
+    for tokens, starts in tokenized_batches(iter_documents(spec), tok):
+        c, t = windows(tokens, starts, 4, tok.vocab_size)
+        ctx_parts.append(c)
+        tgt_parts.append(t)
+        n += t.size
+        if limit and n >= limit:
+            break
+    ctx, tgt = np.concatenate(ctx_parts), np.concatenate(tgt_parts)
+    return (ctx[:limit], tgt[:limit]) if limit else (ctx, tgt)
+
+
+def write_instances(path, ctx, tgt, chunk=1_000_000):
+    with open(path, "w") as f:
+        for i in range(0, tgt.size, chunk):
+            rows = np.column_stack([ctx[i:i + chunk], tgt[i:i + chunk]])
+            np.savetxt(f, rows, fmt="%d", delimiter=" ")
+
+
+BUILD_CHILD = """
+import sys, numpy as np
+from olifant_mlx.igtree import Builder
+b = Builder(vocab_size=int(sys.argv[3]), window=4)
+with open(sys.argv[1], "rb") as f:  # raw uint32 rows, read in 1M-row chunks
+    while True:
+        chunk = np.fromfile(f, dtype=np.uint32, count=5 << 20)
+        if chunk.size == 0:
+            break
+        b.add_instances(chunk.reshape(-1, 5))
+m = b.build()
+m.save(sys.argv[2])
+"""
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--train-instances", type=int, default=10_000_000)
+    ap.add_argument("--queries", type=int, default=250_000)
+    ap.add_argument("--work", default=str(ROOT / "benchmarks" / "out" / "igtree_vs_timbl"))
+    args = ap.parse_args()
+    ensure_timbl()
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    tok = load_tokenizer("mistral")
+
+    print("tokenising ...", file=sys.stderr)
+    ctx, tgt = windows_of(str(SHARED / "corpora/legal/eurlexsum.train.txt.xz"), tok, args.train_instances)
+    qctx_all, qtgt_all = windows_of(str(SHARED / "corpora/legal/eurlexsum.valid.txt.xz"), tok)
+    pick = np.sort(np.random.default_rng(1).choice(qtgt_all.size, args.queries, replace=False))
+    qctx, qtgt = qctx_all[pick], qtgt_all[pick]
+    rows = np.column_stack([ctx, tgt]).astype(np.uint32)
+    rows.tofile(work / "train.u32")
+    write_instances(work / "train.inst", ctx, tgt)
+    write_instances(work / "test.inst", qctx, qtgt)
+    write_instances(work / "one.inst", qctx[:1], qtgt[:1])
+    n_train = int(tgt.size)
+
+    print(f"TiMBL training on {n_train:,} instances ...", file=sys.stderr)
+    ib = work / "timbl.ibase"
+    _, t_wall, t_cpu, t_rss, _ = run_child(
+        ["timbl", "-a1", "-f", str(work / "train.inst"), "-I", str(ib), "-p", "100000000"])
+    if not ib.exists():
+        sys.exit("TiMBL did not write its instance base")
+    out = work / "timbl_test.out"
+    _, c_wall, c_cpu, c_rss, _ = run_child(
+        ["timbl", "-a1", "-i", str(ib), "-t", str(work / "test.inst"), "-o", str(out),
+         "+v", "di+md", "-p", "100000000"])
+    _, l_wall, l_cpu, l_rss, _ = run_child(
+        ["timbl", "-a1", "-i", str(ib), "-t", str(work / "one.inst"), "-o", str(work / "one.out"),
+         "-p", "100000000"])
+
+    print("olifant training ...", file=sys.stderr)
+    model_path = work / "olifant.olif"
+    code, o_wall, o_cpu, o_rss, err = run_child(
+        [sys.executable, "-c", BUILD_CHILD, str(work / "train.u32"), str(model_path), str(tok.vocab_size)])
+    if code != 0:
+        sys.exit(f"olifant build failed: {err}")
+    t0 = time.perf_counter()
+    model = IGTree.load(model_path)
+    o_load = time.perf_counter() - t0
+    # predictions: class, depth, leaf flag, distance
+    ans = model.predict_batch(qctx)
+    lines = out.read_text().splitlines()
+    mism = {"class": 0, "depth": 0, "leaf": 0, "distance": 0}
+    for a, line in zip(ans, lines):
+        f = line.split()
+        pred, dist, (depth, flag) = int(f[5]), float(f[6]), f[7].split(":")
+        mism["class"] += pred != int(a["token"])
+        mism["depth"] += int(depth) != int(a["depth"])
+        mism["leaf"] += (flag == "L") != bool(a["leaf"])
+        mism["distance"] += abs(dist - a["distance"]) > 1e-9 * max(1.0, abs(dist))
+    mism = {k: int(v) for k, v in mism.items()}
+    compared = min(len(lines), len(ans))
+
+    # latency: C (one batch call over shuffled queries) and one Python call per query
+    shuffled = np.ascontiguousarray(qctx[np.random.default_rng(2).permutation(qtgt.size)])
+    best_c = min(_timed(lambda: model.predict_batch(shuffled)) for _ in range(5)) / qtgt.size
+    qlist = shuffled[:50_000].tolist()
+    predict = model.predict_token
+    best_py = min(_timed(lambda: [predict(q) for q in qlist]) for _ in range(3)) / len(qlist)
+    acc = float(np.mean(ans["token"] == qtgt))
+
+    timbl_size = ib.stat().st_size + (Path(str(ib) + ".wgt").stat().st_size if Path(str(ib) + ".wgt").exists() else 0)
+    timbl_query_us = (c_cpu - l_cpu) / qtgt.size * 1e6
+    res = {
+        "corpus": "shared/corpora/legal (EUR-Lex-Sum), Mistral-7B-v0.1 tokens, window 4",
+        "train_instances": n_train, "queries": int(qtgt.size), "compared": compared,
+        "mismatches": mism, "heldout_accuracy": round(acc, 4), "olifant_nodes": model.n_nodes,
+        "timbl": {"train_cpu_s": round(t_cpu, 1), "train_wall_s": round(t_wall, 1),
+                  "train_peak_rss_mb": round(t_rss), "model_bytes": timbl_size,
+                  "load_cpu_s": round(l_cpu, 2), "loaded_rss_mb": round(l_rss),
+                  "query_cpu_us": round(timbl_query_us, 2)},
+        "olifant": {"train_cpu_s": round(o_cpu, 1), "train_wall_s": round(o_wall, 1),
+                    "train_peak_rss_mb": round(o_rss), "model_bytes": model.file_size,
+                    "load_s": round(o_load, 4),
+                    "query_c_us": round(best_c * 1e6, 3), "query_python_call_us": round(best_py * 1e6, 2)},
+    }
+    res["olifant"]["load_s_fresh_process"] = round(float(_child_stdout(model_path)), 4)
+    res["speedup_train_cpu"] = round(t_cpu / o_cpu, 1)
+    res["memory_ratio_train"] = round(o_rss / t_rss, 3)
+    (work / "result.json").write_text(json.dumps(res, indent=2))
+    print_table(res)
+    print(json.dumps(res))
+
+
+def _child_stdout(model_path):
+    r = subprocess.run([sys.executable, "-c",
+                        "import sys,time;from olifant_mlx.igtree import IGTree;"
+                        "t=time.perf_counter();IGTree.load(sys.argv[1]);"
+                        "print(time.perf_counter()-t)", str(model_path)],
+                       capture_output=True, text=True, check=True)
+    return r.stdout.strip()
+
+
+def _timed(fn):
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def print_table(r):
+    from rich.console import Console
+    from rich.table import Table
+
+    t, o = r["timbl"], r["olifant"]
+    tab = Table(title=f"IGTree: olifant (C) vs TiMBL 6.5 -a1 — {r['train_instances']:,} training "
+                      f"instances, {r['queries']:,} held-out queries")
+    tab.add_column("measure")
+    tab.add_column("TiMBL", justify="right")
+    tab.add_column("olifant", justify="right")
+    tab.add_column("ratio", justify="right")
+    m = r["mismatches"]
+    tab.add_row("prediction mismatches (class/depth/leaf/distance)", "-",
+                f"{m['class']}/{m['depth']}/{m['leaf']}/{m['distance']} of {r['compared']:,}", "")
+    tab.add_row("training CPU s", f"{t['train_cpu_s']}", f"{o['train_cpu_s']}",
+                f"{t['train_cpu_s'] / o['train_cpu_s']:.1f}x faster")
+    tab.add_row("training peak RSS MB", f"{t['train_peak_rss_mb']}", f"{o['train_peak_rss_mb']}",
+                f"{o['train_peak_rss_mb'] / t['train_peak_rss_mb']:.2f}")
+    tab.add_row("model size on disk MB", f"{t['model_bytes'] / 1e6:.1f}", f"{o['model_bytes'] / 1e6:.1f}",
+                f"{o['model_bytes'] / t['model_bytes']:.2f}")
+    tab.add_row("load s (TiMBL CPU; olifant mmap, fresh process)", f"{t['load_cpu_s']}",
+                f"{o['load_s_fresh_process']}", "")
+    tab.add_row("query µs (TiMBL CLI CPU; olifant C)", f"{t['query_cpu_us']}", f"{o['query_c_us']}", "")
+    tab.add_row("query µs, one Python call", "11–52 (anchor, python3-timbl)",
+                f"{o['query_python_call_us']}", "")
+    tab.add_row("held-out next-token accuracy", "", f"{r['heldout_accuracy']:.2%}", "")
+    Console().print(tab)
+
+
+if __name__ == "__main__":
+    main()
