@@ -500,8 +500,9 @@ static int nodes_copy(nodes_t *dst, const nodes_t *src, size_t i) {
         !vec_push(&dst->pstart, (uint32_t)(dst->pairs.n / 2)) || !vec_push(&dst->npairs, np) ||
         !vec_reserve(&dst->pairs, 2 * (size_t)np))
         return 0;
-    memcpy(dst->pairs.v + dst->pairs.n, src->pairs.v + 2 * (size_t)src->pstart.v[i],
-           2 * (size_t)np * sizeof(uint32_t));
+    if (np)     /* top_k 0: both pair arrays are NULL, and memcpy(NULL, ..., 0) is UB */
+        memcpy(dst->pairs.v + dst->pairs.n, src->pairs.v + 2 * (size_t)src->pstart.v[i],
+               2 * (size_t)np * sizeof(uint32_t));
     dst->pairs.n += 2 * (size_t)np;
     return 1;
 }
@@ -579,7 +580,11 @@ static igt_status column_weights(const igt_builder *b, const class_order *o,
         double p = (double)o->gcount[rank_to_class[r]] / (double)N;
         H -= p * log2z(p);
     }
-    uint32_t *keys = xmalloc(N, 2 * sizeof *keys); /* (value rank, class rank) */
+    /* (value rank, class rank) per instance; packed into one id when both
+     * fit in 16 bits (vocabularies up to 65,536), halving this buffer */
+    const int packed = (size_t)V + 1 <= 65536 && n_classes <= 65536;
+    const uint32_t kw = packed ? 1 : 2;
+    uint32_t *keys = xmalloc(N, kw * sizeof *keys);
     uint32_t *first = xmalloc((size_t)V + 1, sizeof *first);
     if (!keys || !first) {
         free(keys);
@@ -598,23 +603,29 @@ static igt_status column_weights(const igt_builder *b, const class_order *o,
             const uint32_t *r = b->rows + i * W;
             uint32_t v = r[j];
             if (first[v] == UINT32_MAX) first[v] = nv++;
-            keys[2 * i] = first[v];
-            keys[2 * i + 1] = o->rank[r[F]];
+            if (packed) {
+                keys[i] = first[v] << 16 | o->rank[r[F]];
+            } else {
+                keys[2 * i] = first[v];
+                keys[2 * i + 1] = o->rank[r[F]];
+            }
         }
-        if (!sort_rows(keys, N, 2, 2)) {
+        if (!sort_rows(keys, N, kw, kw)) {
             st = fail(err, IGT_ERR_NOMEM, "cannot allocate sort scratch");
             break;
         }
+#define VALUE_AT(i) (packed ? keys[i] >> 16 : keys[2 * (i)])
+#define CLASS_AT(i) (packed ? keys[i] & 0xffff : keys[2 * (i) + 1])
         double Hj = 0.0, SI = 0.0;
         size_t i = 0;
         while (i < N) {
-            uint32_t v = keys[2 * i];
+            uint32_t v = VALUE_AT(i);
             size_t e = i;
-            while (e < N && keys[2 * e] == v) e++;
+            while (e < N && VALUE_AT(e) == v) e++;
             double nv_d = (double)(e - i), inner = 0.0;
             for (size_t k = i; k < e;) {
                 size_t m = k;
-                while (m < e && keys[2 * m + 1] == keys[2 * k + 1]) m++;
+                while (m < e && CLASS_AT(m) == CLASS_AT(k)) m++;
                 double p = (double)(m - k) / nv_d;
                 inner -= p * log2z(p);
                 k = m;
@@ -624,6 +635,8 @@ static igt_status column_weights(const igt_builder *b, const class_order *o,
             SI -= pv * log2z(pv);
             i = e;
         }
+#undef VALUE_AT
+#undef CLASS_AT
         double gain = H - Hj;
         if (gain < 0.0) gain = 0.0;
         ig[j] = gain;

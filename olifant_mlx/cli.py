@@ -74,15 +74,20 @@ def cmd_draft(args) -> int:
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     ids = tok.encode(prompt)
     ans = m.draft_answers(ids, args.k, min_depth=args.min_depth, min_share=args.min_share)
+    # decode with the prompt: SentencePiece drops a leading space of a lone continuation
+    text = tok.decode(ids + ans["token"].tolist())[len(tok.decode(ids)):]
     if args.json:
         print(json.dumps({"prompt_tokens": len(ids), "draft": [int(t) for t in ans["token"]],
-                          "text": tok.decode(ans["token"]),
+                          "text": text,
                           "depth": ans["depth"].tolist(),
                           "share": [round(int(a["winner_count"]) / max(int(a["total"]), 1), 4) for a in ans]}))
     else:
         from rich.console import Console
+        from rich.text import Text
 
-        Console().print(f"{prompt}[bold green]{tok.decode(ans['token'])}[/]")
+        shown = Text(prompt)
+        shown.append(text, style="bold green")
+        Console().print(shown)
         for a in ans:
             sys.stderr.write(f"{a['token']:>6} {tok.decode([a['token']])!r:<16} depth {a['depth']} "
                              f"share {a['winner_count']}/{a['total']}\n")
