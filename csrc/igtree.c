@@ -1064,6 +1064,9 @@ static igt_status parse_image(igt_model *m, uint32_t flags, igt_error *err) {
             if (m->dist[i + 1] < m->dist[i] ||
                 (h->top_k != IGT_TOPK_ALL && m->dist[i + 1] - m->dist[i] > h->top_k))
                 return fail(err, IGT_ERR_CORRUPT, "class index of node %u is out of order", i);
+        for (uint64_t i = 0; i < h->n_pairs; i++)
+            if (m->pairs[2 * i] >= h->vocab_size)
+                return fail(err, IGT_ERR_CORRUPT, "stored class %u out of range", m->pairs[2 * i]);
     }
     for (uint32_t d = 0; d <= h->window; d++) {
         double s = 0.0;
