@@ -43,7 +43,8 @@ def cache_dir() -> Path:
 def vocabulary_digest(pieces) -> bytes:
     h = hashlib.sha256()
     for piece in pieces:
-        h.update(piece.encode("utf-8", "surrogatepass"))
+        # an id without a token (a hole in the vocabulary) hashes as a lone NUL
+        h.update(b"\0" if piece is None else piece.encode("utf-8", "surrogatepass"))
         h.update(b"\n")
     return h.digest()
 
@@ -102,7 +103,7 @@ def hf_tokenizer(spec) -> Tokenizer:
         raise TokenizerError(
             f"cannot load tokenizer {spec!r}: {e}. Give a local model directory, a "
             f"SentencePiece .model file, or 'mistral' (offline: hub ids need the network)") from e
-    n = len(tok)
+    n = max(len(tok), max(tok.get_vocab().values(), default=-1) + 1)
     digest = vocabulary_digest(tok.convert_ids_to_tokens(list(range(n))))
     eos = [tok.eos_token_id] if tok.eos_token_id is not None else []
     name = os.path.basename(os.path.normpath(str(spec))) or str(spec)

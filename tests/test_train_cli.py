@@ -91,3 +91,26 @@ def test_real_legal_corpus(shared, mistral, tmp_path):
     assert s["instances"] == 2_000_000 and e["instances"] == 100_000
     assert 0.15 < e["accuracy"] < 0.6  # measured: 22.9 %
     assert s["permutation"] == [3, 2, 1, 0]
+
+
+def test_hugging_face_tokenizer_directory(tmp_path):
+    """A local HF tokenizer (as mlx-lm model folders carry) trains and identifies a model."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from olifant_mlx.tokenizers import load_tokenizer
+
+    words = sorted(set(CORPUS.replace(",", " ,").replace(".", " .").split()))
+    vocab = {"<unk>": 0, **{w: i + 1 for i, w in enumerate(words)}}
+    raw = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    raw.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=raw, unk_token="<unk>").save_pretrained(tmp_path / "hf")
+    tok = load_tokenizer(str(tmp_path / "hf"))
+    assert tok.name == "hf" and tok.vocab_size == len(vocab)
+    assert tok.encode("They shall forthwith") == [vocab["They"], vocab["shall"], vocab["forthwith"]]
+    (tmp_path / "c.txt").write_text(CORPUS)
+    run("train", "--corpus", str(tmp_path / "c.txt"), "--tokenizer", str(tmp_path / "hf"),
+        "--out", str(tmp_path / "m.olif"), "--quiet")
+    d = json.loads(run("draft", "-m", str(tmp_path / "m.olif"), "--tokenizer", str(tmp_path / "hf"),
+                       "-p", "They shall", "-k", "2", "--json").stdout)
+    assert d["draft"] == [vocab["forthwith"], vocab["inform"]]
