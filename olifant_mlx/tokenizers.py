@@ -93,7 +93,18 @@ def sentencepiece_tokenizer(path, name=None) -> Tokenizer:
         sp.decode, eos_ids=[sp.eos_id()] if sp.eos_id() >= 0 else [])
 
 
-def hf_tokenizer(spec) -> Tokenizer:
+def wrap_hf_tokenizer(tok, name: str) -> Tokenizer:
+    """Our Tokenizer around a Hugging Face tokenizer (as mlx-lm loads them)."""
+    n = max(len(tok), max(tok.get_vocab().values(), default=-1) + 1)
+    digest = vocabulary_digest(tok.convert_ids_to_tokens(list(range(n))))
+    eos = [tok.eos_token_id] if tok.eos_token_id is not None else []
+    return Tokenizer(
+        name, n, digest,
+        lambda texts: tok(list(texts), add_special_tokens=False)["input_ids"],
+        lambda ids: tok.decode(ids), eos_ids=eos)
+
+
+def hf_tokenizer(spec, name=None) -> Tokenizer:
     """Any Hugging Face / mlx-lm tokenizer by local path or hub id."""
     try:
         from transformers import AutoTokenizer
@@ -102,15 +113,9 @@ def hf_tokenizer(spec) -> Tokenizer:
     except Exception as e:
         raise TokenizerError(
             f"cannot load tokenizer {spec!r}: {e}. Give a local model directory, a "
-            f"SentencePiece .model file, or 'mistral' (offline: hub ids need the network)") from e
-    n = max(len(tok), max(tok.get_vocab().values(), default=-1) + 1)
-    digest = vocabulary_digest(tok.convert_ids_to_tokens(list(range(n))))
-    eos = [tok.eos_token_id] if tok.eos_token_id is not None else []
-    name = os.path.basename(os.path.normpath(str(spec))) or str(spec)
-    return Tokenizer(
-        name, n, digest,
-        lambda texts: tok(list(texts), add_special_tokens=False)["input_ids"],
-        lambda ids: tok.decode(ids), eos_ids=eos)
+            f"SentencePiece .model file, 'mistral', or an offline verifier alias "
+            f"(offline: hub ids need the network)") from e
+    return wrap_hf_tokenizer(tok, name or os.path.basename(os.path.normpath(str(spec))) or str(spec))
 
 
 def _sha256(path) -> str:
@@ -155,9 +160,14 @@ def mistral_tokenizer_path() -> Path:
 
 
 def load_tokenizer(spec: str | None = None) -> Tokenizer:
-    """'mistral' (default), a SentencePiece .model file, or a HF/mlx-lm model path or id."""
+    """'mistral' (default), a SentencePiece .model file, a verifier alias or GGUF file
+    (its tokenizer), or a HF/mlx-lm model path or id."""
     if spec in MISTRAL_ALIASES:
         return sentencepiece_tokenizer(mistral_tokenizer_path(), MISTRAL_NAME)
+    from olifant_mlx.verifier import ALIASES, resolve_model
+
+    if spec in ALIASES or spec.lower().endswith(".gguf"):
+        return hf_tokenizer(resolve_model(spec), name=spec if spec in ALIASES else None)
     if os.path.isfile(spec) and not spec.endswith(".json"):
         return sentencepiece_tokenizer(spec)
     return hf_tokenizer(spec)

@@ -3,6 +3,8 @@ from pathlib import Path
 
 import pytest
 
+import olifant_mlx.mlx_setup  # noqa: F401  (OpenBLAS before anything imports MLX)
+
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("OLIFANT_SHARED", ROOT.parent / "shared"))
 

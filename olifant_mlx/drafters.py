@@ -1,0 +1,215 @@
+"""Drafters: cheap guesses of the verifier's next k tokens.
+
+One small interface: `start(prompt)` at the beginning of a generation,
+`draft(context, k)` -> up to k token ids following `context` (the prompt
+without BOS plus everything generated so far), and `accept(tokens)` with the
+tokens appended to the context after each step.
+"""
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+
+from olifant_mlx.igtree import IGTree
+
+
+class NoDrafter:
+    """Plain decoding: never drafts."""
+    name = "none"
+
+    def start(self, prompt):
+        pass
+
+    def draft(self, context, k):
+        return []
+
+    def accept(self, tokens):
+        pass
+
+
+class OlifantDrafter(NoDrafter):
+    """The trained IGTree: k predictions in one C call, each fed back as context."""
+
+    def __init__(self, model: IGTree, min_depth: int = 0, min_share: float = 0.0, name="olifant"):
+        self.model = model
+        self.min_depth = min_depth
+        self.min_share = min_share
+        self.name = name
+
+    def draft(self, context, k):
+        return self.model.draft(context[-self.model.window:], k, self.min_depth, self.min_share)
+
+
+class NgramDrafter(NoDrafter):
+    """The paper's in-session n-gram: next-token counts of every (n-1)-token context seen in
+    this session (prompt and output), updated as tokens arrive; most frequent, then most
+    recent, wins. Drafting stops at an unseen context."""
+
+    def __init__(self, n: int = 4):
+        self.n = n
+        self.name = f"ngram{n}"
+
+    def start(self, prompt):
+        self.counts = defaultdict(dict)      # context tuple -> {token: (count, last position)}
+        self.tokens = []
+        self.accept(prompt)
+
+    def accept(self, tokens):
+        m = self.n - 1
+        for t in tokens:
+            self.tokens.append(t)
+            if len(self.tokens) > m:
+                ctx = tuple(self.tokens[-m - 1:-1])
+                c, _ = self.counts[ctx].get(t, (0, 0))
+                self.counts[ctx][t] = (c + 1, len(self.tokens))
+
+    def draft(self, context, k):
+        m = self.n - 1
+        window = list(context[-m:])
+        out = []
+        while len(out) < k and len(window) == m:
+            nxt = self.counts.get(tuple(window))
+            if not nxt:
+                break
+            t = max(nxt.items(), key=lambda kv: kv[1])[0]
+            out.append(t)
+            window = window[1:] + [t]
+        return out
+
+
+class WordNgramDrafter(NoDrafter):
+    """The paper's word-level 4-gram baseline: counts over whitespace-separated words of the
+    session's text; predicted words are tokenised (with their leading space) into drafts."""
+
+    def __init__(self, tokenizer, n: int = 4):
+        self.tokenizer = tokenizer
+        self.n = n
+        self.name = f"ngram{n}-words"
+
+    def start(self, prompt):
+        self.ids = list(prompt)
+
+    def accept(self, tokens):
+        self.ids.extend(tokens)
+
+    def draft(self, context, k):
+        words = re.findall(r"\S+", self.tokenizer.decode(self.ids))
+        m = self.n - 1
+        if len(words) < m + 1:
+            return []
+        counts = defaultdict(dict)
+        for i in range(m, len(words)):
+            ctx = tuple(words[i - m:i])
+            c, _ = counts[ctx].get(words[i], (0, 0))
+            counts[ctx][words[i]] = (c + 1, i)
+        window, out = words[-m:], []
+        while len(out) < k:
+            nxt = counts.get(tuple(window))
+            if not nxt:
+                break
+            w = max(nxt.items(), key=lambda kv: kv[1])[0]
+            out.extend(self.tokenizer.encode(" " + w))
+            window = window[1:] + [w]
+        return out[:k]
+
+
+class LookupDrafter(NoDrafter):
+    """Prompt lookup decoding: find the latest earlier occurrence of the context's last
+    n tokens (n = max_ngram .. 1) and propose what followed it."""
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
+        self.max_ngram = max_ngram
+        self.min_ngram = min_ngram
+        self.name = "lookup"
+
+    def draft(self, context, k):
+        L = len(context)
+        for n in range(min(self.max_ngram, L - 1), self.min_ngram - 1, -1):
+            tail = context[L - n:]
+            for start in range(L - n - 1, -1, -1):
+                if context[start:start + n] == tail:
+                    follow = context[start + n:start + n + k]
+                    if follow:
+                        return list(follow)
+        return []
+
+
+class NeuralDrafter(NoDrafter):
+    """A small mlx-lm model sharing the verifier's tokenizer, drafting greedily with its
+    own KV cache (kept in step with the context by trimming to the common prefix)."""
+    wants_bos = True  # it reads the sequence exactly as the verifier does
+
+    def __init__(self, model, name="neural"):
+        self.model = model
+        self.name = name
+
+    def start(self, prompt):
+        from mlx_lm.models.cache import make_prompt_cache
+
+        self.cache = make_prompt_cache(self.model)
+        self.cached = []
+
+    def draft(self, context, k):
+        import mlx.core as mx
+        from mlx_lm.models.cache import trim_prompt_cache
+
+        if k <= 0 or not context:
+            return []
+        common = 0
+        limit = min(len(self.cached), len(context) - 1)  # always feed at least one token
+        while common < limit and self.cached[common] == context[common]:
+            common += 1
+        if len(self.cached) > common:
+            trimmed = trim_prompt_cache(self.cache, len(self.cached) - common)
+            if trimmed != len(self.cached) - common:
+                raise RuntimeError("neural drafter cache could not be rolled back")
+        feed = list(context[common:])
+        self.cached = list(context)
+        out = []
+        for _ in range(k):
+            logits = self.model(mx.array(feed)[None], cache=self.cache)
+            t = int(mx.argmax(logits[0, -1]).item())
+            out.append(t)
+            feed = [t]
+            self.cached.append(t)
+        # the last draft was never fed: the cache holds everything but it
+        self.cached.pop()
+        return out
+
+
+def make_drafter(spec: str, verifier_tok=None, window_check=True):
+    """Parse --draft: none | olifant:PATH | ngram | ngram-words | lookup | neural:MODEL."""
+    kind, _, arg = spec.partition(":")
+    if kind in ("none", "plain", ""):
+        return NoDrafter()
+    if kind == "olifant":
+        if not arg:
+            raise ValueError("olifant needs a model file: --draft olifant:PATH")
+        model = IGTree.load(arg)
+        if verifier_tok is not None:
+            model.check_tokenizer(verifier_tok.name, verifier_tok.vocab_size, verifier_tok.digest)
+        return OlifantDrafter(model)
+    if kind == "ngram":
+        return NgramDrafter(int(arg) if arg else 4)
+    if kind == "ngram-words":
+        if verifier_tok is None:
+            raise ValueError("ngram-words needs the verifier's tokenizer")
+        return WordNgramDrafter(verifier_tok, int(arg) if arg else 4)
+    if kind == "lookup":
+        return LookupDrafter(int(arg) if arg else 3)
+    if kind == "neural":
+        if not arg:
+            raise ValueError("neural needs a model: --draft neural:MODEL")
+        from olifant_mlx.verifier import load_verifier, verifier_tokenizer
+
+        model, tok, name = load_verifier(arg)
+        if verifier_tok is not None:
+            own = verifier_tokenizer(tok, name)
+            if own.digest != verifier_tok.digest:
+                from olifant_mlx.igtree import TokenizerMismatch
+
+                raise TokenizerMismatch(f"neural draft model {name!r} does not share the verifier's "
+                                        f"tokenizer {verifier_tok.name!r}")
+        return NeuralDrafter(model, name=f"neural:{name}")
+    raise ValueError(f"unknown drafter {spec!r}: use none, olifant:PATH, ngram, ngram-words, "
+                     f"lookup or neural:MODEL")
