@@ -1,4 +1,4 @@
-"""`python -m olifant_mlx COMMAND`: train, info, draft."""
+"""`python -m olifant_mlx COMMAND`: train, info, draft, generate, demo."""
 from __future__ import annotations
 
 import argparse
@@ -137,6 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--min-share", type=float, default=0.0)
     d.add_argument("--json", action="store_true")
     d.set_defaults(func=cmd_draft)
+
+    from olifant_mlx.decode_cli import add_parsers
+
+    add_parsers(sub)
     return p
 
 
@@ -144,6 +148,7 @@ def main(argv=None) -> int:
     from olifant_mlx.corpus import CorpusError
     from olifant_mlx.igtree import IGTreeError, TokenizerMismatch
     from olifant_mlx.tokenizers import TokenizerError
+    from olifant_mlx.verifier import VerifierError
 
     args = build_parser().parse_args(argv)
     if getattr(args, "k", 0) < 0 or getattr(args, "k", 0) > 64:
@@ -151,7 +156,8 @@ def main(argv=None) -> int:
         return 2
     try:
         return args.func(args)
-    except (IGTreeError, TokenizerMismatch, TokenizerError, CorpusError, ValueError, OSError) as e:
+    except (IGTreeError, TokenizerMismatch, TokenizerError, CorpusError, VerifierError, ValueError,
+            OSError) as e:
         sys.stderr.write(f"error: {e}\n")
         return 1
     except KeyboardInterrupt:

@@ -1,0 +1,89 @@
+"""The real offline verifiers (GGUF from PyPI -> mlx-lm) and the engine on them."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from olifant_mlx.decode_cli import DEMO_PROMPT, demo_draft_model, open_session, run
+from olifant_mlx.drafters import (LookupDrafter, NeuralDrafter, NgramDrafter, NoDrafter,
+                                  OlifantDrafter, WordNgramDrafter)
+from olifant_mlx.engine import generate
+
+LEGAL = ("Article 1\nThis Regulation lays down rules concerning the protection of natural persons "
+         "with regard to the processing of personal data")
+
+
+@pytest.fixture(scope="module")
+def smol():
+    model, tok, ours, _, name = open_session("smollm2-135m")
+    return model, tok, ours
+
+
+def test_gguf_conversion_is_right(smol):
+    model, tok, ours = smol
+    _, text, _ = run(model, tok, "The capital of France is", NoDrafter(), k=0, max_tokens=8)
+    assert "Paris" in text
+    assert ours.vocab_size == 49152 and ours.encode("12") == [33, 34]  # digits split one by one
+
+
+def test_every_drafter_preserves_output(smol):
+    model, tok, ours = smol
+    prompt = tok.encode(LEGAL)
+    olifant = OlifantDrafter(demo_draft_model(ours, "smollm2-135m", ["builtin:licenses"]))
+    for kv in (True, False):
+        ref, _ = generate(model, prompt, max_tokens=20, kv_cache=kv)
+        for d in (olifant, NgramDrafter(), WordNgramDrafter(ours), LookupDrafter()):
+            for k in (1, 3, 5, 8) if kv else (1, 8):
+                out, _ = generate(model, prompt, d, k=k, max_tokens=20, kv_cache=kv)
+                assert out == ref, (d.name, k, kv)
+        out, st = generate(model, prompt, NeuralDrafter(model), k=3, max_tokens=20, kv_cache=kv)
+        assert out == ref and st.acceptance == 1.0  # the verifier drafting for itself
+        out, st = generate(model, prompt, olifant, k=8, max_tokens=5, kv_cache=kv)
+        assert out == ref[:5] and st.stop_reason == "max_tokens"
+
+
+def test_eos_ends_generation(smol):
+    model, tok, ours = smol
+    chat = "<|im_start|>user\nReply with one word: yes or no?<|im_end|>\n<|im_start|>assistant\n"
+    prompt = tok.encode(chat)
+    eos = tok.eos_token_ids
+    ref, st = generate(model, prompt, max_tokens=40, eos_ids=eos)
+    assert st.stop_reason == "eos" and 0 < len(ref) < 40
+    for d in (NgramDrafter(), LookupDrafter()):
+        for kv in (True, False):
+            out, st = generate(model, prompt, d, k=5, max_tokens=40, eos_ids=eos, kv_cache=kv)
+            assert out == ref and st.stop_reason == "eos"
+
+
+def cli(*args):
+    r = subprocess.run([sys.executable, "-m", "olifant_mlx", *args], capture_output=True, text=True,
+                       env={**os.environ, "COLUMNS": "200"})
+    assert r.returncode == 0, r.stderr
+    return r
+
+
+def test_generate_and_demo_commands(tmp_path):
+    r = cli("generate", "--model", "smollm2-135m", "--draft", "lookup", "-k", "3", "-p", LEGAL,
+            "--max-tokens", "12", "--json", "--stats")
+    out = json.loads(r.stdout)
+    assert len(out["tokens"]) == 12 and out["stats"]["drafter"] == "lookup"
+    assert "tok/s" in r.stderr and "acceptance" in r.stderr
+    plain = json.loads(cli("generate", "--model", "smollm2-135m", "-p", LEGAL, "--max-tokens", "12",
+                           "--json", "--no-kv-cache").stdout)
+    assert plain["tokens"] == out["tokens"]
+    r = cli("demo", "--max-tokens", "30")
+    assert "outputs identical: yes" in r.stdout and "speedup" in r.stdout
+
+
+def test_gemma3_alias():
+    model, tok, ours, _, name = open_session("gemma3-270m")
+    prompt = tok.encode("Monday, Tuesday, Wednesday,")
+    assert prompt[0] == tok.bos_token_id == 2  # gemma needs its BOS
+    ref, _ = generate(model, prompt, max_tokens=8)
+    assert ours.decode(ref).startswith(" Thursday")
+    for kv in (True, False):
+        out, _ = generate(model, prompt, LookupDrafter(), k=3, max_tokens=8, kv_cache=kv,
+                          bos_id=tok.bos_token_id)
+        assert out == ref
