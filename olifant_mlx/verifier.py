@@ -19,7 +19,7 @@ from pathlib import Path
 from olifant_mlx.mlx_setup import mx  # noqa: F401  (OpenBLAS before MLX)
 from olifant_mlx.tokenizers import Tokenizer, cache_dir
 
-DEFAULT_MODEL = "mlx-community/Mistral-7B-v0.1-hf-4bit-mlx"
+DEFAULT_MODEL = "mistralai/Mistral-7B-v0.1"
 EMBEDDED_DEFAULT = "smollm2-135m"
 
 
