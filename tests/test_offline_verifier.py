@@ -33,12 +33,13 @@ def test_every_drafter_preserves_output(smol):
     prompt = tok.encode(LEGAL)
     olifant = OlifantDrafter(demo_draft_model(ours, "smollm2-135m", ["builtin:licenses"]))
     for kv in (True, False):
-        ref, _ = generate(model, prompt, max_tokens=20, kv_cache=kv)
+        n = 20 if kv else 12  # uncached steps re-read the whole context: keep them few
+        ref, _ = generate(model, prompt, max_tokens=n, kv_cache=kv)
         for d in (olifant, NgramDrafter(), WordNgramDrafter(ours), LookupDrafter()):
-            for k in (1, 3, 5, 8) if kv else (1, 8):
-                out, _ = generate(model, prompt, d, k=k, max_tokens=20, kv_cache=kv)
+            for k in (1, 3, 5, 8):
+                out, _ = generate(model, prompt, d, k=k, max_tokens=n, kv_cache=kv)
                 assert out == ref, (d.name, k, kv)
-        out, st = generate(model, prompt, NeuralDrafter(model), k=3, max_tokens=20, kv_cache=kv)
+        out, st = generate(model, prompt, NeuralDrafter(model), k=3, max_tokens=n, kv_cache=kv)
         assert out == ref and st.acceptance == 1.0  # the verifier drafting for itself
         out, st = generate(model, prompt, olifant, k=8, max_tokens=5, kv_cache=kv)
         assert out == ref[:5] and st.stop_reason == "max_tokens"
