@@ -56,6 +56,7 @@ def main():
     ap.add_argument("--results", default=str(OUT / "speculative.jsonl"))
     args = ap.parse_args()
     prompts = [json.loads(line)["prompt"] for line in open(args.prompt_file)][: args.prompts]
+    run_id = f"{args.tag}-{int(time.time())}"
     Path(args.results).parent.mkdir(parents=True, exist_ok=True)
     rows = []
     with open(args.results, "a") as log:
@@ -79,32 +80,52 @@ def main():
                             runs.append((dname, k, st, out == ref))
                     for dname, k, st, same in runs:
                         row = {"verifier": name, "regime": regime, "prompt": pi, "drafter": dname,
-                               "k": k, "identical": same, "tag": args.tag, "time": time.time(),
+                               "k": k, "identical": same, "tag": args.tag, "run": run_id,
+                               "time": time.time(),
                                **st.as_dict(), "plain_tokens_per_s": plain.tokens_per_s}
                         rows.append(row)
                         log.write(json.dumps(row) + "\n")
                         log.flush()
                     print(f"{name} {regime} prompt {pi + 1}/{len(prompts)} done", file=sys.stderr)
-    print_table(rows)
+    all_rows = [json.loads(line) for line in open(args.results)]
+    print_table(all_rows)
+    (OUT / "speculative.md").write_text(markdown(aggregate(all_rows)) + "\n")
 
 
 def aggregate(rows):
-    cells = defaultdict(list)
+    """Per (verifier, regime, drafter, k): the latest run of each prompt, with speedup taken
+    against the plain generation of the same prompt in the same run."""
+    latest = {}
     for r in rows:
-        cells[(r["verifier"], r["regime"], r["drafter"], r["k"])].append(r)
+        latest[(r["verifier"], r["regime"], r["drafter"], r["k"], r["prompt"])] = r
+    plain = {(r["run"], r["verifier"], r["regime"], r["prompt"]): r
+             for r in rows if r["drafter"] == "plain"}
+    cells = defaultdict(list)
+    for (v, reg, d, k, _), r in latest.items():
+        cells[(v, reg, d, k)].append(r)
     table = {}
     for key, rs in cells.items():
-        plain = [p for p in rows if (p["verifier"], p["regime"], p["drafter"]) == (key[0], key[1], "plain")
-                 and p["prompt"] in {r["prompt"] for r in rs}]
+        base = [plain[(r["run"], r["verifier"], r["regime"], r["prompt"])] for r in rs]
         tps = sum(r["tokens"] for r in rs) / sum(r["seconds"] for r in rs)
-        ptps = sum(p["tokens"] for p in plain) / sum(p["seconds"] for p in plain)
+        ptps = sum(p["tokens"] for p in base) / sum(p["seconds"] for p in base)
         table[key] = {
-            "prompts": len(rs), "tokens_per_s": tps, "speedup": tps / ptps,
+            "prompts": len(rs), "tokens": sum(r["tokens"] for r in rs) // len(rs),
+            "tokens_per_s": tps, "speedup": tps / ptps,
             "acceptance": sum(r["acceptance"] for r in rs) / len(rs),
             "mal": sum(r["mean_accepted_length"] for r in rs) / len(rs),
             "overhead_ms": sum(r["overhead_ms_per_step"] for r in rs) / len(rs),
             "identical": sum(r["identical"] for r in rs)}
     return table
+
+
+def markdown(table) -> str:
+    lines = ["| verifier | regime | drafter | k | prompts x tokens | tok/s | speedup | acceptance | "
+             "MAL | overhead ms/step | identical |", "|---" * 11 + "|"]
+    for (v, reg, d, k), c in sorted(table.items()):
+        lines.append(f"| {v} | {reg} | {d} | {k} | {c['prompts']} x {c['tokens']} | "
+                     f"{c['tokens_per_s']:.2f} | {c['speedup']:.2f}x | {c['acceptance']:.1%} | "
+                     f"{c['mal']:.2f} | {c['overhead_ms']:.3f} | {c['identical']}/{c['prompts']} |")
+    return "\n".join(lines)
 
 
 def print_table(rows):
@@ -120,7 +141,7 @@ def print_table(rows):
         t.add_row(v, reg, d, str(k), str(c["prompts"]), f"{c['tokens_per_s']:.2f}",
                   f"{c['speedup']:.2f}x", f"{c['acceptance']:.1%}", f"{c['mal']:.2f}",
                   f"{c['overhead_ms']:.3f}", f"{c['identical']}/{c['prompts']}")
-    Console().print(t)
+    Console(width=200).print(t)
 
 
 if __name__ == "__main__":

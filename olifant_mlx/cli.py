@@ -141,11 +141,14 @@ def build_parser() -> argparse.ArgumentParser:
     from olifant_mlx.decode_cli import add_parsers
 
     add_parsers(sub)
+    from olifant_mlx.energy.cli import add_parsers
+    add_parsers(sub)
     return p
 
 
 def main(argv=None) -> int:
     from olifant_mlx.corpus import CorpusError
+    from olifant_mlx.energy import EnergyError
     from olifant_mlx.igtree import IGTreeError, TokenizerMismatch
     from olifant_mlx.tokenizers import TokenizerError
     from olifant_mlx.verifier import VerifierError
@@ -157,7 +160,7 @@ def main(argv=None) -> int:
     try:
         return args.func(args)
     except (IGTreeError, TokenizerMismatch, TokenizerError, CorpusError, VerifierError, ValueError,
-            OSError) as e:
+            OSError, EnergyError) as e:
         sys.stderr.write(f"error: {e}\n")
         return 1
     except KeyboardInterrupt:

@@ -41,39 +41,48 @@ class OlifantDrafter(NoDrafter):
 
 
 class NgramDrafter(NoDrafter):
-    """The paper's in-session n-gram: next-token counts of every (n-1)-token context seen in
-    this session (prompt and output), updated as tokens arrive; most frequent, then most
-    recent, wins. Drafting stops at an unseen context."""
+    """The paper's in-session n-gram: next-token counts of every context seen in this session
+    (prompt and output), updated as tokens arrive; the most frequent continuation wins, ties to
+    the most recent. An unseen (n-1)-token context backs off to shorter ones (down to one
+    token), so drafts stop only where nothing in the session ever followed."""
 
-    def __init__(self, n: int = 4):
+    def __init__(self, n: int = 4, backoff: bool = True):
         self.n = n
+        self.orders = range(n - 1, 0, -1) if backoff else (n - 1,)
         self.name = f"ngram{n}"
 
     def start(self, prompt):
-        self.counts = defaultdict(dict)      # context tuple -> {token: (count, last position)}
+        self.counts = {m: defaultdict(dict) for m in self.orders}  # ctx -> {token: (count, pos)}
         self.tokens = []
         self.accept(prompt)
 
     def accept(self, tokens):
-        m = self.n - 1
         for t in tokens:
             self.tokens.append(t)
-            if len(self.tokens) > m:
-                ctx = tuple(self.tokens[-m - 1:-1])
-                c, _ = self.counts[ctx].get(t, (0, 0))
-                self.counts[ctx][t] = (c + 1, len(self.tokens))
+            pos = len(self.tokens)
+            for m in self.orders:
+                if pos > m:
+                    table = self.counts[m][tuple(self.tokens[-m - 1:-1])]
+                    c, _ = table.get(t, (0, 0))
+                    table[t] = (c + 1, pos)
+
+    def _next(self, window):
+        for m in self.orders:
+            if len(window) >= m:
+                nxt = self.counts[m].get(tuple(window[-m:]))
+                if nxt:
+                    return max(nxt.items(), key=lambda kv: kv[1])[0]
+        return None
 
     def draft(self, context, k):
-        m = self.n - 1
-        window = list(context[-m:])
+        window = list(context[-(self.n - 1):])
         out = []
-        while len(out) < k and len(window) == m:
-            nxt = self.counts.get(tuple(window))
-            if not nxt:
+        while len(out) < k:
+            t = self._next(window)
+            if t is None:
                 break
-            t = max(nxt.items(), key=lambda kv: kv[1])[0]
             out.append(t)
-            window = window[1:] + [t]
+            window = window[1:] + [t] if len(window) >= self.n - 1 else window + [t]
         return out
 
 
