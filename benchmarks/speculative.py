@@ -98,14 +98,15 @@ def aggregate(rows):
     latest = {}
     for r in rows:
         latest[(r["verifier"], r["regime"], r["drafter"], r["k"], r["prompt"])] = r
-    plain = {(r["run"], r["verifier"], r["regime"], r["prompt"]): r
+    run = lambda r: r.get("run") or r["tag"]  # noqa: E731  (rows of early runs had no id)
+    plain = {(run(r), r["verifier"], r["regime"], r["prompt"]): r
              for r in rows if r["drafter"] == "plain"}
     cells = defaultdict(list)
     for (v, reg, d, k, _), r in latest.items():
         cells[(v, reg, d, k)].append(r)
     table = {}
     for key, rs in cells.items():
-        base = [plain[(r["run"], r["verifier"], r["regime"], r["prompt"])] for r in rs]
+        base = [plain[(run(r), r["verifier"], r["regime"], r["prompt"])] for r in rs]
         tps = sum(r["tokens"] for r in rs) / sum(r["seconds"] for r in rs)
         ptps = sum(p["tokens"] for p in base) / sum(p["seconds"] for p in base)
         table[key] = {
