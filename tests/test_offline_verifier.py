@@ -9,7 +9,7 @@ import pytest
 from olifant_mlx.decode_cli import DEMO_PROMPT, demo_draft_model, open_session, run
 from olifant_mlx.drafters import (LookupDrafter, NeuralDrafter, NgramDrafter, NoDrafter,
                                   OlifantDrafter, WordNgramDrafter)
-from olifant_mlx.engine import generate
+from olifant_mlx.engine import generate, generate_steps
 
 LEGAL = ("Article 1\nThis Regulation lays down rules concerning the protection of natural persons "
          "with regard to the processing of personal data")
@@ -39,8 +39,10 @@ def test_every_drafter_preserves_output(smol):
             for k in (1, 3, 5, 8):
                 out, _ = generate(model, prompt, d, k=k, max_tokens=n, kv_cache=kv)
                 assert out == ref, (d.name, k, kv)
-        out, st = generate(model, prompt, NeuralDrafter(model), k=3, max_tokens=n, kv_cache=kv)
-        assert out == ref and st.acceptance == 1.0  # the verifier drafting for itself
+        steps = list(generate_steps(model, prompt, NeuralDrafter(model), k=3, max_tokens=n, kv_cache=kv))
+        assert [t for s in steps for t in s.emitted] == ref
+        # the verifier drafting for itself: every draft accepted, but where max_tokens cuts
+        assert all(s.accepted == len(s.drafted) == 3 for s in steps[:-1])
         out, st = generate(model, prompt, olifant, k=8, max_tokens=5, kv_cache=kv)
         assert out == ref[:5] and st.stop_reason == "max_tokens"
 
