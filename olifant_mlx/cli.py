@@ -1,4 +1,4 @@
-"""`python -m olifant_mlx COMMAND`: train, info, draft, generate, demo."""
+"""`python -m olifant_mlx COMMAND`: train, info, draft, generate, demo, energy, calc, analyze."""
 from __future__ import annotations
 
 import argparse
@@ -6,6 +6,9 @@ import json
 import sys
 
 DEFAULT_CORPUS = "builtin:licenses"
+# modules that add their own subcommands (each has add_parsers(sub))
+COMMAND_MODULES = ("olifant_mlx.decode_cli", "olifant_mlx.energy.cli", "olifant_mlx.analysis_cli",
+                   "olifant_mlx.bench")
 
 
 def _table(title, rows):
@@ -138,11 +141,12 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--json", action="store_true")
     d.set_defaults(func=cmd_draft)
 
-    from olifant_mlx.decode_cli import add_parsers
+    from importlib import import_module
 
-    add_parsers(sub)
-    from olifant_mlx.energy.cli import add_parsers
-    add_parsers(sub)
+    for module in COMMAND_MODULES:
+        import_module(module).add_parsers(sub)
+    from tui.cli import add_parsers as add_tui_parsers
+    add_tui_parsers(sub)
     return p
 
 
@@ -154,8 +158,10 @@ def main(argv=None) -> int:
     from olifant_mlx.verifier import VerifierError
 
     args = build_parser().parse_args(argv)
-    if getattr(args, "k", 0) < 0 or getattr(args, "k", 0) > 64:
-        sys.stderr.write(f"error: k must be between 0 and 64, got {args.k}\n")
+    k = getattr(args, "k", None)
+    ks = k if isinstance(k, list) else [k] if isinstance(k, int) else []
+    if any(x < 0 or x > 64 for x in ks):
+        sys.stderr.write(f"error: k must be between 0 and 64, got {k}\n")
         return 2
     try:
         return args.func(args)
