@@ -1,4 +1,5 @@
-"""`python -m olifant_mlx COMMAND`: train, info, draft, generate, demo, energy, calc, analyze."""
+"""`python -m olifant_mlx COMMAND`: train, info, draft, generate, demo, energy, bench, calc,
+analyze, tui."""
 from __future__ import annotations
 
 import argparse
@@ -8,7 +9,7 @@ import sys
 DEFAULT_CORPUS = "builtin:licenses"
 # modules that add their own subcommands (each has add_parsers(sub))
 COMMAND_MODULES = ("olifant_mlx.decode_cli", "olifant_mlx.energy.cli", "olifant_mlx.analysis_cli",
-                   "olifant_mlx.bench")
+                   "olifant_mlx.bench", "tui.cli")
 
 
 def _table(title, rows):
@@ -145,8 +146,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     for module in COMMAND_MODULES:
         import_module(module).add_parsers(sub)
-    from tui.cli import add_parsers as add_tui_parsers
-    add_tui_parsers(sub)
     return p
 
 

@@ -1,0 +1,126 @@
+"""Pure helpers for the TUI: token provenance, number formatting, the calculator chart.
+
+Nothing here touches MLX or Textual widgets, so it is cheap to test.
+"""
+from __future__ import annotations
+
+from rich.text import Text
+
+from olifant_mlx import calc
+
+# provenance -> (rich style, legend text); colour plus a second cue (bold/underline/italic)
+STYLES = {
+    "accepted": ("green", "accepted draft"),
+    "correction": ("bold underline yellow", "correction"),
+    "bonus": ("italic bold cyan", "bonus"),
+    "plain": ("", "no draft"),
+}
+
+
+def step_kinds(step) -> list[str]:
+    """The provenance of each token a Step emitted."""
+    kinds = ["accepted"] * step.accepted
+    for _ in step.emitted[step.accepted:]:
+        if not step.drafted:
+            kinds.append("plain")
+        elif step.accepted >= len(step.drafted):
+            kinds.append("bonus")
+        else:
+            kinds.append("correction")
+    return kinds
+
+
+def legend() -> Text:
+    t = Text()
+    for kind in ("accepted", "correction", "bonus", "plain"):
+        style, label = STYLES[kind]
+        t.append(" " + label + " ", style=style or "default")
+        t.append(" ")
+    return t
+
+
+def fmt(value, spec: str, unit: str = "", missing: str = "not measured") -> str:
+    return missing if value is None else f"{value:{spec}}{unit}"
+
+
+def stats_text(stats, elapsed: float | None = None) -> str:
+    lines = [f"tokens/s      {stats.tokens_per_s:8.1f}",
+             f"tokens        {stats.tokens:8d}",
+             f"acceptance    {stats.acceptance:8.1%}",
+             f"mean acc. len {stats.mean_accepted_length:8.2f}",
+             f"steps         {stats.steps:8d}"]
+    if elapsed is not None:
+        lines.append(f"elapsed       {elapsed:7.2f}s")
+    return "\n".join(lines)
+
+
+def energy_text(window, n_tokens: int, label: str) -> str:
+    """Joules, J/100 tokens, tokens/J for one generation (a meter Window, or None)."""
+    if window is None or window.total_j is None:
+        return f"energy: not measured\nmeter: {label}"
+    return (f"energy      {window.total_j:8.2f} J\n"
+            f"J/100 tok   {fmt(window.j_per_100_tokens(n_tokens), '8.2f')}\n"
+            f"tokens/J    {fmt(window.tokens_per_joule(n_tokens), '8.2f')}\n"
+            f"mean power  {fmt(window.mean_power_w, '8.2f', ' W')}\n"
+            f"meter: {label}")
+
+
+def compare_text(plain, spec, plain_j=None, spec_j=None, same: bool | None = None) -> str:
+    speedup = spec.tokens_per_s / plain.tokens_per_s if plain.tokens_per_s else None
+    ratio = plain_j / spec_j if plain_j and spec_j else None
+    rows = [f"plain        {plain.tokens_per_s:8.1f} tok/s  {plain.tokens} tokens",
+            f"speculative  {spec.tokens_per_s:8.1f} tok/s  {spec.tokens} tokens, "
+            f"acceptance {spec.acceptance:.1%}",
+            f"speedup      {fmt(speedup, '.2f', 'x', 'n/a')} (measured)",
+            f"energy ratio {fmt(ratio, '.2f', 'x')} (plain J / speculative J)"]
+    if same is not None:
+        rows.append(f"outputs identical: {'yes' if same else 'NO'}")
+    return "\n".join(rows)
+
+
+def calculator(alpha: float, gamma: int, c: float, verify_cost: float = 1.0,
+               max_gamma: int = 12) -> dict:
+    """Everything the calculator panel shows; raises ValueError on bad input."""
+    e = calc.expected_tokens(alpha, gamma)
+    cost = calc.cost_per_step(gamma, c, verify_cost)
+    costs = {g: verify_cost for g in range(1, max_gamma + 1)}
+    best = calc.best_gamma(alpha, c, max_gamma, costs)
+    curve = [(g, calc.speedup(alpha, g, c, verify_cost)) for g in range(1, max_gamma + 1)]
+    fast = calc.speedup_fast_path(alpha, gamma, c, verify_cost) if gamma >= 1 else None
+    return {"expected_tokens": e, "cost": cost, "speedup": e / cost, "best": best,
+            "curve": curve, "fast_path": fast}
+
+
+def calc_chart(result: dict, gamma: int, width: int = 30) -> Text:
+    """Speedup vs gamma as unicode bars, marking 'you', 'best' and the 1.0x break-even."""
+    top = max(max(s for _, s in result["curve"]), 1.0)
+    t = Text()
+    even = round(width / top)
+    for g, s in result["curve"]:
+        n = s / top * width
+        full = int(n)
+        bar = "█" * full + (" ▏▎▍▌▋▊▉"[int((n - full) * 8)] if full < width else "")
+        style = "green" if s >= 1.0 else "red"
+        if g == result["best"][0]:
+            style = "bold magenta"
+        line = bar.ljust(width)
+        if 0 < even <= width and line[even - 1] == " ":
+            line = line[:even - 1] + "┆" + line[even:]
+        mark = " ◀ you" if g == gamma else ""
+        mark += " ★ best" if g == result["best"][0] else ""
+        t.append(f"γ={g:>2} ")
+        t.append(line, style=style)
+        t.append(f" {s:5.2f}x{mark}\n")
+    t.append(f"      ┆ = 1.0x break-even; E counts the verifier's own token", style="dim")
+    return t
+
+
+def calc_summary(result: dict, alpha: float, gamma: int, c: float) -> str:
+    g, s = result["best"]
+    fast = result["fast_path"]
+    return (f"α={alpha:g}  γ={gamma}  c={c:g}\n"
+            f"expected tokens/step E = {result['expected_tokens']:.4f}\n"
+            f"cost per step          = {result['cost']:.4f}\n"
+            f"speedup                = {result['speedup']:.4f}x\n"
+            f"best γ in 1..12        = {g} ({s:.4f}x)\n"
+            f"KV fast-path speedup   = {fmt(fast, '.4f', 'x', 'n/a')}")
