@@ -77,9 +77,12 @@ def _progress_bar(enabled: bool):
 
 def train(corpora, tokenizer, out, window: int = 4, order="gain_ratio", top_k: int = 0,
           max_tokens: int | None = None, holdout: float = 0.0, eval_specs=(),
-          eval_max: int | None = None, text_field: str = "text", show_progress: bool = True
-          ) -> dict:
-    """Train on corpora, save to `out`, reload it memory-mapped, evaluate; return a summary."""
+          eval_max: int | None = None, text_field: str = "text", show_progress: bool = True,
+          on_progress=None) -> dict:
+    """Train on corpora, save to `out`, reload it memory-mapped, evaluate; return a summary.
+
+    on_progress(phase, done, total) (optional, e.g. for a UI) gets the bytes read of each
+    source while reading, then the build phases; total may be None when unknown."""
     if not corpora:
         raise CorpusError("no training corpus given")
     if not 0.0 <= holdout < 1.0:
@@ -94,6 +97,9 @@ def train(corpora, tokenizer, out, window: int = 4, order="gain_ratio", top_k: i
     with _progress_bar(show_progress) as bar:
         read_task = bar.add_task("reading", total=None, detail="") if bar else None
         progress = Progress()
+        if on_progress is not None:
+            progress.callbacks.append(lambda p: on_progress(
+                f"reading {os.path.basename(p.source)}", p.done, p.total or None))
         if bar:
             progress.callbacks.append(lambda p: bar.update(
                 read_task, description=f"reading {os.path.basename(p.source)}",
@@ -128,6 +134,8 @@ def train(corpora, tokenizer, out, window: int = 4, order="gain_ratio", top_k: i
         build_task = bar.add_task("building", total=None, detail="") if bar else None
 
         def on_build(phase, done, total):
+            if on_progress is not None:
+                on_progress(f"building: {phase}", done, total or None)
             if bar:
                 bar.update(build_task, description=f"building: {phase}", completed=done,
                            total=total or None, detail="")

@@ -114,3 +114,16 @@ def test_hugging_face_tokenizer_directory(tmp_path):
     d = json.loads(run("draft", "-m", str(tmp_path / "m.olif"), "--tokenizer", str(tmp_path / "hf"),
                        "-p", "They shall", "-k", "2", "--json").stdout)
     assert d["draft"] == [vocab["forthwith"], vocab["inform"]]
+
+
+def test_train_reports_progress(tmp_path, mistral):
+    from olifant_mlx.train import train
+
+    (tmp_path / "c.txt").write_text(CORPUS)
+    seen = []
+    train([str(tmp_path / "c.txt")], mistral, tmp_path / "m.olif", show_progress=False,
+          on_progress=lambda phase, done, total: seen.append((phase, done, total)))
+    phases = [p for p, _, _ in seen]
+    assert "reading c.txt" in phases and any(p.startswith("building: ") for p in phases)
+    size = (tmp_path / "c.txt").stat().st_size
+    assert ("reading c.txt", size, size) in seen    # the reading phase completes

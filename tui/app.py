@@ -86,6 +86,13 @@ class TrainDone(Message):
     summary: dict = field(default_factory=dict)
 
 
+@dataclass
+class TrainProgress(Message):
+    phase: str = ""
+    done: int = 0
+    total: int | None = None
+
+
 class SaveScreen(ModalScreen):
     """Ask for a path; the only way output reaches the disk."""
 
@@ -615,10 +622,23 @@ class OlifantApp(App):
                 from olifant_mlx.train import train
             tokenizer = tok_fn(model)
             out.parent.mkdir(parents=True, exist_ok=True)
-            summary = train([corpus], tokenizer, str(out), show_progress=False)
+            last = [0.0]
+
+            def progress(phase, done, total):
+                now = time.monotonic()
+                if now - last[0] >= 0.1 or (total and done >= total):   # at most ~10 a second
+                    last[0] = now
+                    self.post_message(TrainProgress(phase, done, total))
+
+            summary = train([corpus], tokenizer, str(out), show_progress=False, on_progress=progress)
             self.post_message(TrainDone(dict(summary, out=str(out))))
         except Exception as e:
             self.post_message(Failed("training", f"{type(e).__name__}: {e}"))
+
+    def on_train_progress(self, m: TrainProgress) -> None:
+        bar = self.query_one("#train-progress", ProgressBar)
+        bar.update(total=m.total, progress=m.done)
+        self.query_one("#train-status", Static).update(f"training: {m.phase}")
 
     def on_train_done(self, m: TrainDone) -> None:
         self.query_one("#train-progress").display = False
