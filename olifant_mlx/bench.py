@@ -65,10 +65,17 @@ def sweep(session, tasks: dict, strategies: dict, ks, regimes, max_tokens: int, 
           meter=None, n_prompts=None, on_progress=None):
     """Run every missing cell; append rows to `results`; return all rows.
 
-    session: (model, mlx-lm tokenizer, verifier name); tasks: {name: [prompt texts]};
-    strategies: {name: drafter} (a drafter resets itself in start(), so one serves every run).
+    session: (model, mlx-lm tokenizer, verifier name), or a ReferenceVerifier; tasks:
+    {name: [prompt texts]}; strategies: {name: drafter} (a drafter resets itself in start(),
+    so one serves every run).
     """
-    model, tok, verifier = session
+    if isinstance(session, ReferenceVerifier):
+        run, verifier = session.run, session.name
+    else:
+        model, tok, verifier = session
+
+        def run(text, drafter, k, kv):
+            return run_one(model, tok.encode(text), drafter, k, max_tokens, kv, tok, meter)
     rows = load_rows(results)
     done = {row_key(r): r for r in rows}
     plan = [(task, regime, i, text) for task, texts in tasks.items() for regime in regimes
@@ -83,11 +90,10 @@ def sweep(session, tasks: dict, strategies: dict, ks, regimes, max_tokens: int, 
             out.flush()
 
         for task, regime, i, text in plan:
-            prompt = tok.encode(text)
             kv = regime == "kv"
             ref_row = done.get((verifier, task, regime, "plain", 0, i))
             if ref_row is None:
-                ref, st, w, cpu = run_one(model, prompt, None, 0, max_tokens, kv, tok, meter)
+                ref, st, w, cpu = run(text, None, 0, kv)
                 ref_row = make_row(verifier, task, regime, "plain", 0, i, ref, ref, st, w, cpu)
                 record(ref_row)
                 finished += 1
@@ -98,13 +104,70 @@ def sweep(session, tasks: dict, strategies: dict, ks, regimes, max_tokens: int, 
                 for k in ks:
                     if (verifier, task, regime, name, k, i) in done:
                         continue
-                    out_tokens, st, w, cpu = run_one(model, prompt, drafter, k, max_tokens, kv, tok, meter)
+                    out_tokens, st, w, cpu = run(text, drafter, k, kv)
                     record(make_row(verifier, task, regime, name, k, i, out_tokens, ref, st, w, cpu,
                                     plain_s=ref_row["seconds"]))
                     finished += 1
                     if on_progress:
                         on_progress(finished, total)
     return rows
+
+
+class ReferenceVerifier:
+    """`--verifier reference`: the held-out document's real continuation plays the verifier's
+    greedy output, so acceptance and accepted length are measured against real domain text.
+    Nothing is timed: speed comes only from the calculator with a measured cost curve, and
+    every table says "simulated verifier: reference text"."""
+    name = "reference"
+    label = "simulated verifier: reference text"
+
+    def __init__(self, tokenizer, continuations: dict, max_tokens: int):
+        self.tokenizer = tokenizer          # our Tokenizer (encode without BOS)
+        self.continuations = continuations  # prompt text -> the document's continuation text
+        self.max_tokens = max_tokens
+
+    def run(self, text, drafter, k, kv):
+        from olifant_mlx.drafters import NoDrafter
+        from olifant_mlx.engine import Step
+
+        prompt = self.tokenizer.encode(text)
+        truth = self.tokenizer.encode(self.continuations[text])[: self.max_tokens]
+        drafter = drafter or NoDrafter()
+        drafter.start(prompt)
+        stats, out = Stats(), []
+        while len(out) < len(truth):
+            t0 = time.perf_counter()
+            drafts = [int(t) for t in drafter.draft(prompt + out, k)[:k]] if k else []
+            draft_s = time.perf_counter() - t0
+            a = 0
+            while a < len(drafts) and len(out) + a < len(truth) and drafts[a] == truth[len(out) + a]:
+                a += 1
+            emitted = truth[len(out):len(out) + a + 1]
+            accepted = min(a, len(emitted))
+            stats.add(Step(stats.steps, drafts, accepted, emitted, None, False, 0, draft_s, 0.0, 0.0))
+            drafter.accept(emitted)
+            out.extend(emitted)
+        return out, stats, None, None   # no verifier ran: no compute, no energy
+
+
+def continuations_of(prompts, corpus) -> dict:
+    """Each prompt (the first words of a held-out document) -> the rest of that document."""
+    import re
+
+    from olifant_mlx.corpus import iter_documents
+
+    wanted = {" ".join(p.split()): p for p in prompts}
+    found = {}
+    for doc in iter_documents(corpus):
+        for n in {len(p.split()) for p in prompts}:
+            m = re.match(r"\s*(?:\S+\s+){%d}\S+" % (n - 1), doc)
+            if m and " ".join(doc[:m.end()].split()) in wanted:
+                found[wanted[" ".join(doc[:m.end()].split())]] = doc[m.end():]
+    missing = [p for p in prompts if p not in found]
+    if missing:
+        raise ValueError(f"{len(missing)} prompt(s) are not the start of any document in {corpus}: "
+                         f"{missing[0][:60]!r}...")
+    return found
 
 
 def make_row(verifier, task, regime, strategy, k, prompt, tokens, ref, stats, window, cpu_s,
@@ -118,9 +181,11 @@ def make_row(verifier, task, regime, strategy, k, prompt, tokens, ref, stats, wi
         "seconds": d["seconds"], "tokens_per_s": d["tokens_per_s"], "steps": d["steps"],
         "acceptance": d["acceptance"], "mean_accepted_length": d["mean_accepted_length"],
         "drafted": d["drafted"], "accepted": d["accepted"],
+        "draft_s_per_step": stats.draft_s / stats.steps if stats.steps else None,
         "rouge_l": rouge_l(ref, tokens), "exact_match": tokens == ref,
         "plain_seconds": plain_s if plain_s is not None else d["seconds"],
-        "compute_cpu_s_per_100_tokens": 100.0 * cpu_s / n if n else None,
+        "tokens_per_step": n / d["steps"] if d["steps"] else None,
+        "compute_cpu_s_per_100_tokens": 100.0 * cpu_s / n if n and cpu_s is not None else None,
         "energy_j": energy.get("energy_j"), "j_per_100_tokens": energy.get("j_per_100_tokens"),
         "tokens_per_joule": energy.get("tokens_per_joule"), "mean_power_w": energy.get("mean_power_w"),
         "energy_label": energy.get("label", "not measured"), "energy_backend": energy.get("backend"),
@@ -148,7 +213,7 @@ def aggregate(rows) -> list:
         out.append({
             "verifier": v, "task": task, "regime": regime, "strategy": s, "k": k, "prompts": len(rs),
             "tokens_per_s": n / secs if secs else None,
-            "speedup": plain_secs / secs if secs else None,   # same tokens, same prompts
+            "speedup": plain_secs / secs if secs and plain_secs else None,   # same prompts
             "acceptance": _mean(r["acceptance"] for r in rs),
             "mean_accepted_length": _mean(r["mean_accepted_length"] for r in rs),
             "rouge_l": _mean(r["rouge_l"] for r in rs),
@@ -163,7 +228,7 @@ def aggregate(rows) -> list:
 
 
 COLUMNS = ["verifier", "task", "regime", "strategy", "k", "prompts", "tokens_per_s", "speedup",
-           "acceptance", "mean_accepted_length", "rouge_l", "exact_match",
+           "predicted_speedup", "acceptance", "mean_accepted_length", "rouge_l", "exact_match",
            "compute_cpu_s_per_100_tokens", "j_per_100_tokens", "tokens_per_joule", "mean_power_w",
            "energy_label"]
 
@@ -173,11 +238,45 @@ def _fmt(key, v):
         return "not measured" if key in ("j_per_100_tokens", "tokens_per_joule", "mean_power_w") else "—"
     if key in ("acceptance", "exact_match"):
         return f"{v:.1%}"
-    if key == "speedup":
+    if key in ("speedup", "predicted_speedup"):
         return f"{v:.2f}x"
     if isinstance(v, float):
         return f"{v:.3f}"
     return str(v)
+
+
+def add_predictions(cells, rows, calibration: dict | None) -> None:
+    """Beside each measured cell, the calculator's speedup for its measured acceptance, drafting
+    cost and (when calibrated) verify-cost curve; KV cells use the rejection fast-path model."""
+    from olifant_mlx import calc
+
+    draft_per_step = defaultdict(list)
+    for r in rows:
+        if r.get("draft_s_per_step") is not None:
+            draft_per_step[(r["verifier"], r["task"], r["regime"], r["strategy"], r["k"])].append(
+                r["draft_s_per_step"])
+    plain_step = {}
+    for c in cells:
+        if c["strategy"] == "plain" and c["tokens_per_s"]:
+            plain_step[(c["verifier"], c["task"], c["regime"])] = 1.0 / c["tokens_per_s"]
+    cal = calibration or {}
+    rel = {int(k): v for k, v in (cal.get("kv_relative") or {}).items()}
+    calibrated_step = {"kv": (cal.get("kv_ms") or {}).get(1) or (cal.get("kv_ms") or {}).get("1"),
+                       "uncached": cal.get("uncached_full_context_ms")}
+    for c in cells:
+        c["predicted_speedup"] = None
+        step = plain_step.get((c["verifier"], c["task"], c["regime"]))
+        if step is None and calibrated_step.get(c["regime"]):
+            step = calibrated_step[c["regime"]] / 1e3   # simulated verifier: a real one's cost
+        if c["strategy"] == "plain" or not step or c["acceptance"] is None or c["k"] < 1:
+            continue
+        ds = draft_per_step.get((c["verifier"], c["task"], c["regime"], c["strategy"], c["k"]))
+        cost = (sum(ds) / len(ds)) / step / c["k"] if ds else 0.0
+        alpha = calc.alpha_from_acceptance(min(c["acceptance"], 1.0), c["k"])
+        if c["regime"] == "kv":
+            c["predicted_speedup"] = calc.speedup_fast_path(alpha, c["k"], cost, rel.get(c["k"], 1.0))
+        else:  # uncached: appending k drafts to the full context is nearly free
+            c["predicted_speedup"] = calc.speedup(alpha, c["k"], cost, 1.0)
 
 
 def write_tables(cells, out_dir) -> dict:
@@ -188,11 +287,62 @@ def write_tables(cells, out_dir) -> dict:
         w = csv.DictWriter(f, fieldnames=COLUMNS)
         w.writeheader()
         for c in cells:
-            w.writerow({k: c[k] for k in COLUMNS})
+            w.writerow({k: c.get(k) for k in COLUMNS})
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(_fmt(k, c[k]) for k in COLUMNS) + " |" for c in cells]
+    lines += ["| " + " | ".join(_fmt(k, c.get(k)) for k in COLUMNS) + " |" for c in cells]
     (out / "bench.md").write_text("\n".join(lines) + "\n")
     return {"csv": out / "bench.csv", "markdown": out / "bench.md"}
+
+
+def write_plots(cells, out_dir, note: str = "") -> dict:
+    """Figure 1 (speedup vs k per regime) and Figure 2 (tokens per joule ladder) as PNG;
+    needs matplotlib (pip install 'olifant_mlx[plots]'). Returns the paths written."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return {}
+    out = Path(out_dir)
+    paths = {}
+    regimes = sorted({c["regime"] for c in cells})
+    fig, axes = plt.subplots(1, len(regimes), figsize=(5 * len(regimes), 4), squeeze=False)
+    for ax, regime in zip(axes[0], regimes):
+        series = defaultdict(list)
+        for c in cells:
+            # measured speedup; a simulated verifier has only the calculator's prediction
+            v = c["speedup"] if c["speedup"] is not None else c.get("predicted_speedup")
+            if c["regime"] == regime and c["strategy"] != "plain" and v is not None:
+                series[(c["task"], c["strategy"])].append((c["k"], v))
+        for (task, strategy), pts in sorted(series.items()):
+            pts.sort()
+            ax.plot([k for k, _ in pts], [v for _, v in pts], marker="o", label=f"{strategy} ({task})")
+        ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+        measured = any(c["speedup"] is not None for c in cells if c["strategy"] != "plain")
+        ax.set(title=f"{regime}", xlabel="draft length k",
+               ylabel="speedup over plain" if measured else "predicted speedup (calculator)")
+        ax.legend(fontsize=7)
+    fig.suptitle("Speedup vs k" + (f" — {note}" if note else ""))
+    fig.tight_layout()
+    paths["speedup"] = out / "speedup_vs_k.png"
+    fig.savefig(paths["speedup"], dpi=120)
+    plt.close(fig)
+    measured = [c for c in cells if c["tokens_per_joule"] is not None]
+    fig, ax = plt.subplots(figsize=(7, 0.35 * max(len(measured), 4) + 1))
+    if measured:
+        measured.sort(key=lambda c: c["tokens_per_joule"])
+        labels = [f"{c['strategy']} k={c['k']} {c['regime']} ({c['task']})" for c in measured]
+        ax.barh(labels, [c["tokens_per_joule"] for c in measured])
+        ax.set(xlabel=f"tokens per joule ({measured[0]['energy_label']})")
+    else:
+        ax.text(0.5, 0.5, "energy not measured on this machine", ha="center", va="center")
+        ax.set_axis_off()
+    ax.set_title("Tokens per joule" + (f" — {note}" if note else ""))
+    fig.tight_layout()
+    paths["tokens_per_joule"] = out / "tokens_per_joule.png"
+    fig.savefig(paths["tokens_per_joule"], dpi=120)
+    plt.close(fig)
+    return paths
 
 
 def calibrate(model, tok, text: str, max_new: int = 9, repeats: int = 3) -> dict:
@@ -278,51 +428,86 @@ def cmd_bench(args) -> int:
     regimes = args.regimes or cfg.get("regimes") or quick.get("regimes") or ["kv", "uncached"]
     n_prompts = args.n_prompts or cfg.get("prompts") or quick.get("prompts") or 100
     max_tokens = args.max_tokens or cfg.get("max_tokens") or quick.get("max_tokens") or 100
-    model, tok, ours, _, name = open_session(args.model or cfg.get("model"))
+    texts = {t: read_prompts(p) for t, p in tasks.items()}
+    texts = {t: v[:n_prompts] for t, v in texts.items()}
+    reference = args.verifier == "reference"
+    if reference:
+        from olifant_mlx.tokenizers import load_tokenizer
+        from olifant_mlx.verifier import default_model
+
+        refs = _pairs(args.reference, "--reference")
+        if set(refs) != set(texts):
+            raise ValueError("--verifier reference needs --reference TASK=CORPUS for every task "
+                             f"({', '.join(texts)})")
+        ours = load_tokenizer(args.model or cfg.get("model") or default_model())
+        conts = {}
+        for t, corpus in refs.items():
+            conts.update(continuations_of(texts[t], corpus))
+        session = ReferenceVerifier(ours, conts, max_tokens)
+        name, meter = session.name, None
+        label = session.label
+    else:
+        model, tok, ours, _, name = open_session(args.model or cfg.get("model"))
+        session = (model, tok, name)
+        meter = open_meter(args.energy)
+        label = meter.info.label
     drafters = {sname: make_drafter(spec, ours) for sname, spec in strategies.items()}
-    meter = open_meter(args.energy)
     results = Path(args.results)
     results.parent.mkdir(parents=True, exist_ok=True)
-    texts = {t: read_prompts(p) for t, p in tasks.items()}
     con = Console(stderr=True)
-    con.print(f"verifier {name}; energy: {meter.info.label}; {len(texts)} task(s), "
+    con.print(f"verifier {name}; energy: {label}; {len(texts)} task(s), "
               f"{len(drafters)} strategies, k {ks}, regimes {regimes}, {n_prompts} prompts x "
               f"{max_tokens} tokens; results -> {results}")
     with Progress(TextColumn("bench"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeRemainingColumn(), console=con) as bar:
         task = bar.add_task("bench", total=None)
         try:
-            rows = sweep((model, tok, name), texts, drafters, ks, regimes, max_tokens, results,
+            rows = sweep(session, texts, drafters, ks, regimes, max_tokens, results,
                          meter=meter, n_prompts=n_prompts,
                          on_progress=lambda done, total: bar.update(task, completed=done, total=total))
         except KeyboardInterrupt:
             con.print("interrupted: the results file is consistent; run again to resume")
             return 130
-    cells = aggregate(rows)
+    calibration = None
+    if args.calibrate:
+        if reference:
+            model, tok, _, _, _ = open_session(args.model or cfg.get("model"))
+        calibration = calibrate(model, tok, next(iter(texts.values()))[0])
+        Path(args.out_dir).mkdir(parents=True, exist_ok=True)
+        (Path(args.out_dir) / "calibration.json").write_text(json.dumps(calibration, indent=2))
+    cells = [c for c in aggregate(rows) if c["verifier"] == name]
+    add_predictions(cells, rows, calibration)
     paths = write_tables(cells, args.out_dir)
-    t = Table(title=f"bench ({meter.info.label})")
-    shown = ["task", "regime", "strategy", "k", "prompts", "tokens_per_s", "speedup", "acceptance",
-             "mean_accepted_length", "rouge_l", "exact_match", "compute_cpu_s_per_100_tokens",
-             "j_per_100_tokens", "tokens_per_joule"]
+    paths.update(write_plots(cells, args.out_dir, note=label if reference else ""))
+    t = Table(title=f"bench, verifier {name} ({label})")
+    shown = ["task", "regime", "strategy", "k", "prompts", "tokens_per_s", "speedup",
+             "predicted_speedup", "acceptance", "mean_accepted_length", "rouge_l", "exact_match",
+             "compute_cpu_s_per_100_tokens", "j_per_100_tokens", "tokens_per_joule"]
     for c in shown:
         t.add_column(c.replace("_", " "), justify="left" if c in ("task", "regime", "strategy") else "right")
     for c in cells:
-        t.add_row(*[_fmt(k, c[k]) for k in shown])
+        t.add_row(*[_fmt(k, c.get(k)) for k in shown])
     Console(width=max(Console().width, 180)).print(t)
-    if args.calibrate:
-        cal = calibrate(model, tok, texts[next(iter(texts))][0])
-        (Path(args.out_dir) / "calibration.json").write_text(json.dumps(cal, indent=2))
+    if calibration:
         Console().print("verify cost, KV cache, relative to 1 new token: " + ", ".join(
-            f"{n}: {v:.2f}" for n, v in cal["kv_relative"].items())
-            + f"; uncached full context ({cal['context_tokens']} tokens) = "
-              f"{cal['uncached_over_kv1']:.1f} cached steps")
-    con.print(f"tables: {paths['csv']}, {paths['markdown']}")
+            f"{n}: {v:.2f}" for n, v in calibration["kv_relative"].items())
+            + f"; uncached full context ({calibration['context_tokens']} tokens) = "
+              f"{calibration['uncached_over_kv1']:.1f} cached steps")
+    if not paths.get("speedup"):
+        con.print("plots skipped: pip install 'olifant_mlx[plots]' (matplotlib)")
+    con.print("written: " + ", ".join(str(p) for p in paths.values()))
     return 0
 
 
 def add_parsers(sub):
     b = sub.add_parser("bench", help="the paper's sweep: strategies x tasks x k x regimes")
-    b.add_argument("--model", help="verifier (default as for generate)")
+    b.add_argument("--model", help="verifier (default as for generate); with --verifier reference, "
+                                   "whose tokenizer and (with --calibrate) cost curve to use")
+    b.add_argument("--verifier", choices=["model", "reference"], default="model",
+                   help="reference: replay each held-out document's real continuation as the "
+                        "verifier's output (simulated; needs --reference)")
+    b.add_argument("--reference", nargs="+", metavar="TASK=CORPUS",
+                   help="held-out corpus whose documents the task's prompts begin")
     b.add_argument("--prompts", nargs="+", metavar="TASK=FILE", help="prompt files per task")
     b.add_argument("--strategy", nargs="+", metavar="NAME=SPEC",
                    help="drafters, e.g. olifant=olifant:models/legal.olif ngram=ngram lookup=lookup")

@@ -71,3 +71,42 @@ def test_prompt_files(tmp_path):
     (tmp_path / "p.txt").write_text("one\ntwo\n")
     assert read_prompts(str(tmp_path / "p.jsonl")) == ["a b"]
     assert read_prompts(str(tmp_path / "p.txt")) == ["one", "two"]
+
+
+class WordTok:
+    """Our Tokenizer's encode, one id per character (enough to compare drafts with truth)."""
+    name, vocab_size = "chars", 256
+
+    def encode(self, text):
+        return list(text.encode())
+
+
+def test_reference_mode_and_predictions(tmp_path):
+    from olifant_mlx.bench import ReferenceVerifier, add_predictions, continuations_of, write_plots
+
+    doc = " ".join(f"word{i % 7}" for i in range(80))
+    (tmp_path / "valid.txt").write_text(doc + "\n\nanother document here\n")
+    prompt = " ".join(doc.split()[:50])
+    conts = continuations_of([prompt], str(tmp_path / "valid.txt"))
+    assert conts[prompt] == doc[len(prompt):]
+    with pytest.raises(ValueError, match="not the start of any document"):
+        continuations_of(["no such start"], str(tmp_path / "valid.txt"))
+    ref = ReferenceVerifier(WordTok(), conts, max_tokens=60)
+    rows = sweep(ref, {"legal": [prompt]}, {"lookup": LookupDrafter(), "ngram": NgramDrafter()}, [4],
+                 ["kv"], 60, tmp_path / "r.jsonl")
+    truth = WordTok().encode(conts[prompt])[:60]
+    for r in rows:
+        assert r["verifier"] == "reference" and r["n_tokens"] == 60 and r["exact_match"]
+    spec = [r for r in rows if r["strategy"] != "plain"]
+    assert all(r["acceptance"] >= 0.4 for r in spec)   # a periodic text is easy to look up
+    plain = [r for r in rows if r["strategy"] == "plain"][0]
+    assert plain["tokens"] == truth and plain["steps"] == 60   # one true token per step
+    cells = aggregate(rows)
+    assert all(c["speedup"] is None for c in cells)  # nothing was timed: no measured speed
+    cal = {"kv_ms": {"1": 100.0}, "kv_relative": {"4": 1.5}, "uncached_full_context_ms": 900.0}
+    add_predictions(cells, rows, cal)
+    for c in cells:
+        if c["strategy"] != "plain":
+            assert c["predicted_speedup"] > 1.0
+    paths = write_plots(cells, tmp_path, note="simulated verifier: reference text")
+    assert paths and all(p.stat().st_size > 1000 for p in paths.values())
