@@ -233,6 +233,14 @@ COLUMNS = ["verifier", "task", "regime", "strategy", "k", "prompts", "tokens_per
            "energy_label"]
 
 
+PAPER_TABLES = (   # the paper's tables, each a view of the same cells
+    ("Throughput and speedup (Tables 1/2)", ["tokens_per_s", "speedup", "predicted_speedup",
+                                             "rouge_l", "exact_match", "compute_cpu_s_per_100_tokens"]),
+    ("Energy (Tables 3/4)", ["j_per_100_tokens", "tokens_per_joule", "mean_power_w", "energy_label"]),
+    ("Acceptance and mean accepted length (Tables 6/7)", ["acceptance", "mean_accepted_length"]),
+)
+
+
 def _fmt(key, v):
     if v is None:
         return "not measured" if key in ("j_per_100_tokens", "tokens_per_joule", "mean_power_w") else "—"
@@ -288,9 +296,14 @@ def write_tables(cells, out_dir) -> dict:
         w.writeheader()
         for c in cells:
             w.writerow({k: c.get(k) for k in COLUMNS})
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(_fmt(k, c.get(k)) for k in COLUMNS) + " |" for c in cells]
-    (out / "bench.md").write_text("\n".join(lines) + "\n")
+    key = ["verifier", "task", "regime", "strategy", "k", "prompts"]
+    lines = []
+    for title, cols in PAPER_TABLES:
+        cols = key + cols
+        lines += [f"## {title}", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        lines += ["| " + " | ".join(_fmt(k, c.get(k)) for k in cols) + " |" for c in cells]
+        lines.append("")
+    (out / "bench.md").write_text("\n".join(lines))
     return {"csv": out / "bench.csv", "markdown": out / "bench.md"}
 
 
