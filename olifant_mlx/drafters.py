@@ -187,7 +187,8 @@ class NeuralDrafter(NoDrafter):
 
 
 def make_drafter(spec: str, verifier_tok=None, window_check=True):
-    """Parse --draft: none | olifant:PATH | ngram | ngram-words | lookup | neural:MODEL."""
+    """Parse --draft: none | olifant:PATH | ngram | ngram-words | lookup | neural:MODEL |
+    hybrid:PATH | adaptive:SPEC."""
     kind, _, arg = spec.partition(":")
     if kind in ("none", "plain", ""):
         return NoDrafter()
@@ -198,6 +199,13 @@ def make_drafter(spec: str, verifier_tok=None, window_check=True):
         if verifier_tok is not None:
             model.check_tokenizer(verifier_tok.name, verifier_tok.vocab_size, verifier_tok.digest)
         return OlifantDrafter(model)
+    if kind in ("hybrid", "adaptive"):
+        # hybrid:PATH (lookup then IGTree) | adaptive:SPEC (any drafter, k follows acceptance)
+        if kind == "adaptive":
+            return AdaptiveDrafter(make_drafter(arg or "none", verifier_tok))
+        inner = make_drafter(f"olifant:{arg}", verifier_tok)
+        inner.min_depth, inner.min_share = 2, 0.2   # weak IGTree answers are not worth verifying
+        return HybridDrafter(inner)
     if kind == "ngram":
         return NgramDrafter(int(arg) if arg else 4)
     if kind == "ngram-words":
@@ -221,4 +229,55 @@ def make_drafter(spec: str, verifier_tok=None, window_check=True):
                                         f"tokenizer {verifier_tok.name!r}")
         return NeuralDrafter(model, name=f"neural:{name}")
     raise ValueError(f"unknown drafter {spec!r}: use none, olifant:PATH, ngram, ngram-words, "
-                     f"lookup or neural:MODEL")
+                     f"lookup, neural:MODEL, hybrid:PATH or adaptive:SPEC")
+
+
+class HybridDrafter(NoDrafter):
+    """In-session first, then the trained IGTree: a continuation of the session's own text that
+    matches at least `min_match` tokens (prompt lookup) wins; otherwise the IGTree drafts, each
+    answer gated by match depth and winner share. An in-session draft shorter than k is extended
+    by the IGTree from its end."""
+
+    def __init__(self, olifant: OlifantDrafter, min_match: int = 2, max_match: int = 4,
+                 name="hybrid"):
+        self.olifant = olifant
+        self.lookup = LookupDrafter(max_ngram=max_match, min_ngram=min_match)
+        self.name = name
+
+    def draft(self, context, k):
+        out = self.lookup.draft(context, k)
+        if len(out) < k:
+            out = out + self.olifant.draft(list(context) + out, k - len(out))
+        return out
+
+
+class AdaptiveDrafter(NoDrafter):
+    """Draft length that follows acceptance: k per step is the recent mean accepted run plus
+    one, between 1 and k_max (requested k), so drafting shrinks where the verifier disagrees
+    and grows where it agrees. Wraps any drafter."""
+
+    def __init__(self, inner, window: int = 8):
+        self.inner = inner
+        self.window = window
+        self.name = f"adaptive-{inner.name}"
+        self.wants_bos = getattr(inner, "wants_bos", False)
+
+    def start(self, prompt):
+        self.inner.start(prompt)
+        self.recent = []            # accepted run length of recent steps
+        self.last = []
+
+    def draft(self, context, k):
+        if self.recent:
+            mean = sum(self.recent) / len(self.recent)
+            k = max(1, min(k, int(mean) + 1))
+        self.last = self.inner.draft(context, k)
+        return self.last
+
+    def accept(self, tokens):
+        run = 0
+        while run < min(len(tokens), len(self.last)) and tokens[run] == self.last[run]:
+            run += 1
+        if self.last:
+            self.recent = (self.recent + [run])[-self.window:]
+        self.inner.accept(tokens)

@@ -4,8 +4,8 @@ import pytest
 from mlx.utils import tree_map
 
 from olifant_mlx.mlx_setup import mx
-from olifant_mlx.drafters import (LookupDrafter, NeuralDrafter, NgramDrafter, NoDrafter,
-                                  OlifantDrafter, WordNgramDrafter)
+from olifant_mlx.drafters import (AdaptiveDrafter, HybridDrafter, LookupDrafter, NeuralDrafter,
+                                  NgramDrafter, NoDrafter, OlifantDrafter, WordNgramDrafter)
 from olifant_mlx.engine import Stats, generate, generate_steps
 from olifant_mlx.igtree import Builder
 
@@ -66,6 +66,8 @@ def drafters(model, olifant):
     yield LookupDrafter()
     yield WordNgramDrafter(CharTok())
     yield NeuralDrafter(tiny_llama(1, layers=1))
+    yield HybridDrafter(OlifantDrafter(olifant, min_depth=1, min_share=0.2))
+    yield AdaptiveDrafter(OlifantDrafter(olifant))
 
 
 @pytest.mark.parametrize("kv", [True, False], ids=["kv", "uncached"])
@@ -127,3 +129,19 @@ def test_steps_report_what_happened(model, olifant, prompts):
         list(generate_steps(model, prompts[1], k=65))
     with pytest.raises(ValueError, match="empty prompt"):
         list(generate_steps(model, []))
+
+
+def test_adaptive_length_follows_acceptance(model, olifant, prompts):
+    d = AdaptiveDrafter(NgramDrafter())
+    steps = list(generate_steps(model, prompts[3], d, k=8, max_tokens=80))
+    lengths = [len(s.drafted) for s in steps if s.drafted]
+    assert lengths and max(lengths) <= 8
+    assert len(set(lengths)) > 1   # k varied with acceptance
+
+
+def test_hybrid_prefers_in_session_matches(olifant):
+    h = HybridDrafter(OlifantDrafter(olifant), min_match=2)
+    ctx = [5, 6, 7, 8, 9, 10, 5, 6]
+    assert h.draft(ctx, 3)[:3] == [7, 8, 9]            # the session's own continuation
+    lone = [60, 61, 62, 63]
+    assert h.draft(lone, 3) == OlifantDrafter(olifant).draft(lone, 3)   # IGTree fallback
