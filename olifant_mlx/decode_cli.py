@@ -27,7 +27,7 @@ def open_session(model_spec, draft_spec="none"):
 
 
 def run(model, tok, prompt_text, drafter, *, k, max_tokens, kv_cache=True, max_kv_size=None,
-        stream=None):
+        stream=None, sampling=None):
     """Generate; optionally stream text to `stream`. Returns (tokens, text, Stats)."""
     prompt = tok.encode(prompt_text)
     detok = tok.detokenizer
@@ -36,7 +36,8 @@ def run(model, tok, prompt_text, drafter, *, k, max_tokens, kv_cache=True, max_k
     tokens = []
     for step in generate_steps(model, prompt, drafter, k=k, max_tokens=max_tokens,
                                kv_cache=kv_cache, eos_ids=tok.eos_token_ids,
-                               max_kv_size=max_kv_size, bos_id=tok.bos_token_id, stats=stats):
+                               max_kv_size=max_kv_size, bos_id=tok.bos_token_id, stats=stats,
+                               sampling=sampling):
         tokens.extend(step.emitted)
         for t in step.emitted:
             detok.add_token(t)
@@ -60,9 +61,14 @@ def cmd_generate(args) -> int:
     model, tok, ours, drafter, name = open_session(args.model, args.draft)
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     regime = "uncached" if args.no_kv_cache else "kv-cache"
+    from olifant_mlx.engine import Sampling
+
+    if args.temperature < 0 or not 0 < args.top_p <= 1:
+        raise ValueError("--temperature must be >= 0 and --top-p in (0, 1]")
+    sampling = Sampling(args.temperature, args.top_p, args.seed) if args.temperature > 0 else None
     tokens, text, stats = run(model, tok, prompt, drafter, k=args.k, max_tokens=args.max_tokens,
                               kv_cache=not args.no_kv_cache, max_kv_size=args.max_kv_size,
-                              stream=None if args.json else sys.stdout)
+                              stream=None if args.json else sys.stdout, sampling=sampling)
     stats.extra.update(verifier=name, drafter=drafter.name, k=args.k, regime=regime)
     if args.json:
         print(json.dumps({"text": text, "tokens": tokens, "stats": stats.as_dict()}))
@@ -128,12 +134,17 @@ def add_parsers(sub):
                                    "folder or hub id (default: Mistral-7B-v0.1 if cached, else "
                                    "smollm2-135m)")
     g.add_argument("--draft", default="none",
-                   help="none | olifant:PATH | ngram | ngram-words | lookup | neural:MODEL")
+                   help="none | olifant:PATH | ngram | ngram-words | lookup | neural:MODEL | "
+                        "hybrid:PATH | adaptive:SPEC")
     g.add_argument("-k", type=int, default=3, help="draft tokens per step (0..64)")
     g.add_argument("--no-kv-cache", action="store_true", help="uncached regime: full sequence each step")
     g.add_argument("--max-kv-size", type=int, help="sliding KV window (rotating cache)")
     g.add_argument("-p", "--prompt", required=True, help="text, or - for stdin")
     g.add_argument("--max-tokens", type=int, default=100)
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--seed", type=int, default=0, help="sampling seed: same seed, same text, "
+                                                       "with or without drafting")
     g.add_argument("--stats", action="store_true", help="summary on stderr (also with --json)")
     g.add_argument("--json", action="store_true", help="one JSON object on stdout instead of streaming")
     g.set_defaults(func=cmd_generate)

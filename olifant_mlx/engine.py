@@ -118,6 +118,34 @@ def _argmax(logits) -> list:
     return mx.argmax(logits, axis=-1).tolist()
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """Temperature / top-p sampling that stays lossless under speculation: the token at
+    sequence position p is drawn with a key derived from (seed, p) alone, so the verifier's
+    choice at a position does not depend on how many drafts were verified with it. A draft
+    token is accepted only if it equals that draw, which makes speculative output identical
+    to plain sampling with the same seed (and so distributed exactly like it)."""
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int = 0
+
+    def pick(self, logits, first_position: int) -> list:
+        """One token per row of logits; row i is the token at first_position + i."""
+        logits = logits.reshape(-1, logits.shape[-1]).astype(mx.float32) / self.temperature
+        if self.top_p < 1.0:
+            probs = mx.softmax(logits, axis=-1)
+            order = mx.argsort(-probs, axis=-1)
+            sorted_p = mx.take_along_axis(probs, order, axis=-1)
+            keep_sorted = (mx.cumsum(sorted_p, axis=-1) - sorted_p) < self.top_p
+            keep = mx.put_along_axis(mx.zeros_like(keep_sorted), order, keep_sorted, axis=-1)
+            logits = mx.where(keep, logits, -mx.inf)
+        out = []
+        for i in range(logits.shape[0]):
+            key = mx.random.key((self.seed * 1_000_003 + first_position + i) % (1 << 63))
+            out.append(int(mx.random.categorical(logits[i], key=key).item()))
+        return out
+
+
 def _snapshot(cache):
     """Rotating caches' arrays and counters (a k-token update replaces, not mutates, them)."""
     from mlx_lm.models.cache import RotatingKVCache
@@ -159,8 +187,10 @@ def _prefill(model, cache, prompt, chunk=512):
 
 def generate_steps(model, prompt, drafter=None, k: int = 3, max_tokens: int = 100,
                    kv_cache: bool = True, eos_ids=(), max_kv_size: int | None = None,
-                   bos_id: int | None = None, stats: Stats | None = None):
-    """Yield a Step per verifier pass until max_tokens or an EOS token (not emitted)."""
+                   bos_id: int | None = None, stats: Stats | None = None,
+                   sampling: Sampling | None = None):
+    """Yield a Step per verifier pass until max_tokens or an EOS token (not emitted).
+    Greedy by default; with `sampling`, the verifier samples (see Sampling)."""
     if not 0 <= k <= 64:
         raise ValueError(f"k must be between 0 and 64, got {k}")
     if max_tokens < 0:
@@ -176,6 +206,13 @@ def generate_steps(model, prompt, drafter=None, k: int = 3, max_tokens: int = 10
     drafter.start(seq if wants_bos else seq[skip:])
     stats = stats if stats is not None else Stats()
     produced = 0
+
+    def pick(logits, position):
+        """Greedy or sampled token(s) for logits of one position (an int) or of rows (a list)."""
+        if sampling is None:
+            return _argmax(logits)
+        out = sampling.pick(logits, position)
+        return out[0] if logits.ndim == 1 else out
     if max_tokens == 0:
         return
 
@@ -194,7 +231,7 @@ def generate_steps(model, prompt, drafter=None, k: int = 3, max_tokens: int = 10
     if kv_cache:
         cache = make_cache(model, max_kv_size)
         logits = _prefill(model, cache, prompt)
-        y = _argmax(logits)
+        y = pick(logits, len(prompt))
         stats.prefill_s = time.perf_counter() - t0
     index = 0
     while True:
@@ -206,7 +243,7 @@ def generate_steps(model, prompt, drafter=None, k: int = 3, max_tokens: int = 10
         if kv_cache:
             if drafts and drafts[0] == y:
                 snap = _snapshot(cache)
-                preds = _argmax(model(mx.array(drafts)[None], cache=cache)[0])
+                preds = pick(model(mx.array(drafts)[None], cache=cache)[0], len(seq) + 1)
                 a = 1
                 while a < len(drafts) and preds[a - 1] == drafts[a]:
                     a += 1
@@ -218,7 +255,7 @@ def generate_steps(model, prompt, drafter=None, k: int = 3, max_tokens: int = 10
                 y_next, passed = None, 0
         else:
             logits = model(mx.array(seq + drafts)[None])[0, len(seq) - 1:]
-            preds = _argmax(logits)
+            preds = pick(logits, len(seq))
             a = 0
             while a < len(drafts) and preds[a] == drafts[a]:
                 a += 1
@@ -232,7 +269,7 @@ def generate_steps(model, prompt, drafter=None, k: int = 3, max_tokens: int = 10
         produced += len(kept)
         if kv_cache and not reason and y_next is None:
             # fast path or plain step: one 1-token pass gives the next token's logits
-            y_next = _argmax(model(mx.array([y])[None], cache=cache)[0, -1])
+            y_next = pick(model(mx.array([y])[None], cache=cache)[0, -1], len(seq))
             passed = 1
         te = time.perf_counter()
         step = Step(index, drafts, accepted, kept, own, fast, passed, td - ts, te - td, te - ts,

@@ -145,3 +145,45 @@ def test_hybrid_prefers_in_session_matches(olifant):
     assert h.draft(ctx, 3)[:3] == [7, 8, 9]            # the session's own continuation
     lone = [60, 61, 62, 63]
     assert h.draft(lone, 3) == OlifantDrafter(olifant).draft(lone, 3)   # IGTree fallback
+
+
+def test_sampling_is_lossless(model, olifant, prompts):
+    from olifant_mlx.engine import Sampling
+
+    for seed in range(3):
+        s = Sampling(temperature=0.9, top_p=0.95, seed=seed)
+        ref, _ = generate(model, prompts[2], max_tokens=30, sampling=s)
+        greedy, _ = generate(model, prompts[2], max_tokens=30)
+        assert ref != greedy
+        for kv in (True, False):
+            for d in (OlifantDrafter(olifant), NgramDrafter(), LookupDrafter()):
+                for k in (1, 4):
+                    out, _ = generate(model, prompts[2], d, k=k, max_tokens=30, kv_cache=kv, sampling=s)
+                    assert out == ref, (seed, kv, d.name, k)
+
+
+def test_sampling_follows_the_model_distribution(model, prompts):
+    """First sampled token over many seeds vs the softmax: a chi-square goodness-of-fit test."""
+    from olifant_mlx.engine import Sampling
+
+    prompt = prompts[1]
+    probs = np.array(mx.softmax(model(mx.array(prompt)[None])[0, -1].astype(mx.float32)))
+    n = 3000
+    counts = np.bincount([generate(model, prompt, NgramDrafter(), k=3, max_tokens=1,
+                                   sampling=Sampling(seed=s))[0][0] for s in range(n)],
+                         minlength=VOCAB)
+    expected = probs * n
+    big = expected >= 5                       # pool the rare tokens into one cell
+    obs = np.append(counts[big], counts[~big].sum())
+    exp = np.append(expected[big], expected[~big].sum())
+    chi2 = float(((obs - exp) ** 2 / np.maximum(exp, 1e-9)).sum())
+    dof = len(obs) - 1
+    # 99.9th percentile of chi-square(dof) (Wilson-Hilferty), so a correct sampler fails 0.1 %
+    z = 3.09
+    crit = dof * (1 - 2 / (9 * dof) + z * (2 / (9 * dof)) ** 0.5) ** 3
+    assert chi2 < crit, (chi2, crit, dof)
+    # and a wrong distribution (greedy) is rejected by the same test
+    greedy = np.zeros(VOCAB)
+    greedy[int(np.argmax(probs))] = n
+    obs_g = np.append(greedy[big], greedy[~big].sum())
+    assert float(((obs_g - exp) ** 2 / np.maximum(exp, 1e-9)).sum()) > crit
