@@ -252,32 +252,44 @@ class HybridDrafter(NoDrafter):
 
 
 class AdaptiveDrafter(NoDrafter):
-    """Draft length that follows acceptance: k per step is the recent mean accepted run plus
-    one, between 1 and k_max (requested k), so drafting shrinks where the verifier disagrees
-    and grows where it agrees. Wraps any drafter."""
+    """Draft length that follows acceptance, up to the requested k: after a fully accepted draft
+    the next may use all k; otherwise one more than the recent mean accepted run. When the last
+    `window` drafts were all rejected outright, drafting pauses (plain steps, nothing to verify)
+    and probes again every `probe` steps — so a drafter that does not fit the text costs
+    nothing. Wraps any drafter."""
 
-    def __init__(self, inner, window: int = 8):
+    def __init__(self, inner, window: int = 6, probe: int = 8):
         self.inner = inner
         self.window = window
+        self.probe = probe
         self.name = f"adaptive-{inner.name}"
         self.wants_bos = getattr(inner, "wants_bos", False)
 
     def start(self, prompt):
         self.inner.start(prompt)
-        self.recent = []            # accepted run length of recent steps
+        self.recent = []            # accepted run length of recent drafts
+        self.full = False           # was the last draft accepted in full?
+        self.paused = 0
         self.last = []
 
     def draft(self, context, k):
-        if self.recent:
-            mean = sum(self.recent) / len(self.recent)
-            k = max(1, min(k, int(mean) + 1))
+        if len(self.recent) >= self.window and not any(self.recent[-self.window:]):
+            self.paused += 1
+            if self.paused % self.probe:
+                self.last = []
+                return []
+        if self.recent and not self.full:
+            k = max(1, min(k, int(sum(self.recent) / len(self.recent)) + 1))
         self.last = self.inner.draft(context, k)
         return self.last
 
     def accept(self, tokens):
-        run = 0
-        while run < min(len(tokens), len(self.last)) and tokens[run] == self.last[run]:
-            run += 1
         if self.last:
+            run = 0
+            while run < min(len(tokens), len(self.last)) and tokens[run] == self.last[run]:
+                run += 1
             self.recent = (self.recent + [run])[-self.window:]
+            self.full = run == len(self.last)
+            if run:
+                self.paused = 0
         self.inner.accept(tokens)
