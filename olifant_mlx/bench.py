@@ -182,6 +182,7 @@ def make_row(verifier, task, regime, strategy, k, prompt, tokens, ref, stats, wi
         "acceptance": d["acceptance"], "mean_accepted_length": d["mean_accepted_length"],
         "drafted": d["drafted"], "accepted": d["accepted"],
         "draft_s_per_step": stats.draft_s / stats.steps if stats.steps else None,
+        "overhead_ms_per_step": d["overhead_ms_per_step"],
         "rouge_l": rouge_l(ref, tokens), "exact_match": tokens == ref,
         "plain_seconds": plain_s if plain_s is not None else d["seconds"],
         "tokens_per_step": n / d["steps"] if d["steps"] else None,
@@ -219,6 +220,7 @@ def aggregate(rows) -> list:
             "rouge_l": _mean(r["rouge_l"] for r in rs),
             "exact_match": sum(r["exact_match"] for r in rs) / len(rs),
             "compute_cpu_s_per_100_tokens": _mean(r["compute_cpu_s_per_100_tokens"] for r in rs),
+            "overhead_ms_per_step": _mean(r.get("overhead_ms_per_step") for r in rs),
             "j_per_100_tokens": 100.0 * sum(energy) / n if measured and n else None,
             "tokens_per_joule": n / sum(energy) if measured and sum(energy) else None,
             "mean_power_w": sum(energy) / secs if measured and secs else None,
@@ -229,15 +231,16 @@ def aggregate(rows) -> list:
 
 COLUMNS = ["verifier", "task", "regime", "strategy", "k", "prompts", "tokens_per_s", "speedup",
            "predicted_speedup", "acceptance", "mean_accepted_length", "rouge_l", "exact_match",
-           "compute_cpu_s_per_100_tokens", "j_per_100_tokens", "tokens_per_joule", "mean_power_w",
-           "energy_label"]
+           "compute_cpu_s_per_100_tokens", "overhead_ms_per_step", "j_per_100_tokens",
+           "tokens_per_joule", "mean_power_w", "energy_label"]
 
 
 PAPER_TABLES = (   # the paper's tables, each a view of the same cells
     ("Throughput and speedup (Tables 1/2)", ["tokens_per_s", "speedup", "predicted_speedup",
                                              "rouge_l", "exact_match", "compute_cpu_s_per_100_tokens"]),
     ("Energy (Tables 3/4)", ["j_per_100_tokens", "tokens_per_joule", "mean_power_w", "energy_label"]),
-    ("Acceptance and mean accepted length (Tables 6/7)", ["acceptance", "mean_accepted_length"]),
+    ("Acceptance and mean accepted length (Tables 6/7)", ["acceptance", "mean_accepted_length",
+                                                          "overhead_ms_per_step"]),
 )
 
 

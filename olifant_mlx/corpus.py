@@ -42,7 +42,6 @@ class Progress:
     source: str = ""
     done: int = 0
     total: int = 0
-    documents: int = 0
     callbacks: list = field(default_factory=list)
 
     def update(self, **kw):
