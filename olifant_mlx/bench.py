@@ -144,8 +144,11 @@ class ReferenceVerifier:
                 a += 1
             emitted = truth[len(out):len(out) + a + 1]
             accepted = min(a, len(emitted))
-            stats.add(Step(stats.steps, drafts, accepted, emitted, None, False, 0, draft_s, 0.0, 0.0))
+            step = Step(stats.steps, drafts, accepted, emitted, None, False, 0, draft_s, 0.0, 0.0)
+            stats.add(step)
             drafter.accept(emitted)
+            if hasattr(drafter, "observe"):   # a learning drafter sees what the verifier did
+                drafter.observe(step, False)
             out.extend(emitted)
         return out, stats, None, None   # no verifier ran: no compute, no energy
 
@@ -180,7 +183,7 @@ def make_row(verifier, task, regime, strategy, k, prompt, tokens, ref, stats, wi
         "prompt": prompt, "tokens": tokens if strategy == "plain" else None, "n_tokens": n,
         "seconds": d["seconds"], "tokens_per_s": d["tokens_per_s"], "steps": d["steps"],
         "acceptance": d["acceptance"], "mean_accepted_length": d["mean_accepted_length"],
-        "drafted": d["drafted"], "accepted": d["accepted"],
+        "drafted": d["drafted"], "accepted": d["accepted"], "forward_tokens": d["forward_tokens"],
         "draft_s_per_step": stats.draft_s / stats.steps if stats.steps else None,
         "overhead_ms_per_step": d["overhead_ms_per_step"],
         "rouge_l": rouge_l(ref, tokens), "exact_match": tokens == ref,
@@ -221,6 +224,9 @@ def aggregate(rows) -> list:
             "exact_match": sum(r["exact_match"] for r in rs) / len(rs),
             "compute_cpu_s_per_100_tokens": _mean(r["compute_cpu_s_per_100_tokens"] for r in rs),
             "overhead_ms_per_step": _mean(r.get("overhead_ms_per_step") for r in rs),
+            # verifier work: positions computed per output token (rows from older runs lack it)
+            "verifier_tokens_per_token": (sum(r["forward_tokens"] for r in rs) / n
+                                          if n and all("forward_tokens" in r for r in rs) else None),
             "j_per_100_tokens": 100.0 * sum(energy) / n if measured and n else None,
             "tokens_per_joule": n / sum(energy) if measured and sum(energy) else None,
             "mean_power_w": sum(energy) / secs if measured and secs else None,
@@ -231,7 +237,8 @@ def aggregate(rows) -> list:
 
 COLUMNS = ["verifier", "task", "regime", "strategy", "k", "prompts", "tokens_per_s", "speedup",
            "predicted_speedup", "acceptance", "mean_accepted_length", "rouge_l", "exact_match",
-           "compute_cpu_s_per_100_tokens", "overhead_ms_per_step", "j_per_100_tokens",
+           "compute_cpu_s_per_100_tokens", "overhead_ms_per_step", "verifier_tokens_per_token",
+           "j_per_100_tokens",
            "tokens_per_joule", "mean_power_w", "energy_label"]
 
 
@@ -240,7 +247,8 @@ PAPER_TABLES = (   # the paper's tables, each a view of the same cells
                                              "rouge_l", "exact_match", "compute_cpu_s_per_100_tokens"]),
     ("Energy (Tables 3/4)", ["j_per_100_tokens", "tokens_per_joule", "mean_power_w", "energy_label"]),
     ("Acceptance and mean accepted length (Tables 6/7)", ["acceptance", "mean_accepted_length",
-                                                          "overhead_ms_per_step"]),
+                                                          "overhead_ms_per_step",
+                                                          "verifier_tokens_per_token"]),
 )
 
 

@@ -39,6 +39,13 @@ class OlifantDrafter(NoDrafter):
     def draft(self, context, k):
         return self.model.draft(context[-self.model.window:], k, self.min_depth, self.min_share)
 
+    def draft_scored(self, context, k):
+        """Drafts with their signals: ("igtree", match depth, winner share in quarters)."""
+        answers = self.model.draft_answers(context, k, self.min_depth, self.min_share)
+        share = answers["winner_count"] / answers["total"].clip(min=1)
+        return (answers["token"].tolist(),
+                [("igtree", int(d), min(int(s * 4), 3)) for d, s in zip(answers["depth"], share)])
+
 
 class NgramDrafter(NoDrafter):
     """The paper's in-session n-gram: next-token counts of every context seen in this session
@@ -124,23 +131,42 @@ class WordNgramDrafter(NoDrafter):
 
 class LookupDrafter(NoDrafter):
     """Prompt lookup decoding: find the latest earlier occurrence of the context's last
-    n tokens (n = max_ngram .. 1) and propose what followed it."""
+    n tokens (n = max_ngram .. 1) and propose what followed it. With `repeat`, a
+    continuation that runs into the end of the context goes on copying (a loop keeps
+    looping) instead of stopping there."""
 
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, repeat: bool = False):
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
+        self.repeat = repeat
         self.name = "lookup"
 
     def draft(self, context, k):
+        return self.draft_scored(context, k)[0]
+
+    def draft_scored(self, context, k):
+        """Drafts with their signals: ("lookup", bucketed length of the agreeing text)."""
         L = len(context)
         for n in range(min(self.max_ngram, L - 1), self.min_ngram - 1, -1):
             tail = context[L - n:]
             for start in range(L - n - 1, -1, -1):
                 if context[start:start + n] == tail:
-                    follow = context[start + n:start + n + k]
+                    follow = list(context[start + n:start + n + k])
+                    if self.repeat:
+                        while len(follow) < k:   # position start+n+i of context + follow
+                            follow.append(follow[start + n + len(follow) - L])
                     if follow:
-                        return list(follow)
-        return []
+                        return follow, [("lookup", _match_bucket(context, start + n, L))] * len(follow)
+        return [], []
+
+
+def _match_bucket(context, end, L, cap=32):
+    """How far the text before `end` agrees with the context's tail, in buckets 1, 2, 3, 4,
+    8, 16, 32: a long agreement (a repeated passage, a loop) predicts a long accepted run."""
+    m = 0
+    while m < min(end, cap) and context[end - 1 - m] == context[L - 1 - m]:
+        m += 1
+    return m if m < 4 else 1 << (m.bit_length() - 1)
 
 
 class NeuralDrafter(NoDrafter):
@@ -200,8 +226,10 @@ def make_drafter(spec: str, verifier_tok=None, window_check=True):
             model.check_tokenizer(verifier_tok.name, verifier_tok.vocab_size, verifier_tok.digest)
         return OlifantDrafter(model)
     if kind in ("hybrid", "adaptive"):
-        # hybrid:PATH (lookup then IGTree) | adaptive:SPEC (any drafter, k follows acceptance)
+        # hybrid:PATH (lookup then IGTree) | adaptive:SPEC (any drafter, cost-aware length)
         if kind == "adaptive":
+            from olifant_mlx.adaptive import AdaptiveDrafter
+
             return AdaptiveDrafter(make_drafter(arg or "none", verifier_tok))
         inner = make_drafter(f"olifant:{arg}", verifier_tok)
         inner.min_depth, inner.min_share = 2, 0.2   # weak IGTree answers are not worth verifying
@@ -234,62 +262,31 @@ def make_drafter(spec: str, verifier_tok=None, window_check=True):
 
 class HybridDrafter(NoDrafter):
     """In-session first, then the trained IGTree: a continuation of the session's own text that
-    matches at least `min_match` tokens (prompt lookup) wins; otherwise the IGTree drafts, each
-    answer gated by match depth and winner share. An in-session draft shorter than k is extended
-    by the IGTree from its end."""
+    matches at least `min_match` tokens (prompt lookup, a continuation that reaches the end of
+    the session repeating itself) wins; otherwise the IGTree drafts, each answer gated by match
+    depth and winner share."""
 
     def __init__(self, olifant: OlifantDrafter, min_match: int = 2, max_match: int = 4,
                  name="hybrid"):
         self.olifant = olifant
-        self.lookup = LookupDrafter(max_ngram=max_match, min_ngram=min_match)
+        self.lookup = LookupDrafter(max_ngram=max_match, min_ngram=min_match, repeat=True)
         self.name = name
 
     def draft(self, context, k):
-        out = self.lookup.draft(context, k)
+        return self.draft_scored(context, k)[0]
+
+    def draft_scored(self, context, k):
+        out, signals = self.lookup.draft_scored(context, k)
         if len(out) < k:
-            out = out + self.olifant.draft(list(context) + out, k - len(out))
-        return out
+            more, more_signals = self.olifant.draft_scored(list(context) + out, k - len(out))
+            out, signals = out + more, signals + more_signals
+        return out, signals
 
 
-class AdaptiveDrafter(NoDrafter):
-    """Draft length that follows acceptance, up to the requested k: after a fully accepted draft
-    the next may use all k; otherwise one more than the recent mean accepted run. When the last
-    `window` drafts were all rejected outright, drafting pauses (plain steps, nothing to verify)
-    and probes again every `probe` steps — so a drafter that does not fit the text costs
-    nothing. Wraps any drafter."""
-
-    def __init__(self, inner, window: int = 6, probe: int = 8):
-        self.inner = inner
-        self.window = window
-        self.probe = probe
-        self.name = f"adaptive-{inner.name}"
-        self.wants_bos = getattr(inner, "wants_bos", False)
-
-    def start(self, prompt):
-        self.inner.start(prompt)
-        self.recent = []            # accepted run length of recent drafts
-        self.full = False           # was the last draft accepted in full?
-        self.paused = 0
-        self.last = []
-
-    def draft(self, context, k):
-        if len(self.recent) >= self.window and not any(self.recent[-self.window:]):
-            self.paused += 1
-            if self.paused % self.probe:
-                self.last = []
-                return []
-        if self.recent and not self.full:
-            k = max(1, min(k, int(sum(self.recent) / len(self.recent)) + 1))
-        self.last = self.inner.draft(context, k)
-        return self.last
-
-    def accept(self, tokens):
-        if self.last:
-            run = 0
-            while run < min(len(tokens), len(self.last)) and tokens[run] == self.last[run]:
-                run += 1
-            self.recent = (self.recent + [run])[-self.window:]
-            self.full = run == len(self.last)
-            if run:
-                self.paused = 0
-        self.inner.accept(tokens)
+def scored_draft(drafter, context, k):
+    """A draft and a confidence signal per token: the drafter's own (draft_scored), else
+    (its name, position in the draft)."""
+    if hasattr(drafter, "draft_scored"):
+        return drafter.draft_scored(context, k)
+    out = list(drafter.draft(context, k))
+    return out, [(drafter.name, min(i, 7)) for i in range(len(out))]

@@ -56,6 +56,7 @@ class Stats:
     draft_s: float = 0.0
     verify_s: float = 0.0
     fast_path_steps: int = 0
+    forward_tokens: int = 0         # tokens fed to the verifier after the prefill
     stop_reason: str = ""
     extra: dict = field(default_factory=dict)
 
@@ -68,6 +69,7 @@ class Stats:
         self.draft_s += s.draft_s
         self.verify_s += s.verify_s
         self.fast_path_steps += s.fast_path
+        self.forward_tokens += s.forward_tokens
         if s.finished:
             self.stop_reason = s.stop_reason
 
@@ -202,6 +204,7 @@ def generate_steps(model, prompt, drafter=None, k: int = 3, max_tokens: int = 10
     eos = set(int(e) for e in eos_ids)
     skip = 1 if bos_id is not None and prompt[0] == bos_id else 0
     wants_bos = getattr(drafter, "wants_bos", False)
+    observe = getattr(drafter, "observe", None)   # drafters that learn from each pass
     seq = list(prompt)                      # everything the verifier has seen or will see
     drafter.start(seq if wants_bos else seq[skip:])
     stats = stats if stats is not None else Stats()
@@ -276,6 +279,8 @@ def generate_steps(model, prompt, drafter=None, k: int = 3, max_tokens: int = 10
                     finished=bool(reason), stop_reason=reason)
         stats.add(step)
         drafter.accept(kept)
+        if observe is not None:
+            observe(step, kv_cache)
         yield step
         if reason:
             return

@@ -4,7 +4,8 @@ import pytest
 from mlx.utils import tree_map
 
 from olifant_mlx.mlx_setup import mx
-from olifant_mlx.drafters import (AdaptiveDrafter, HybridDrafter, LookupDrafter, NeuralDrafter,
+from olifant_mlx.adaptive import AdaptiveDrafter, best_length, AcceptanceEstimate, PassCost
+from olifant_mlx.drafters import (HybridDrafter, LookupDrafter, NeuralDrafter,
                                   NgramDrafter, NoDrafter, OlifantDrafter, WordNgramDrafter)
 from olifant_mlx.engine import Stats, generate, generate_steps
 from olifant_mlx.igtree import Builder
@@ -68,6 +69,8 @@ def drafters(model, olifant):
     yield NeuralDrafter(tiny_llama(1, layers=1))
     yield HybridDrafter(OlifantDrafter(olifant, min_depth=1, min_share=0.2))
     yield AdaptiveDrafter(OlifantDrafter(olifant))
+    yield AdaptiveDrafter(HybridDrafter(OlifantDrafter(olifant)))
+    yield AdaptiveDrafter(NgramDrafter(), prior=0.9)
 
 
 @pytest.mark.parametrize("kv", [True, False], ids=["kv", "uncached"])
@@ -137,6 +140,91 @@ def test_adaptive_length_follows_acceptance(model, olifant, prompts):
     lengths = [len(s.drafted) for s in steps if s.drafted]
     assert lengths and max(lengths) <= 8
     assert len(set(lengths)) > 1   # k varied with acceptance
+    assert d.lengths == [len(s.drafted) for s in steps]
+
+
+def test_best_length_by_hand():
+    cost = lambda x: 1 + 0.1 * (x - 1)          # noqa: E731  a 1-token pass costs 1
+    p = [0.9, 0.9, 0.9, 0.1]
+    # KV: j=2: 1.81 / 1.09 = 1.66; j=3: 2.539 / 1.18 = 2.15; j=4: 2.612 / 1.27 = 2.06
+    assert best_length(p, cost, kv_cache=True) == 3
+    assert best_length([0.01] * 4, cost, kv_cache=True) == 1    # the first check is free
+    assert best_length([], cost, kv_cache=True) == 0
+    # uncached, 10 tokens of context: j=0: 1 / 1.9; j=1: 1.01 / 2.0 -> no draft is worth it
+    assert best_length([0.01] * 4, cost, kv_cache=False, context_len=10) == 0
+    # ... but the same 0.9s are: j=3: 3.439 / 2.2 = 1.563 > j=4: 3.512 / 2.3 = 1.527
+    assert best_length(p, cost, kv_cache=False, context_len=10) == 3
+
+
+def test_acceptance_estimate_learns_backs_off_and_forgets():
+    est = AcceptanceEstimate(prior=0.5, strength=2.0, half_life=10)
+    assert est.p(("igtree", 4, 3)) == 0.5
+    for _ in range(20):
+        est.update(("igtree", 4, 3), True)
+        est.update(("igtree", 1, 0), False)
+        est.tick()
+    assert est.p(("igtree", 4, 3)) > 0.8 and est.p(("igtree", 1, 0)) < 0.2
+    assert abs(est.p(("igtree", 2, 2)) - 0.5) < 0.05      # unseen: the source's rate (half)
+    assert est.p(("lookup", 3)) == 0.5
+    for _ in range(200):
+        est.tick()
+    assert abs(est.p(("igtree", 1, 0)) - 0.5) < 0.02      # unused evidence decays to the prior
+    with pytest.raises(ValueError, match="prior"):
+        AcceptanceEstimate(prior=1.0)
+
+
+def test_pass_cost_fits_time_per_token():
+    cost = PassCost(rel_slope=0.1)
+    assert cost.coefficients() == (1.0, 0.1)
+    for _ in range(200):
+        for x in (1, 3, 5, 9, 1, 1):
+            cost.observe(x, 0.020 + 0.003 * x)
+    a, b = cost.coefficients()
+    assert abs(a - 0.020) < 1e-3 and abs(b - 0.003) < 2e-4
+    cost.observe(0, 1.0)                                  # a finished step with no pass: ignored
+    assert cost.coefficients() == (a, b)
+
+
+class ScriptedDrafter(NoDrafter):
+    """Proposes 1..8 with signals: the first `good` tokens of a draft are the verifier's."""
+    name = "scripted"
+
+    def __init__(self, good):
+        self.good = good
+
+    def draft_scored(self, context, k):
+        return list(range(1, k + 1)), [("s", "good") if i < self.good else ("s", "bad")
+                                       for i in range(k)]
+
+
+def run_scripted(d, kv, steps=60, context_len=50):
+    """Feed the adaptive drafter passes as the engine would; returns the kept lengths."""
+    from olifant_mlx.engine import Step
+
+    d.start([])
+    lengths = []
+    for i in range(steps):
+        drafts = d.draft([0] * context_len, 8)
+        j = len(drafts)
+        accepted = min(j, d.inner.good)
+        passed = (j if accepted else 1) if kv else context_len + j
+        lengths.append(j)
+        d.observe(Step(i, drafts, accepted, drafts[:accepted] or [0], None, False, passed,
+                       0.0, 0.01 * (1 + 0.1 * (passed - 1)), 0.0), kv)
+    return lengths
+
+
+@pytest.mark.parametrize("kv", [True, False], ids=["kv", "uncached"])
+def test_adaptive_keeps_what_gets_accepted(kv):
+    lengths = run_scripted(AdaptiveDrafter(ScriptedDrafter(good=3)), kv)
+    assert lengths[0] > 3                                    # an optimistic start ...
+    assert set(lengths[-20:]) <= {3, 4} and lengths[-20:].count(3) >= 10   # ... then 3, probing 4
+    lengths = run_scripted(AdaptiveDrafter(ScriptedDrafter(good=0)), kv, steps=400)
+    if kv:
+        assert set(lengths[20:]) == {1}        # only the free first check is kept
+    else:
+        assert lengths[-100:].count(0) > 80    # drafting pauses ...
+        assert any(lengths[-100:])             # ... and probes again as the evidence decays
 
 
 def test_hybrid_prefers_in_session_matches(olifant):

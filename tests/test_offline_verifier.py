@@ -7,8 +7,9 @@ import sys
 import pytest
 
 from olifant_mlx.decode_cli import DEMO_PROMPT, demo_draft_model, open_session, run
-from olifant_mlx.drafters import (LookupDrafter, NeuralDrafter, NgramDrafter, NoDrafter,
-                                  OlifantDrafter, WordNgramDrafter)
+from olifant_mlx.adaptive import AdaptiveDrafter
+from olifant_mlx.drafters import (HybridDrafter, LookupDrafter, NeuralDrafter, NgramDrafter,
+                                  NoDrafter, OlifantDrafter, WordNgramDrafter)
 from olifant_mlx.engine import generate, generate_steps
 
 LEGAL = ("Article 1\nThis Regulation lays down rules concerning the protection of natural persons "
@@ -35,7 +36,8 @@ def test_every_drafter_preserves_output(smol):
     for kv in (True, False):
         n = 20 if kv else 12  # uncached steps re-read the whole context: keep them few
         ref, _ = generate(model, prompt, max_tokens=n, kv_cache=kv)
-        for d in (olifant, NgramDrafter(), WordNgramDrafter(ours), LookupDrafter()):
+        for d in (olifant, NgramDrafter(), WordNgramDrafter(ours), LookupDrafter(),
+                  HybridDrafter(olifant), AdaptiveDrafter(HybridDrafter(olifant))):
             for k in (1, 3, 5, 8):
                 out, _ = generate(model, prompt, d, k=k, max_tokens=n, kv_cache=kv)
                 assert out == ref, (d.name, k, kv)

@@ -1,0 +1,131 @@
+"""Adaptive draft length and hybrid drafting against fixed k, olifant and the peer drafters.
+
+    python benchmarks/adaptive.py [--verifier smollm2-135m] [--tasks legal medical]
+        [--regimes kv uncached] [--fixed-ks 3 5 8 16] [--adaptive-ks 8 16]
+
+For each task and regime, one `olifant_mlx.bench` sweep on the dev prompts (plain first, then
+every drafter and k on the same prompt in the same process; every output checked token for
+token against plain): fixed-k olifant, hybrid, prompt lookup and the in-session 4-gram at
+--fixed-ks, and the adaptive (confidence-gated, cost-aware) olifant and hybrid with k at most
+--adaptive-ks. Legal uses the legal draft model; medical the legal + medical one (as in
+benchmarks/scaling.py). The KV regime runs --kv-prompts x --kv-tokens, the uncached regime (which
+re-reads the whole sequence every step) --uncached-prompts x --uncached-tokens.
+
+Rows go to OUT/TASK-REGIME.jsonl (resumable); tables to OUT/TASK-REGIME/; the summary (best k
+of each drafter, and the adaptive hybrid's ratio to each) is printed and written to
+OUT/summary.json and OUT/summary.md. OUT defaults to benchmarks/out/adaptive.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from olifant_mlx.bench import aggregate, load_rows, read_prompts, sweep, write_tables  # noqa: E402
+from olifant_mlx.decode_cli import open_session  # noqa: E402
+from olifant_mlx.drafters import make_drafter  # noqa: E402
+from olifant_mlx.engine import generate  # noqa: E402
+from olifant_mlx.train import train  # noqa: E402
+
+SHARED = Path(os.environ.get("OLIFANT_SHARED", ROOT.parent / "shared"))
+C = SHARED / "corpora"
+TRAIN = {"legal": ["legal/eurlexsum.train.txt.xz"],
+         "medical": ["legal/eurlexsum.train.txt.xz", "medical/sumpubmed.train.txt.xz"]}
+MODEL_FILE = {"legal": "models/legal.{v}.olif", "medical": "scaling/legal+medical.olif"}
+FIXED = ("olifant", "hybrid", "lookup", "ngram")
+ADAPTIVE = ("adaptive-olifant", "adaptive-hybrid")
+
+
+def draft_model(task, tokenizer, verifier):
+    """The task's olifant model, trained once (shared with speculative.py and scaling.py)."""
+    path = ROOT / "benchmarks" / "out" / MODEL_FILE[task].format(v=verifier)
+    if not path.is_file():
+        print(f"training the {task} draft model for {verifier} ...", file=sys.stderr)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        train([str(C / f) for f in TRAIN[task]], tokenizer, path)
+    return path
+
+
+def summarise(cells):
+    """Per task and regime: each drafter's best k, and the adaptive hybrid's ratio to each."""
+    best = {}
+    for c in cells:
+        key = (c["task"], c["regime"], c["strategy"])
+        if c["strategy"] != "plain" and (key not in best or c["speedup"] > best[key]["speedup"]):
+            best[key] = c
+    out = []
+    for (task, regime, strategy), c in sorted(best.items()):
+        ours = best.get((task, regime, "adaptive-hybrid"))
+        fixed = best.get((task, regime, strategy.removeprefix("adaptive-")))
+        out.append({"task": task, "regime": regime, "strategy": strategy, "best_k": c["k"],
+                    "prompts": c["prompts"], "speedup": round(c["speedup"], 3),
+                    "acceptance": round(c["acceptance"], 4),
+                    "verifier_tokens_per_token": round(c["verifier_tokens_per_token"], 3),
+                    "adaptive_hybrid_vs_this": round(ours["speedup"] / c["speedup"], 3) if ours else None,
+                    "adaptive_vs_fixed_k": (round(c["speedup"] / fixed["speedup"], 3)
+                                            if strategy.startswith("adaptive-") and fixed else None)})
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--verifier", default="smollm2-135m")
+    ap.add_argument("--tasks", nargs="+", default=["legal", "medical"], choices=sorted(TRAIN))
+    ap.add_argument("--regimes", nargs="+", default=["kv", "uncached"], choices=["kv", "uncached"])
+    ap.add_argument("--fixed-ks", type=int, nargs="+", default=[3, 5, 8, 16])
+    ap.add_argument("--adaptive-ks", type=int, nargs="+", default=[8, 16])
+    ap.add_argument("--kv-prompts", type=int, default=6)
+    ap.add_argument("--kv-tokens", type=int, default=80)
+    ap.add_argument("--uncached-prompts", type=int, default=2)
+    ap.add_argument("--uncached-tokens", type=int, default=40)
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "adaptive"))
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model, tok, ours, _, name = open_session(args.verifier)
+    generate(model, tok.encode("Warm-up text."), max_tokens=4)
+    cells = []
+    for task in args.tasks:
+        path = draft_model(task, ours, name)
+        specs = {"olifant": f"olifant:{path}", "hybrid": f"hybrid:{path}", "lookup": "lookup",
+                 "ngram": "ngram", "adaptive-olifant": f"adaptive:olifant:{path}",
+                 "adaptive-hybrid": f"adaptive:hybrid:{path}"}
+        drafters = {s: make_drafter(spec, ours) for s, spec in specs.items()}
+        prompts = read_prompts(str(C / task / "prompts.dev.jsonl"))
+        for regime in args.regimes:
+            n, max_tokens = ((args.kv_prompts, args.kv_tokens) if regime == "kv"
+                             else (args.uncached_prompts, args.uncached_tokens))
+            results = out / f"{task}-{regime}.jsonl"
+            for group, ks in ((FIXED, args.fixed_ks), (ADAPTIVE, args.adaptive_ks)):
+                sweep((model, tok, name), {task: prompts}, {s: drafters[s] for s in group}, ks,
+                      [regime], max_tokens, results, n_prompts=n,
+                      on_progress=lambda done, total: print(f"{task} {regime} {done}/{total}",
+                                                            file=sys.stderr))
+            rows = [r for r in load_rows(results) if r["verifier"] == name]
+            bad = [r for r in rows if not r["exact_match"]]
+            if bad:
+                raise SystemExit(f"{len(bad)} output(s) differ from plain decoding: a bug")
+            task_cells = aggregate(rows)
+            write_tables(task_cells, out / f"{task}-{regime}")
+            cells += task_cells
+    summary = summarise(cells)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    lines = [f"Verifier {name}; speedup over plain in the same run; best k per drafter.", "",
+             "| task | regime | drafter | best k | prompts | speedup | acceptance | verifier tokens per token "
+             "| adaptive hybrid vs this | adaptive vs best fixed k |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in summary:
+        vs = f"{r['adaptive_hybrid_vs_this']:.2f}x" if r["adaptive_hybrid_vs_this"] else "—"
+        vf = f"{r['adaptive_vs_fixed_k']:.2f}x" if r["adaptive_vs_fixed_k"] else "—"
+        lines.append(f"| {r['task']} | {r['regime']} | {r['strategy']} | {r['best_k']} | {r['prompts']} | "
+                     f"{r['speedup']:.2f}x | {r['acceptance']:.1%} | {r['verifier_tokens_per_token']:.2f} | {vs} | {vf} |")
+    (out / "summary.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+"""Confidence-gated, cost-aware draft length (beyond the paper: its section 5.6).
+
+Every step the inner drafter proposes up to k tokens, each with a signal saying how it was
+found (the IGTree's match depth and winner share, the length of an in-session match, or just
+its position). The adaptive drafter keeps, per signal, a recency-weighted estimate p of how
+often such a token is accepted once the verifier reaches it, and an online fit of the
+verifier's pass time against tokens fed (time = a + b * tokens). It then keeps the prefix of
+the draft that maximises expected tokens emitted per unit of verifier time:
+
+    uncached (a pass feeds the context, L tokens, plus j drafts):
+        E(j) = 1 + sum_{i<=j} prod_{m<=i} p_m            cost(j) = a + b (L + j)
+    KV cache (the first draft is checked for free against the token the previous pass
+    already gave: the rejection fast path; a plain step is a 1-token pass):
+        E(j) = 1 + p_1 sum_{2<=i<=j} prod_{2<=m<=i} p_m  cost(j) = (1 - p_1)(a + b) + p_1 (a + b j)
+
+So weak IGTree answers (shallow match, low share) are cut, a run of rejections lowers the
+estimates until drafting stops, long drafts are kept only while the session's own text keeps
+being accepted, and the estimates decay back to the prior when unused (which is how a paused
+drafter probes again). The draft is unchanged, only shortened: output stays exactly the
+verifier's.
+"""
+from __future__ import annotations
+
+from olifant_mlx.drafters import NoDrafter, scored_draft
+
+
+class AcceptanceEstimate:
+    """Recency-weighted acceptance rate per signal, backing off to the signal's source (its
+    first element) and then to `prior`; `strength` pseudo-observations tie each level to the
+    next, and counts halve every `half_life` verifier steps."""
+
+    def __init__(self, prior: float = 0.5, strength: float = 2.0, half_life: float = 48.0):
+        if not 0.0 < prior < 1.0:
+            raise ValueError(f"prior must be between 0 and 1, got {prior}")
+        self.prior = prior
+        self.strength = strength
+        self.decay = 0.5 ** (1.0 / half_life)
+        self.counts = {}          # key -> [accepted, tested, step of last update]
+        self.step = 0
+
+    def _get(self, key):
+        c = self.counts.get(key)
+        if c is None:
+            return 0.0, 0.0
+        f = self.decay ** (self.step - c[2])
+        return c[0] * f, c[1] * f
+
+    def p(self, signal) -> float:
+        acc, tested = self._get(signal[:1])
+        parent = (acc + self.strength * self.prior) / (tested + self.strength)
+        acc, tested = self._get(signal)
+        return (acc + self.strength * parent) / (tested + self.strength)
+
+    def update(self, signal, accepted: bool):
+        for key in (signal[:1], signal):
+            acc, tested = self._get(key)
+            self.counts[key] = [acc + accepted, tested + 1.0, self.step]
+
+    def tick(self):
+        self.step += 1
+
+
+class PassCost:
+    """Verifier time per pass as a + b * tokens fed, by recency-weighted least squares.
+    Until passes of different lengths have been seen, two pseudo-passes from the first
+    observation hold the slope at `rel_slope` (b relative to a 1-token pass)."""
+
+    def __init__(self, rel_slope: float = 0.1, half_life: float = 64.0):
+        self.rel_slope = rel_slope
+        self.decay = 0.5 ** (1.0 / half_life)
+        self.sums = None          # decayed [w, x, t, xx, xt] of real passes
+        self.pseudo = None        # fixed [w, x, t, xx, xt] of the pseudo-passes
+
+    @staticmethod
+    def _point(x, t, w=1.0):
+        return [w, w * x, w * t, w * x * x, w * x * t]
+
+    def observe(self, tokens: int, seconds: float):
+        if tokens <= 0 or seconds <= 0:
+            return
+        if self.pseudo is None:
+            one = seconds / (1.0 + self.rel_slope * (tokens - 1))   # implied 1-token pass
+            b = self.rel_slope * one
+            self.pseudo = [u + v for u, v in zip(self._point(1, one), self._point(9, one + 8 * b))]
+            self.sums = [0.0] * 5
+        self.sums = [s * self.decay + p for s, p in zip(self.sums, self._point(tokens, seconds))]
+
+    def coefficients(self):
+        """(a, b): fixed and per-token seconds; (1, rel_slope) before any observation."""
+        if self.pseudo is None:
+            return 1.0, self.rel_slope
+        w, x, t, xx, xt = [s + p for s, p in zip(self.sums, self.pseudo)]
+        mx, mt = x / w, t / w
+        var, cov = xx / w - mx * mx, xt / w - mx * mt
+        b = max(cov / var, 0.0) if var > 1e-12 else 0.0
+        a = max(mt - b * mx, 1e-9)
+        return a, b
+
+    def __call__(self, tokens: int) -> float:
+        a, b = self.coefficients()
+        return a + b * tokens
+
+
+def best_length(p, cost, kv_cache: bool, context_len: int = 0) -> int:
+    """The prefix length j of a draft with acceptance estimates p that maximises expected
+    tokens per unit of verifier time (see the module docstring); ties go to the shorter.
+    With a KV cache at least the first draft is kept when there is one: checking it is free."""
+    if kv_cache:
+        if not p:
+            return 0
+        best_j, best = 1, 1.0 / cost(1)
+        gain, run = 1.0, 1.0
+        for j in range(2, len(p) + 1):
+            run *= p[j - 1]
+            gain += p[0] * run
+            rate = gain / ((1 - p[0]) * cost(1) + p[0] * cost(j))
+            if rate > best:
+                best_j, best = j, rate
+        return best_j
+    best_j, best = 0, 1.0 / cost(context_len)
+    gain, run = 1.0, 1.0
+    for j in range(1, len(p) + 1):
+        run *= p[j - 1]
+        gain += run
+        rate = gain / cost(context_len + j)
+        if rate > best:
+            best_j, best = j, rate
+    return best_j
+
+
+class AdaptiveDrafter(NoDrafter):
+    """Any drafter, with a per-step draft length chosen as above, at most the requested k.
+    The engine reports each verifier pass through `observe(step, kv_cache)`."""
+
+    def __init__(self, inner, prior: float = 0.5, half_life: float = 48.0,
+                 rel_slope: float = 0.1):
+        self.inner = inner
+        self.prior, self.half_life, self.rel_slope = prior, half_life, rel_slope
+        self.name = f"adaptive-{inner.name}"
+        self.wants_bos = getattr(inner, "wants_bos", False)
+        self.cost = PassCost(rel_slope)   # the verifier's speed outlives one generation
+        self.kv_cache = True              # until the engine says otherwise
+
+    def start(self, prompt):
+        self.inner.start(prompt)
+        self.acceptance = AcceptanceEstimate(self.prior, half_life=self.half_life)
+        self.signals = []
+        self.lengths = []                 # kept draft length per step, for inspection
+
+    def draft(self, context, k):
+        tokens, signals = scored_draft(self.inner, context, k)
+        p = [self.acceptance.p(s) for s in signals]
+        # uncached, a pass feeds the verifier's whole sequence (about the context: BOS aside)
+        j = best_length(p, self.cost, self.kv_cache, len(context))
+        self.signals = signals[:j]
+        self.lengths.append(j)
+        return tokens[:j]
+
+    def observe(self, step, kv_cache: bool):
+        self.kv_cache = kv_cache
+        self.cost.observe(step.forward_tokens, step.verify_s)
+        n = len(step.drafted)
+        # drafts up to the first rejection were tested; after a cut at EOS / max_tokens only
+        # the accepted ones are known
+        tested = step.accepted if step.finished or step.accepted == n else step.accepted + 1
+        for i in range(min(tested, len(self.signals))):
+            self.acceptance.update(self.signals[i], i < step.accepted)
+        self.acceptance.tick()
+
+    def accept(self, tokens):
+        self.inner.accept(tokens)
