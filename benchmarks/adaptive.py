@@ -13,7 +13,10 @@ re-reads the whole sequence every step) --uncached-prompts x --uncached-tokens.
 
 Rows go to OUT/TASK-REGIME.jsonl (resumable); tables to OUT/TASK-REGIME/; the summary (best k
 of each drafter, and the adaptive hybrid's ratio to each) is printed and written to
-OUT/summary.json and OUT/summary.md. OUT defaults to benchmarks/out/adaptive.
+OUT/summary.json and OUT/summary.md. Then, since one run per cell is noisy and the best fixed k
+is picked after the fact, a head to head: the adaptive olifant and hybrid against the same
+drafter at that best k, --rounds times over the prompts in alternating order
+(OUT/head_to_head.json). OUT defaults to benchmarks/out/adaptive.
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from olifant_mlx.bench import aggregate, load_rows, read_prompts, sweep, write_tables  # noqa: E402
+from olifant_mlx.bench import aggregate, load_rows, read_prompts, run_one, sweep, write_tables  # noqa: E402
 from olifant_mlx.decode_cli import open_session  # noqa: E402
 from olifant_mlx.drafters import make_drafter  # noqa: E402
 from olifant_mlx.engine import generate  # noqa: E402
@@ -72,6 +75,35 @@ def summarise(cells):
     return out
 
 
+def head_to_head(session, drafters, cells, task, regime, prompts, max_tokens, rounds, kmax):
+    """Adaptive (k <= kmax) against the same drafter at its best fixed k, `rounds` times over the
+    prompts, alternating which runs first: the ratio of fixed to adaptive seconds per round."""
+    model, tok, _ = session
+    out = []
+    for base in ("olifant", "hybrid"):
+        fixed = max((c for c in cells if c["strategy"] == base), key=lambda c: c["speedup"])
+        ratios = []
+        for r in range(rounds):
+            secs = {"fixed": 0.0, "adaptive": 0.0}
+            for i, text in enumerate(prompts):
+                ids = tok.encode(text)
+                order = [("fixed", base, fixed["k"]), ("adaptive", "adaptive-" + base, kmax)]
+                outs = []
+                for label, strategy, k in order[::-1] if (r + i) % 2 else order:
+                    tokens, st, _, _ = run_one(model, ids, drafters[strategy], k, max_tokens,
+                                               regime == "kv", tok, None)
+                    secs[label] += st.seconds
+                    outs.append(tokens)
+                if outs[0] != outs[1]:
+                    raise SystemExit(f"adaptive and fixed outputs differ ({base}): a bug")
+            ratios.append(secs["fixed"] / secs["adaptive"])
+        out.append({"task": task, "regime": regime, "drafter": base, "fixed_k": fixed["k"],
+                    "adaptive_k_max": kmax, "rounds": rounds, "prompts": len(prompts),
+                    "adaptive_speedup_mean": round(sum(ratios) / len(ratios), 3),
+                    "min": round(min(ratios), 3), "max": round(max(ratios), 3)})
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--verifier", default="smollm2-135m")
@@ -83,13 +115,15 @@ def main():
     ap.add_argument("--kv-tokens", type=int, default=80)
     ap.add_argument("--uncached-prompts", type=int, default=2)
     ap.add_argument("--uncached-tokens", type=int, default=40)
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="head-to-head rounds of adaptive vs the best fixed k (0: none)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "adaptive"))
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     model, tok, ours, _, name = open_session(args.verifier)
     generate(model, tok.encode("Warm-up text."), max_tokens=4)
-    cells = []
+    cells, duels = [], []
     for task in args.tasks:
         path = draft_model(task, ours, name)
         specs = {"olifant": f"olifant:{path}", "hybrid": f"hybrid:{path}", "lookup": "lookup",
@@ -113,6 +147,10 @@ def main():
             task_cells = aggregate(rows)
             write_tables(task_cells, out / f"{task}-{regime}")
             cells += task_cells
+            if args.rounds:
+                print(f"{task} {regime}: head to head ...", file=sys.stderr)
+                duels += head_to_head((model, tok, name), drafters, task_cells, task, regime,
+                                      prompts[:n], max_tokens, args.rounds, max(args.adaptive_ks))
     summary = summarise(cells)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     lines = [f"Verifier {name}; speedup over plain in the same run; best k per drafter.", "",
@@ -123,6 +161,16 @@ def main():
         vf = f"{r['adaptive_vs_fixed_k']:.2f}x" if r["adaptive_vs_fixed_k"] else "—"
         lines.append(f"| {r['task']} | {r['regime']} | {r['strategy']} | {r['best_k']} | {r['prompts']} | "
                      f"{r['speedup']:.2f}x | {r['acceptance']:.1%} | {r['verifier_tokens_per_token']:.2f} | {vs} | {vf} |")
+    if duels:
+        (out / "head_to_head.json").write_text(json.dumps(duels, indent=2))
+        lines += ["", f"Head to head: adaptive (k <= {max(args.adaptive_ks)}) vs the same drafter at its "
+                  "best fixed k above; fixed seconds / adaptive seconds per round, order alternating.", "",
+                  "| task | regime | drafter | fixed k | rounds x prompts | adaptive speedup (mean) | min | max |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for d in duels:
+            lines.append(f"| {d['task']} | {d['regime']} | {d['drafter']} | {d['fixed_k']} | "
+                         f"{d['rounds']} x {d['prompts']} | {d['adaptive_speedup_mean']:.3f}x | "
+                         f"{d['min']:.3f}x | {d['max']:.3f}x |")
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -13,7 +13,8 @@ the draft that maximises expected tokens emitted per unit of verifier time:
     already gave: the rejection fast path; a plain step is a 1-token pass):
         E(j) = 1 + p_1 sum_{2<=i<=j} prod_{2<=m<=i} p_m  cost(j) = (1 - p_1)(a + b) + p_1 (a + b j)
 
-So weak IGTree answers (shallow match, low share) are cut, a run of rejections lowers the
+A drafter with several candidate drafts (the hybrid: session, history, IGTree) gets the one
+with the best rate. So weak IGTree answers (shallow match, low share) are cut, a run of rejections lowers the
 estimates until drafting stops, long drafts are kept only while the session's own text keeps
 being accepted, and the estimates decay back to the prior when unused (which is how a paused
 drafter probes again). The draft is unchanged, only shortened: output stays exactly the
@@ -23,11 +24,14 @@ from __future__ import annotations
 
 from olifant_mlx.drafters import NoDrafter, scored_draft
 
+COPIES = ("lookup", "history")   # signals (source, agreement length): longer is no worse
+
 
 class AcceptanceEstimate:
     """Recency-weighted acceptance rate per signal, backing off to the signal's source (its
     first element) and then to `prior`; `strength` pseudo-observations tie each level to the
-    next, and counts halve every `half_life` verifier steps."""
+    next, and counts halve every `half_life` verifier steps. A copied continuation's rate is
+    at least that of a copy with shorter agreement (monotone in the agreement length)."""
 
     def __init__(self, prior: float = 0.5, strength: float = 2.0, half_life: float = 48.0):
         if not 0.0 < prior < 1.0:
@@ -49,7 +53,12 @@ class AcceptanceEstimate:
         acc, tested = self._get(signal[:1])
         parent = (acc + self.strength * self.prior) / (tested + self.strength)
         acc, tested = self._get(signal)
-        return (acc + self.strength * parent) / (tested + self.strength)
+        own = (acc + self.strength * parent) / (tested + self.strength)
+        if signal[0] in COPIES and len(signal) == 2 and signal[1] > 1:
+            # a copy that agrees with more of the context is at least as likely to be right
+            shorter = signal[1] - 1 if signal[1] <= 4 else signal[1] // 2
+            return max(own, self.p((signal[0], shorter)))
+        return own
 
     def update(self, signal, accepted: bool):
         for key in (signal[:1], signal):
@@ -105,9 +114,14 @@ def best_length(p, cost, kv_cache: bool, context_len: int = 0) -> int:
     """The prefix length j of a draft with acceptance estimates p that maximises expected
     tokens per unit of verifier time (see the module docstring); ties go to the shorter.
     With a KV cache at least the first draft is kept when there is one: checking it is free."""
+    return best_rate(p, cost, kv_cache, context_len)[1]
+
+
+def best_rate(p, cost, kv_cache: bool, context_len: int = 0):
+    """(expected tokens per unit of verifier time, j) at best_length's j."""
     if kv_cache:
         if not p:
-            return 0
+            return 1.0 / cost(1), 0
         best_j, best = 1, 1.0 / cost(1)
         gain, run = 1.0, 1.0
         for j in range(2, len(p) + 1):
@@ -116,7 +130,7 @@ def best_length(p, cost, kv_cache: bool, context_len: int = 0) -> int:
             rate = gain / ((1 - p[0]) * cost(1) + p[0] * cost(j))
             if rate > best:
                 best_j, best = j, rate
-        return best_j
+        return best, best_j
     best_j, best = 0, 1.0 / cost(context_len)
     gain, run = 1.0, 1.0
     for j in range(1, len(p) + 1):
@@ -125,7 +139,7 @@ def best_length(p, cost, kv_cache: bool, context_len: int = 0) -> int:
         rate = gain / cost(context_len + j)
         if rate > best:
             best_j, best = j, rate
-    return best_j
+    return best, best_j
 
 
 class AdaptiveDrafter(NoDrafter):
@@ -148,10 +162,16 @@ class AdaptiveDrafter(NoDrafter):
         self.lengths = []                 # kept draft length per step, for inspection
 
     def draft(self, context, k):
-        tokens, signals = scored_draft(self.inner, context, k)
-        p = [self.acceptance.p(s) for s in signals]
-        # uncached, a pass feeds the verifier's whole sequence (about the context: BOS aside)
-        j = best_length(p, self.cost, self.kv_cache, len(context))
+        # a drafter with several candidates (the hybrid) lets the estimates choose among them
+        options = (self.inner.candidates(context, k) if hasattr(self.inner, "candidates")
+                   else [scored_draft(self.inner, context, k)])
+        best, tokens, signals, j = -1.0, [], [], 0
+        for drafts, sigs in options:
+            p = [self.acceptance.p(s) for s in sigs]
+            # uncached, a pass feeds the verifier's whole sequence (about the context: BOS aside)
+            rate, n = best_rate(p, self.cost, self.kv_cache, len(context))
+            if rate > best:
+                best, tokens, signals, j = rate, drafts, sigs, n
         self.signals = signals[:j]
         self.lengths.append(j)
         return tokens[:j]

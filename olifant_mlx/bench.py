@@ -80,8 +80,9 @@ def sweep(session, tasks: dict, strategies: dict, ks, regimes, max_tokens: int, 
     done = {row_key(r): r for r in rows}
     plan = [(task, regime, i, text) for task, texts in tasks.items() for regime in regimes
             for i, text in enumerate(texts[:n_prompts])]
-    total = len(plan) * (1 + len(strategies) * len(ks))
-    finished = sum(1 for r in rows if r["verifier"] == verifier)
+    planned = [(verifier, task, regime, name, k, i) for task, regime, i, _ in plan
+               for name, k in [("plain", 0)] + [(s, k) for s in strategies for k in ks]]
+    total, finished = len(planned), sum(key in done for key in planned)
     _end_torn_line(results)
     with open(results, "a", encoding="utf-8") as out:
         def record(row):

@@ -1,7 +1,7 @@
 """`generate` and `demo`: speculative decoding from the command line.
 
 Text streams to stdout, the summary goes to stderr; nothing the user types or
-generates is written anywhere else.
+generates is written anywhere else, unless they name a --history file.
 """
 from __future__ import annotations
 
@@ -66,10 +66,23 @@ def cmd_generate(args) -> int:
     if args.temperature < 0 or not 0 < args.top_p <= 1:
         raise ValueError("--temperature must be >= 0 and --top-p in (0, 1]")
     sampling = Sampling(args.temperature, args.top_p, args.seed) if args.temperature > 0 else None
+    history = None
+    if args.history:
+        from olifant_mlx.drafters import find_hybrid
+        from olifant_mlx.history import SessionHistory
+
+        hybrid = find_hybrid(drafter)
+        if hybrid is None:
+            raise ValueError("--history needs a hybrid drafter: --draft hybrid:PATH or "
+                             "adaptive:hybrid:PATH")
+        hybrid.history = history = SessionHistory(args.history, ours.digest, ours.vocab_size)
     tokens, text, stats = run(model, tok, prompt, drafter, k=args.k, max_tokens=args.max_tokens,
                               kv_cache=not args.no_kv_cache, max_kv_size=args.max_kv_size,
                               stream=None if args.json else sys.stdout, sampling=sampling)
     stats.extra.update(verifier=name, drafter=drafter.name, k=args.k, regime=regime)
+    if history is not None:   # the user asked for it: remember this session, locally
+        ids = tok.encode(prompt)
+        history.append((ids[1:] if ids[:1] == [tok.bos_token_id] else ids) + tokens)
     if args.json:
         print(json.dumps({"text": text, "tokens": tokens, "stats": stats.as_dict()}))
     if args.stats or not args.json:
@@ -145,6 +158,9 @@ def add_parsers(sub):
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--seed", type=int, default=0, help="sampling seed: same seed, same text, "
                                                        "with or without drafting")
+    g.add_argument("--history", metavar="FILE",
+                   help="opt-in: a hybrid drafter also drafts from earlier sessions kept in FILE, "
+                        "and this session's prompt and output are appended to it (local, mode 0600)")
     g.add_argument("--stats", action="store_true", help="summary on stderr (also with --json)")
     g.add_argument("--json", action="store_true", help="one JSON object on stdout instead of streaming")
     g.set_defaults(func=cmd_generate)

@@ -166,6 +166,11 @@ def _match_bucket(context, end, L, cap=32):
     m = 0
     while m < min(end, cap) and context[end - 1 - m] == context[L - 1 - m]:
         m += 1
+    return agreement_bucket(m)
+
+
+def agreement_bucket(m: int) -> int:
+    """1, 2, 3, then powers of two: the signal of a copied continuation."""
     return m if m < 4 else 1 << (m.bit_length() - 1)
 
 
@@ -261,26 +266,49 @@ def make_drafter(spec: str, verifier_tok=None, window_check=True):
 
 
 class HybridDrafter(NoDrafter):
-    """In-session first, then the trained IGTree: a continuation of the session's own text that
-    matches at least `min_match` tokens (prompt lookup, a continuation that reaches the end of
-    the session repeating itself) wins; otherwise the IGTree drafts, each answer gated by match
-    depth and winner share."""
+    """In-session first, then the trained IGTree. In order of preference: the continuation of
+    the session's own text after a match of at least `min_match` tokens (prompt lookup; a
+    continuation that reaches the end of the session repeats itself); with a `history`, what
+    followed the same three tokens in an earlier session (extended by the IGTree when short);
+    the IGTree, each answer gated by match depth and winner share; the continuation after a
+    one-token match. `draft` takes the first of these `candidates`; the adaptive drafter
+    weighs them all."""
 
     def __init__(self, olifant: OlifantDrafter, min_match: int = 2, max_match: int = 4,
-                 name="hybrid"):
+                 name="hybrid", history=None):
         self.olifant = olifant
+        self.history = history    # an opt-in SessionHistory: earlier sessions, after this one
         self.lookup = LookupDrafter(max_ngram=max_match, min_ngram=min_match, repeat=True)
+        self.short_lookup = LookupDrafter(max_ngram=min_match - 1, min_ngram=1, repeat=True)
         self.name = name
+
+    def candidates(self, context, k):
+        """Every non-empty (drafts, signals) the hybrid could propose, in order of preference."""
+        out = [self.lookup.draft_scored(context, k)]
+        if self.history is not None:
+            tokens, signals = self.history.continuation(context, k)
+            if tokens and len(tokens) < k:
+                more, more_signals = self.olifant.draft_scored(list(context) + tokens, k - len(tokens))
+                tokens, signals = tokens + more, signals + more_signals
+            out.append((tokens, signals))
+        out.append(self.olifant.draft_scored(context, k))
+        if self.short_lookup.max_ngram >= 1:
+            out.append(self.short_lookup.draft_scored(context, k))
+        return [c for c in out if c[0]]
 
     def draft(self, context, k):
         return self.draft_scored(context, k)[0]
 
     def draft_scored(self, context, k):
-        out, signals = self.lookup.draft_scored(context, k)
-        if len(out) < k:
-            more, more_signals = self.olifant.draft_scored(list(context) + out, k - len(out))
-            out, signals = out + more, signals + more_signals
-        return out, signals
+        options = self.candidates(context, k)
+        return options[0] if options else ([], [])
+
+
+def find_hybrid(drafter):
+    """The HybridDrafter in a drafter (itself or wrapped, as by adaptive:), or None."""
+    while drafter is not None and not isinstance(drafter, HybridDrafter):
+        drafter = getattr(drafter, "inner", None)
+    return drafter
 
 
 def scored_draft(drafter, context, k):

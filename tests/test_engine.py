@@ -235,6 +235,36 @@ def test_hybrid_prefers_in_session_matches(olifant):
     assert h.draft(lone, 3) == OlifantDrafter(olifant).draft(lone, 3)   # IGTree fallback
 
 
+def test_hybrid_falls_back_to_a_one_token_match(olifant):
+    mute = OlifantDrafter(olifant, min_depth=5)                 # never confident enough
+    assert HybridDrafter(mute).draft([5, 9, 5], 3) == [9, 5, 9]  # copies after the last 5
+    assert HybridDrafter(mute, min_match=1).draft([5, 9, 7], 3) == []
+
+
+class TwoWays(NoDrafter):
+    """Two candidate drafts: "a" (listed first) is always wrong, "b" always right."""
+    name = "two-ways"
+    good = 3
+
+    def candidates(self, context, k):
+        return [([9] * k, [("a",)] * k), ([1] * k, [("b",)] * k)]
+
+
+def test_adaptive_learns_which_candidate_to_take():
+    from olifant_mlx.engine import Step
+
+    d = AdaptiveDrafter(TwoWays())
+    d.start([])
+    picked = []
+    for i in range(40):
+        drafts = d.draft([0] * 10, 4)
+        accepted = len(drafts) if drafts[:1] == [1] else 0
+        picked.append(drafts[:1])
+        d.observe(Step(i, drafts, accepted, drafts[:accepted] or [0], None, False,
+                       len(drafts) if accepted else 1, 0.0, 0.01, 0.0), True)
+    assert picked[0] == [9] and picked[-20:] == [[1]] * 20
+
+
 def test_sampling_is_lossless(model, olifant, prompts):
     from olifant_mlx.engine import Sampling
 

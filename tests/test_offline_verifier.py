@@ -92,3 +92,23 @@ def test_gemma3_alias():
         out, _ = generate(model, prompt, LookupDrafter(), k=3, max_tokens=8, kv_cache=kv,
                           bos_id=tok.bos_token_id)
         assert out == ref
+
+
+def test_generate_remembers_sessions_only_when_asked(smol, tmp_path):
+    _, _, ours = smol
+    draft = tmp_path / "d.olif"
+    demo_draft_model(ours, "smollm2-135m", ["builtin:licenses"]).save(draft)
+    hist = tmp_path / "sessions.bin"
+    base = ("generate", "--model", "smollm2-135m", "-p", LEGAL, "--max-tokens", "24", "--json")
+    plain = json.loads(cli(*base).stdout)
+    first = json.loads(cli(*base, "--draft", f"hybrid:{draft}", "--history", str(hist)).stdout)
+    assert hist.read_bytes()[:8] == b"OLIFHST1" and (hist.stat().st_mode & 0o777) == 0o600
+    second = json.loads(cli(*base, "--draft", f"adaptive:hybrid:{draft}", "--history", str(hist)).stdout)
+    assert plain["tokens"] == first["tokens"] == second["tokens"]
+    # the second session drafts the first one's continuation
+    assert second["stats"]["accepted"] > first["stats"]["accepted"]
+    assert second["stats"]["steps"] < first["stats"]["steps"]
+    r = subprocess.run([sys.executable, "-m", "olifant_mlx", *base, "--draft", "lookup",
+                        "--history", str(tmp_path / "other.bin")], capture_output=True, text=True)
+    assert r.returncode != 0 and "--history needs a hybrid drafter" in r.stderr
+    assert not (tmp_path / "other.bin").exists()
