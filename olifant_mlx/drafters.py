@@ -145,7 +145,7 @@ class LookupDrafter(NoDrafter):
         return self.draft_scored(context, k)[0]
 
     def draft_scored(self, context, k):
-        """Drafts with their signals: ("lookup", bucketed length of the agreeing text)."""
+        """Drafts with their signals (see copy_signals)."""
         L = len(context)
         for n in range(min(self.max_ngram, L - 1), self.min_ngram - 1, -1):
             tail = context[L - n:]
@@ -156,22 +156,28 @@ class LookupDrafter(NoDrafter):
                         while len(follow) < k:   # position start+n+i of context + follow
                             follow.append(follow[start + n + len(follow) - L])
                     if follow:
-                        return follow, [("lookup", _match_bucket(context, start + n, L))] * len(follow)
+                        m = _agreement(context, start + n, L)
+                        return follow, copy_signals("lookup", m, len(follow))
         return [], []
 
 
-def _match_bucket(context, end, L, cap=32):
-    """How far the text before `end` agrees with the context's tail, in buckets 1, 2, 3, 4,
-    8, 16, 32: a long agreement (a repeated passage, a loop) predicts a long accepted run."""
+def _agreement(context, end, L, cap=32):
+    """How many tokens of the text before `end` agree with the context's tail (at most cap)."""
     m = 0
     while m < min(end, cap) and context[end - 1 - m] == context[L - 1 - m]:
         m += 1
-    return agreement_bucket(m)
+    return m
 
 
-def agreement_bucket(m: int) -> int:
-    """1, 2, 3, then powers of two: the signal of a copied continuation."""
-    return m if m < 4 else 1 << (m.bit_length() - 1)
+def copy_signals(source, agreement: int, n: int, cap: int = 32) -> list:
+    """Signals of n copied tokens: once the first i are accepted, the i-th agrees with
+    agreement + i tokens of the context, in buckets 1, 2, 3, 4, 8, 16, 32. A long agreement
+    (a repeated passage, a loop) predicts a long accepted run."""
+    out = []
+    for i in range(n):
+        m = min(agreement + i, cap)
+        out.append((source, m if m < 4 else 1 << (m.bit_length() - 1)))
+    return out
 
 
 class NeuralDrafter(NoDrafter):

@@ -17,7 +17,7 @@ import struct
 
 import numpy as np
 
-from olifant_mlx.drafters import agreement_bucket
+from olifant_mlx.drafters import copy_signals
 from olifant_mlx.igtree import TokenizerMismatch
 
 MAGIC = b"OLIFHST1"
@@ -107,7 +107,7 @@ class SessionHistory:
 
     def continuation(self, context, k):
         """Up to k ids that followed the context's last KEY tokens the latest time they occurred,
-        and the signal ("history", bucketed length of the agreeing text)."""
+        and their signals (olifant_mlx.drafters.copy_signals)."""
         if k <= 0 or len(context) < KEY:
             return [], []
         pos = self.index.get(tuple(context[-KEY:]))
@@ -119,4 +119,4 @@ class SessionHistory:
         m = KEY
         while m < 32 and m < len(context) and pos - 1 - m >= 0 and self.tokens[pos - 1 - m] == context[-1 - m]:
             m += 1
-        return follow, [("history", agreement_bucket(m))] * len(follow)
+        return follow, copy_signals("history", m, len(follow))

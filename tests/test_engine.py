@@ -235,6 +235,15 @@ def test_hybrid_prefers_in_session_matches(olifant):
     assert h.draft(lone, 3) == OlifantDrafter(olifant).draft(lone, 3)   # IGTree fallback
 
 
+def test_copy_signals_grow_with_agreement():
+    from olifant_mlx.drafters import copy_signals
+
+    tokens, signals = LookupDrafter(repeat=True).draft_scored([4, 1, 2, 3, 5, 4, 1, 2, 3], 6)
+    assert tokens == [5, 4, 1, 2, 3, 5]
+    assert [m for _, m in signals] == [4, 4, 4, 4, 8, 8]      # 4 agree; 5..8 once accepted
+    assert [m for _, m in copy_signals("lookup", 30, 4)] == [16, 16, 32, 32]
+
+
 def test_hybrid_falls_back_to_a_one_token_match(olifant):
     mute = OlifantDrafter(olifant, min_depth=5)                 # never confident enough
     assert HybridDrafter(mute).draft([5, 9, 5], 3) == [9, 5, 9]  # copies after the last 5

@@ -25,7 +25,8 @@ def test_sessions_round_trip_and_draft(tmp_path):
     again = SessionHistory(path, DIGEST, 100)
     assert again.sessions == 2 and again.tokens == h.tokens
     # the latest occurrence wins; a continuation stops at the end of its session
-    assert again.continuation([0, 1, 2, 3], 5) == ([7, 8], [("history", 3)] * 2)
+    # signals: the agreement with the context grows along the draft (3, then 4 once 7 is in)
+    assert again.continuation([0, 1, 2, 3], 5) == ([7, 8], [("history", 3), ("history", 4)])
     assert again.continuation([9, 1, 2, 3], 1) == ([7], [("history", 4)])
     assert again.continuation([5, 6, 9], 3) == ([], [])       # never across sessions
     assert again.continuation([2, 3], 3) == ([], [])          # too short to look up
