@@ -1,0 +1,72 @@
+"""Re-measure one drafter against plain decoding head to head, in alternating order.
+
+    python benchmarks/recheck_vs_plain.py --task medical --draft adaptive:olifant:MODEL -k 16
+        [--verifier smollm2-135m] [--prompts 6] [--max-tokens 80] [--rounds 3] [--no-kv-cache]
+        [--out FILE.json]
+
+A single sweep cell near 1.0x cannot tell "slower than plain" from noise on a shared machine;
+this runs plain and the drafter on each dev prompt of the task, alternating which goes first,
+for several rounds, checks the outputs are identical, and reports plain seconds / drafter
+seconds per round.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from olifant_mlx.bench import read_prompts, run_one  # noqa: E402
+from olifant_mlx.decode_cli import open_session  # noqa: E402
+from olifant_mlx.drafters import make_drafter  # noqa: E402
+from olifant_mlx.engine import generate  # noqa: E402
+
+SHARED = Path(os.environ.get("OLIFANT_SHARED", ROOT.parent / "shared"))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--task", required=True, help="a corpus in ../shared/corpora with prompts.dev.jsonl")
+    ap.add_argument("--draft", required=True, help="drafter spec, as for generate --draft")
+    ap.add_argument("-k", type=int, default=3)
+    ap.add_argument("--verifier", default="smollm2-135m")
+    ap.add_argument("--prompts", type=int, default=6)
+    ap.add_argument("--max-tokens", type=int, default=80)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--no-kv-cache", action="store_true")
+    ap.add_argument("--out", help="write the result as JSON here")
+    args = ap.parse_args()
+    model, tok, ours, _, name = open_session(args.verifier)
+    drafter = make_drafter(args.draft, ours)
+    prompts = read_prompts(str(SHARED / "corpora" / args.task / "prompts.dev.jsonl"))[: args.prompts]
+    generate(model, tok.encode("Warm-up text."), max_tokens=4)
+    ratios = []
+    for r in range(args.rounds):
+        secs = {"plain": 0.0, "draft": 0.0}
+        for i, text in enumerate(prompts):
+            ids = tok.encode(text)
+            order = [("plain", None, 0), ("draft", drafter, args.k)]
+            outs = []
+            for label, d, k in order[::-1] if (r + i) % 2 else order:
+                tokens, st, _, _ = run_one(model, ids, d, k, args.max_tokens, not args.no_kv_cache, tok, None)
+                secs[label] += st.seconds
+                outs.append(tokens)
+            if outs[0] != outs[1]:
+                raise SystemExit("the drafter's output differs from plain decoding: a bug")
+        ratios.append(secs["plain"] / secs["draft"])
+        print(f"round {r + 1}: {args.draft} k={args.k} speedup over plain {ratios[-1]:.3f}x", flush=True)
+    result = {"verifier": name, "task": args.task, "draft": args.draft, "k": args.k,
+              "regime": "uncached" if args.no_kv_cache else "kv", "prompts": len(prompts),
+              "max_tokens": args.max_tokens, "rounds": [round(x, 3) for x in ratios],
+              "mean": round(sum(ratios) / len(ratios), 3)}
+    print(json.dumps(result))
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
