@@ -29,7 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from olifant_mlx.bench import aggregate, load_rows, read_prompts, run_one, sweep, write_tables  # noqa: E402
+from olifant_mlx.bench import (aggregate, alternating_rounds, load_rows, read_prompts, sweep,  # noqa: E402
+                                write_tables)
 from olifant_mlx.decode_cli import open_session  # noqa: E402
 from olifant_mlx.drafters import make_drafter  # noqa: E402
 from olifant_mlx.engine import generate  # noqa: E402
@@ -82,21 +83,9 @@ def head_to_head(session, drafters, cells, task, regime, prompts, max_tokens, ro
     out = []
     for base in ("olifant", "hybrid"):
         fixed = max((c for c in cells if c["strategy"] == base), key=lambda c: c["speedup"])
-        ratios = []
-        for r in range(rounds):
-            secs = {"fixed": 0.0, "adaptive": 0.0}
-            for i, text in enumerate(prompts):
-                ids = tok.encode(text)
-                order = [("fixed", base, fixed["k"]), ("adaptive", "adaptive-" + base, kmax)]
-                outs = []
-                for label, strategy, k in order[::-1] if (r + i) % 2 else order:
-                    tokens, st, _, _ = run_one(model, ids, drafters[strategy], k, max_tokens,
-                                               regime == "kv", tok, None)
-                    secs[label] += st.seconds
-                    outs.append(tokens)
-                if outs[0] != outs[1]:
-                    raise SystemExit(f"adaptive and fixed outputs differ ({base}): a bug")
-            ratios.append(secs["fixed"] / secs["adaptive"])
+        runners = [("fixed", drafters[base], fixed["k"]), ("adaptive", drafters["adaptive-" + base], kmax)]
+        ratios = [s["fixed"] / s["adaptive"] for s in
+                  alternating_rounds(model, tok, prompts, runners, rounds, max_tokens, regime == "kv")]
         out.append({"task": task, "regime": regime, "drafter": base, "fixed_k": fixed["k"],
                     "adaptive_k_max": kmax, "rounds": rounds, "prompts": len(prompts),
                     "adaptive_speedup_mean": round(sum(ratios) / len(ratios), 3),

@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from olifant_mlx.bench import read_prompts, run_one  # noqa: E402
+from olifant_mlx.bench import alternating_rounds, read_prompts  # noqa: E402
 from olifant_mlx.decode_cli import open_session  # noqa: E402
 from olifant_mlx.drafters import make_drafter  # noqa: E402
 from olifant_mlx.engine import generate  # noqa: E402
@@ -44,19 +44,10 @@ def main():
     drafter = make_drafter(args.draft, ours)
     prompts = read_prompts(str(SHARED / "corpora" / args.task / "prompts.dev.jsonl"))[: args.prompts]
     generate(model, tok.encode("Warm-up text."), max_tokens=4)
+    runners = [("plain", None, 0), ("draft", drafter, args.k)]
     ratios = []
-    for r in range(args.rounds):
-        secs = {"plain": 0.0, "draft": 0.0}
-        for i, text in enumerate(prompts):
-            ids = tok.encode(text)
-            order = [("plain", None, 0), ("draft", drafter, args.k)]
-            outs = []
-            for label, d, k in order[::-1] if (r + i) % 2 else order:
-                tokens, st, _, _ = run_one(model, ids, d, k, args.max_tokens, not args.no_kv_cache, tok, None)
-                secs[label] += st.seconds
-                outs.append(tokens)
-            if outs[0] != outs[1]:
-                raise SystemExit("the drafter's output differs from plain decoding: a bug")
+    for r, secs in enumerate(alternating_rounds(model, tok, prompts, runners, args.rounds,
+                                                args.max_tokens, not args.no_kv_cache)):
         ratios.append(secs["plain"] / secs["draft"])
         print(f"round {r + 1}: {args.draft} k={args.k} speedup over plain {ratios[-1]:.3f}x", flush=True)
     result = {"verifier": name, "task": args.task, "draft": args.draft, "k": args.k,

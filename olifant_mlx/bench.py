@@ -61,6 +61,27 @@ def run_one(model, prompt, drafter, k, max_tokens, kv, tok, meter):
     return tokens, stats, window, time.process_time() - cpu0
 
 
+def alternating_rounds(model, tok, prompts, runners, rounds, max_tokens, kv) -> list:
+    """Seconds per runner, per round: each runner (label, drafter, k) generates from every
+    prompt, the order rotating with round and prompt so that neither side always runs first
+    on a noisy machine. Outputs must be identical (speculative decoding is exact)."""
+    out = []
+    for r in range(rounds):
+        secs = {label: 0.0 for label, _, _ in runners}
+        for i, text in enumerate(prompts):
+            ids = tok.encode(text)
+            shift = (r + i) % len(runners)
+            outputs = []
+            for label, drafter, k in runners[shift:] + runners[:shift]:
+                tokens, st, _, _ = run_one(model, ids, drafter, k, max_tokens, kv, tok, None)
+                secs[label] += st.seconds
+                outputs.append(tokens)
+            if any(o != outputs[0] for o in outputs):
+                raise RuntimeError(f"outputs differ between {[label for label, _, _ in runners]}: a bug")
+        out.append(secs)
+    return out
+
+
 def sweep(session, tasks: dict, strategies: dict, ks, regimes, max_tokens: int, results,
           meter=None, n_prompts=None, on_progress=None):
     """Run every missing cell; append rows to `results`; return all rows.

@@ -156,15 +156,15 @@ class LookupDrafter(NoDrafter):
                         while len(follow) < k:   # position start+n+i of context + follow
                             follow.append(follow[start + n + len(follow) - L])
                     if follow:
-                        m = _agreement(context, start + n, L)
+                        m = agreement(context, start + n, context)
                         return follow, copy_signals("lookup", m, len(follow))
         return [], []
 
 
-def _agreement(context, end, L, cap=32):
-    """How many tokens of the text before `end` agree with the context's tail (at most cap)."""
-    m = 0
-    while m < min(end, cap) and context[end - 1 - m] == context[L - 1 - m]:
+def agreement(source, end, context, cap=32):
+    """How many tokens of source before `end` agree with the context's tail (at most cap)."""
+    m, limit = 0, min(end, len(context), cap)
+    while m < limit and source[end - 1 - m] == context[len(context) - 1 - m]:
         m += 1
     return m
 
@@ -288,26 +288,28 @@ class HybridDrafter(NoDrafter):
         self.short_lookup = LookupDrafter(max_ngram=min_match - 1, min_ngram=1, repeat=True)
         self.name = name
 
-    def candidates(self, context, k):
-        """Every non-empty (drafts, signals) the hybrid could propose, in order of preference."""
-        out = [self.lookup.draft_scored(context, k)]
+    def _candidates(self, context, k):
+        """(drafts, signals) in order of preference, each computed only when asked for."""
+        yield self.lookup.draft_scored(context, k)
         if self.history is not None:
             tokens, signals = self.history.continuation(context, k)
             if tokens and len(tokens) < k:
                 more, more_signals = self.olifant.draft_scored(list(context) + tokens, k - len(tokens))
                 tokens, signals = tokens + more, signals + more_signals
-            out.append((tokens, signals))
-        out.append(self.olifant.draft_scored(context, k))
+            yield tokens, signals
+        yield self.olifant.draft_scored(context, k)
         if self.short_lookup.max_ngram >= 1:
-            out.append(self.short_lookup.draft_scored(context, k))
-        return [c for c in out if c[0]]
+            yield self.short_lookup.draft_scored(context, k)
+
+    def candidates(self, context, k):
+        """Every non-empty (drafts, signals) the hybrid could propose, in order of preference."""
+        return [c for c in self._candidates(context, k) if c[0]]
 
     def draft(self, context, k):
         return self.draft_scored(context, k)[0]
 
     def draft_scored(self, context, k):
-        options = self.candidates(context, k)
-        return options[0] if options else ([], [])
+        return next((c for c in self._candidates(context, k) if c[0]), ([], []))
 
 
 def find_hybrid(drafter):

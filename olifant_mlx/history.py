@@ -17,7 +17,7 @@ import struct
 
 import numpy as np
 
-from olifant_mlx.drafters import copy_signals
+from olifant_mlx.drafters import agreement, copy_signals
 from olifant_mlx.igtree import TokenizerMismatch
 
 MAGIC = b"OLIFHST1"
@@ -116,7 +116,4 @@ class SessionHistory:
         follow = []
         while len(follow) < k and self.tokens[pos + len(follow)] != -1:
             follow.append(self.tokens[pos + len(follow)])
-        m = KEY
-        while m < 32 and m < len(context) and pos - 1 - m >= 0 and self.tokens[pos - 1 - m] == context[-1 - m]:
-            m += 1
-        return follow, copy_signals("history", m, len(follow))
+        return follow, copy_signals("history", agreement(self.tokens, pos, context), len(follow))

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from olifant_mlx.bench import aggregate, load_rows, read_prompts, sweep, write_tables
+from olifant_mlx.bench import aggregate, alternating_rounds, load_rows, read_prompts, sweep, write_tables
 from olifant_mlx.drafters import LookupDrafter, NgramDrafter
 from olifant_mlx.energy import open_meter
 from test_engine import VOCAB, tiny_llama
@@ -53,6 +53,20 @@ def test_sweep_resume_and_tables(session, tmp_path):
         table = list(csv.DictReader(f))
     assert len(table) == len(cells) and table[0]["energy_label"] == "not measured"
     assert "not measured" in paths["markdown"].read_text()
+
+
+def test_alternating_rounds(session, monkeypatch):
+    model, tok, _ = session
+    runners = [("plain", None, 0), ("lookup", LookupDrafter(), 4)]
+    rounds = alternating_rounds(model, tok, TASKS["legal"], runners, 2, 12, True)
+    assert len(rounds) == 2 and all(set(r) == {"plain", "lookup"} for r in rounds)
+    assert all(sec > 0 for r in rounds for sec in r.values())
+    # outputs that differ (a broken drafter) stop the measurement
+    import olifant_mlx.bench as bench
+    real = bench.run_one
+    monkeypatch.setattr(bench, "run_one", lambda m, ids, d, *a: ([d is None], *real(m, ids, d, *a)[1:]))
+    with pytest.raises(RuntimeError, match="outputs differ"):
+        alternating_rounds(model, tok, TASKS["legal"], runners, 1, 4, True)
 
 
 def test_energy_from_a_meter(session, tmp_path, shared):
