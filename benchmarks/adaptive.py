@@ -29,12 +29,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from olifant_mlx.bench import (aggregate, alternating_rounds, load_rows, read_prompts, sweep,  # noqa: E402
-                                write_tables)
-from olifant_mlx.decode_cli import open_session  # noqa: E402
-from olifant_mlx.drafters import make_drafter  # noqa: E402
-from olifant_mlx.engine import generate  # noqa: E402
-from olifant_mlx.train import train  # noqa: E402
+from olifant_mlx.drafters import build_drafter  # noqa: E402
+from olifant_mlx.draftmodel.train import train  # noqa: E402
+from olifant_mlx.measure.bench import (  # noqa: E402
+    ModelRunner,
+    aggregate,
+    alternating_rounds,
+    load_rows,
+    read_prompts,
+    sweep,
+    write_tables,
+)
+from olifant_mlx.verifier import load_verifier  # noqa: E402
 
 SHARED = Path(os.environ.get("OLIFANT_SHARED", ROOT.parent / "shared"))
 C = SHARED / "corpora"
@@ -76,16 +82,15 @@ def summarise(cells):
     return out
 
 
-def head_to_head(session, drafters, cells, task, regime, prompts, max_tokens, rounds, kmax):
+def head_to_head(runner, drafters, cells, task, regime, prompts, max_tokens, rounds, kmax):
     """Adaptive (k <= kmax) against the same drafter at its best fixed k, `rounds` times over the
     prompts, alternating which runs first: the ratio of fixed to adaptive seconds per round."""
-    model, tok, _ = session
     out = []
     for base in ("olifant", "hybrid"):
         fixed = max((c for c in cells if c["strategy"] == base), key=lambda c: c["speedup"])
         runners = [("fixed", drafters[base], fixed["k"]), ("adaptive", drafters["adaptive-" + base], kmax)]
         ratios = [s["fixed"] / s["adaptive"] for s in
-                  alternating_rounds(model, tok, prompts, runners, rounds, max_tokens, regime == "kv")]
+                  alternating_rounds(runner, prompts, runners, rounds, max_tokens, regime == "kv")]
         out.append({"task": task, "regime": regime, "drafter": base, "fixed_k": fixed["k"],
                     "adaptive_k_max": kmax, "rounds": rounds, "prompts": len(prompts),
                     "adaptive_speedup_mean": round(sum(ratios) / len(ratios), 3),
@@ -110,25 +115,27 @@ def main():
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    model, tok, ours, _, name = open_session(args.verifier)
-    generate(model, tok.encode("Warm-up text."), max_tokens=4)
+    verifier = load_verifier(args.verifier)
+    ours, name = verifier.identity, verifier.name
+    runner = ModelRunner(verifier)
+    runner.run("Warm-up text.", None, 0, True, 4)
     cells, duels = [], []
     for task in args.tasks:
         path = draft_model(task, ours, name)
         specs = {"olifant": f"olifant:{path}", "hybrid": f"hybrid:{path}", "lookup": "lookup",
                  "ngram": "ngram", "adaptive-olifant": f"adaptive:olifant:{path}",
                  "adaptive-hybrid": f"adaptive:hybrid:{path}"}
-        drafters = {s: make_drafter(spec, ours) for s, spec in specs.items()}
+        drafters = {s: build_drafter(spec, ours) for s, spec in specs.items()}
         prompts = read_prompts(str(C / task / "prompts.dev.jsonl"))
         for regime in args.regimes:
             n, max_tokens = ((args.kv_prompts, args.kv_tokens) if regime == "kv"
                              else (args.uncached_prompts, args.uncached_tokens))
             results = out / f"{task}-{regime}.jsonl"
             for group, ks in ((FIXED, args.fixed_ks), (ADAPTIVE, args.adaptive_ks)):
-                sweep((model, tok, name), {task: prompts}, {s: drafters[s] for s in group}, ks,
+                sweep(runner, {task: prompts}, {s: drafters[s] for s in group}, ks,
                       [regime], max_tokens, results, n_prompts=n,
-                      on_progress=lambda done, total: print(f"{task} {regime} {done}/{total}",
-                                                            file=sys.stderr))
+                      on_progress=lambda done, total, task=task, regime=regime: print(
+                          f"{task} {regime} {done}/{total}", file=sys.stderr))
             rows = [r for r in load_rows(results) if r["verifier"] == name]
             bad = [r for r in rows if not r["exact_match"]]
             if bad:
@@ -138,7 +145,7 @@ def main():
             cells += task_cells
             if args.rounds:
                 print(f"{task} {regime}: head to head ...", file=sys.stderr)
-                duels += head_to_head((model, tok, name), drafters, task_cells, task, regime,
+                duels += head_to_head(runner, drafters, task_cells, task, regime,
                                       prompts[:n], max_tokens, args.rounds, max(args.adaptive_ks))
     summary = summarise(cells)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
@@ -149,7 +156,8 @@ def main():
         vs = f"{r['adaptive_hybrid_vs_this']:.2f}x" if r["adaptive_hybrid_vs_this"] else "—"
         vf = f"{r['adaptive_vs_fixed_k']:.2f}x" if r["adaptive_vs_fixed_k"] else "—"
         lines.append(f"| {r['task']} | {r['regime']} | {r['strategy']} | {r['best_k']} | {r['prompts']} | "
-                     f"{r['speedup']:.2f}x | {r['acceptance']:.1%} | {r['verifier_tokens_per_token']:.2f} | {vs} | {vf} |")
+                     f"{r['speedup']:.2f}x | {r['acceptance']:.1%} | "
+                     f"{r['verifier_tokens_per_token']:.2f} | {vs} | {vf} |")
     if duels:
         (out / "head_to_head.json").write_text(json.dumps(duels, indent=2))
         lines += ["", f"Head to head: adaptive (k <= {max(args.adaptive_ks)}) vs the same drafter at its "

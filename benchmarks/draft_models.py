@@ -15,8 +15,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from olifant_mlx.tokenizers import load_tokenizer  # noqa: E402
-from olifant_mlx.train import train  # noqa: E402
+from olifant_mlx.verifier import load_tokenizer  # noqa: E402
+from olifant_mlx.draftmodel.train import train  # noqa: E402
 
 SHARED = Path(os.environ.get("OLIFANT_SHARED", ROOT.parent / "shared"))
 DOMAINS = {

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -27,9 +26,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from olifant_mlx.corpus import iter_documents, tokenized_batches, windows  # noqa: E402
-from olifant_mlx.igtree import IGTree  # noqa: E402
-from olifant_mlx.tokenizers import load_tokenizer  # noqa: E402
+from olifant_mlx.draftmodel.corpus import iter_documents, tokenized_batches, windows  # noqa: E402
+from olifant_mlx.draftmodel.igtree import IGTree  # noqa: E402
+from olifant_mlx.verifier import load_tokenizer  # noqa: E402
 
 SHARED = Path(os.environ.get("OLIFANT_SHARED", ROOT.parent / "shared"))
 
@@ -96,7 +95,7 @@ def write_instances(path, ctx, tgt, chunk=1_000_000):
 
 BUILD_CHILD = """
 import sys, numpy as np
-from olifant_mlx.igtree import Builder
+from olifant_mlx.draftmodel.igtree import Builder
 b = Builder(vocab_size=int(sys.argv[3]), window=4)
 with open(sys.argv[1], "rb") as f:  # raw uint32 rows, read in 1M-row chunks
     while True:
@@ -202,7 +201,7 @@ def main():
 
 def _child_stdout(model_path):
     r = subprocess.run([sys.executable, "-c",
-                        "import sys,time;from olifant_mlx.igtree import IGTree;"
+                        "import sys,time;from olifant_mlx.draftmodel.igtree import IGTree;"
                         "t=time.perf_counter();IGTree.load(sys.argv[1]);"
                         "print(time.perf_counter()-t)", str(model_path)],
                        capture_output=True, text=True, check=True)

@@ -20,10 +20,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from olifant_mlx.bench import alternating_rounds, read_prompts  # noqa: E402
-from olifant_mlx.decode_cli import open_session  # noqa: E402
-from olifant_mlx.drafters import make_drafter  # noqa: E402
-from olifant_mlx.engine import generate  # noqa: E402
+from olifant_mlx.drafters import build_drafter  # noqa: E402
+from olifant_mlx.measure.bench import ModelRunner, alternating_rounds, read_prompts  # noqa: E402
+from olifant_mlx.verifier import load_verifier  # noqa: E402
 
 SHARED = Path(os.environ.get("OLIFANT_SHARED", ROOT.parent / "shared"))
 
@@ -40,13 +39,15 @@ def main():
     ap.add_argument("--no-kv-cache", action="store_true")
     ap.add_argument("--out", help="write the result as JSON here")
     args = ap.parse_args()
-    model, tok, ours, _, name = open_session(args.verifier)
-    drafter = make_drafter(args.draft, ours)
+    verifier = load_verifier(args.verifier)
+    name = verifier.name
+    drafter = build_drafter(args.draft, verifier.identity)
+    runner = ModelRunner(verifier)
     prompts = read_prompts(str(SHARED / "corpora" / args.task / "prompts.dev.jsonl"))[: args.prompts]
-    generate(model, tok.encode("Warm-up text."), max_tokens=4)
+    runner.run("Warm-up text.", None, 0, True, 4)
     runners = [("plain", None, 0), ("draft", drafter, args.k)]
     ratios = []
-    for r, secs in enumerate(alternating_rounds(model, tok, prompts, runners, args.rounds,
+    for r, secs in enumerate(alternating_rounds(runner, prompts, runners, args.rounds,
                                                 args.max_tokens, not args.no_kv_cache)):
         ratios.append(secs["plain"] / secs["draft"])
         print(f"round {r + 1}: {args.draft} k={args.k} speedup over plain {ratios[-1]:.3f}x", flush=True)

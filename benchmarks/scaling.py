@@ -18,11 +18,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from olifant_mlx.bench import ReferenceVerifier, aggregate, continuations_of, read_prompts, sweep  # noqa: E402
 from olifant_mlx.drafters import OlifantDrafter  # noqa: E402
-from olifant_mlx.igtree import IGTree  # noqa: E402
-from olifant_mlx.tokenizers import load_tokenizer  # noqa: E402
-from olifant_mlx.train import train  # noqa: E402
+from olifant_mlx.draftmodel.igtree import IGTree  # noqa: E402
+from olifant_mlx.draftmodel.train import train  # noqa: E402
+from olifant_mlx.measure.bench import ReferenceRunner, aggregate, continuations_of, read_prompts, sweep  # noqa: E402
+from olifant_mlx.verifier import load_tokenizer  # noqa: E402
 
 SHARED = Path(os.environ.get("OLIFANT_SHARED", ROOT.parent / "shared"))
 C = SHARED / "corpora"
@@ -58,7 +58,7 @@ def main():
     for name, path in models.items():
         m = IGTree.load(path)
         for task, (prompts, conts) in tasks.items():
-            ref = ReferenceVerifier(tok, conts, args.max_tokens)
+            ref = ReferenceRunner(tok, conts)
             with tempfile.TemporaryDirectory() as tmp:
                 rows = sweep(ref, {task: prompts}, {"olifant": OlifantDrafter(m)}, [3, 8], ["kv"],
                              args.max_tokens, Path(tmp) / "r.jsonl")

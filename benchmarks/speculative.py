@@ -21,12 +21,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from olifant_mlx.bench import aggregate, load_rows, sweep, write_tables, _fmt  # noqa: E402
-from olifant_mlx.decode_cli import open_session  # noqa: E402
 from olifant_mlx.drafters import LookupDrafter, NgramDrafter, OlifantDrafter  # noqa: E402
-from olifant_mlx.engine import generate  # noqa: E402
-from olifant_mlx.igtree import IGTree  # noqa: E402
-from olifant_mlx.train import train  # noqa: E402
+from olifant_mlx.draftmodel.igtree import IGTree  # noqa: E402
+from olifant_mlx.draftmodel.train import train  # noqa: E402
+from olifant_mlx.measure.bench import ModelRunner, _fmt, aggregate, load_rows, sweep, write_tables  # noqa: E402
+from olifant_mlx.verifier import load_verifier  # noqa: E402
 
 SHARED = Path(os.environ.get("OLIFANT_SHARED", ROOT.parent / "shared"))
 OUT = ROOT / "benchmarks" / "out"
@@ -54,12 +53,14 @@ def main():
     prompts = [json.loads(line)["prompt"] for line in open(args.prompt_file)][: args.prompts]
     Path(args.results).parent.mkdir(parents=True, exist_ok=True)
     for verifier in args.verifiers:
-        model, tok, ours, _, name = open_session(verifier)
-        makers = {"olifant": lambda: OlifantDrafter(legal_draft_model(ours, name)),
+        v = load_verifier(verifier)
+        ours, name = v.identity, v.name
+        runner = ModelRunner(v)
+        makers = {"olifant": lambda ours=ours, name=name: OlifantDrafter(legal_draft_model(ours, name)),
                   "ngram": NgramDrafter, "lookup": LookupDrafter}
         drafters = {d: makers[d]() for d in args.drafters}
-        generate(model, tok.encode("Warm-up text."), max_tokens=4)
-        sweep((model, tok, name), {"legal": prompts}, drafters, args.ks, args.regimes,
+        runner.run("Warm-up text.", None, 0, True, 4)
+        sweep(runner, {"legal": prompts}, drafters, args.ks, args.regimes,
               args.max_tokens, args.results, n_prompts=args.prompts,
               on_progress=lambda done, total: print(f"{done}/{total}", file=sys.stderr))
     cells = aggregate(load_rows(args.results))

@@ -17,10 +17,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from olifant_mlx.corpus import iter_documents, tokenized_batches  # noqa: E402
-from olifant_mlx.igtree import Builder  # noqa: E402
-from olifant_mlx.tokenizers import load_tokenizer  # noqa: E402
-from olifant_mlx.train import peak_rss_mb  # noqa: E402
+from olifant_mlx.draftmodel.corpus import iter_documents, tokenized_batches  # noqa: E402
+from olifant_mlx.draftmodel.igtree import Builder  # noqa: E402
+from olifant_mlx.verifier import load_tokenizer  # noqa: E402
+from olifant_mlx.draftmodel.train import peak_rss_mb  # noqa: E402
 
 SHARED = Path(os.environ.get("OLIFANT_SHARED", ROOT.parent / "shared"))
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from olifant_mlx.igtree import TOPK_ALL, Builder
+from olifant_mlx.draftmodel.igtree import TOPK_ALL, Builder
 
 
 def _instances(rng, n, window, vocab):

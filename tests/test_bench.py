@@ -2,27 +2,48 @@
 import csv
 import json
 
-import numpy as np
 import pytest
+from test_engine import VOCAB, tiny_llama
 
-from olifant_mlx.bench import aggregate, alternating_rounds, load_rows, read_prompts, sweep, write_tables
 from olifant_mlx.drafters import LookupDrafter, NgramDrafter
 from olifant_mlx.energy import open_meter
-from test_engine import VOCAB, tiny_llama
+from olifant_mlx.engine.reference import TextDetokenizer
+from olifant_mlx.measure.bench import (
+    ModelRunner,
+    aggregate,
+    alternating_rounds,
+    load_rows,
+    read_prompts,
+    sweep,
+    write_tables,
+)
+from olifant_mlx.verifier import Verifier
 
 
 class Tok:
-    """What the sweep needs of an mlx-lm tokenizer, over tiny-model ids."""
+    """What a Verifier needs of an mlx-lm tokenizer, over tiny-model ids."""
     eos_token_ids = []
     bos_token_id = None
+    name, vocab_size, digest = "tiny", VOCAB, bytes(32)
 
     def encode(self, text):
         return [1 + ord(c) % (VOCAB - 1) for c in text]
 
+    def decode(self, ids):
+        return "".join(chr(96 + i % 26) for i in ids)
+
+    @property
+    def detokenizer(self):
+        return TextDetokenizer(self.decode)
+
+
+def tiny_verifier():
+    return Verifier(tiny_llama(0), Tok(), Tok(), "tiny")
+
 
 @pytest.fixture(scope="module")
 def session():
-    return tiny_llama(0), Tok(), "tiny"
+    return ModelRunner(tiny_verifier())
 
 
 TASKS = {"legal": ["The Member States shall", "Article 4 of Regulation"],
@@ -55,25 +76,25 @@ def test_sweep_resume_and_tables(session, tmp_path):
     assert "not measured" in paths["markdown"].read_text()
 
 
-def test_alternating_rounds(session, monkeypatch):
-    model, tok, _ = session
+def test_alternating_rounds(session):
     runners = [("plain", None, 0), ("lookup", LookupDrafter(), 4)]
-    rounds = alternating_rounds(model, tok, TASKS["legal"], runners, 2, 12, True)
+    rounds = alternating_rounds(session, TASKS["legal"], runners, 2, 12, True)
     assert len(rounds) == 2 and all(set(r) == {"plain", "lookup"} for r in rounds)
     assert all(sec > 0 for r in rounds for sec in r.values())
-    # outputs that differ (a broken drafter) stop the measurement
-    import olifant_mlx.bench as bench
-    real = bench.run_one
-    monkeypatch.setattr(bench, "run_one", lambda m, ids, d, *a: ([d is None], *real(m, ids, d, *a)[1:]))
+
+    class Broken(ModelRunner):   # outputs that differ (a broken drafter) stop the measurement
+        def run(self, prompt, drafter, *a):
+            return ([drafter is None], *super().run(prompt, drafter, *a)[1:])
+
     with pytest.raises(RuntimeError, match="outputs differ"):
-        alternating_rounds(model, tok, TASKS["legal"], runners, 1, 4, True)
+        alternating_rounds(Broken(session.verifier), TASKS["legal"], runners, 1, 4, True)
 
 
 def test_energy_from_a_meter(session, tmp_path, shared):
     trace = shared / "fixtures/energy/ioreport/replay_synthetic_burst_and_cpu_stall.json"
     meter = open_meter(f"replay:{trace}")
-    rows = sweep(session, {"legal": TASKS["legal"][:1]}, {"ngram": NgramDrafter()}, [3], ["kv"], 12,
-                 tmp_path / "r.jsonl", meter=meter)
+    rows = sweep(ModelRunner(session.verifier, meter), {"legal": TASKS["legal"][:1]},
+                 {"ngram": NgramDrafter()}, [3], ["kv"], 12, tmp_path / "r.jsonl")
     for r in rows:
         assert r["energy_backend"] == "replay" and r["energy_label"] != "not measured"
         if r["energy_j"]:
@@ -94,9 +115,12 @@ class WordTok:
     def encode(self, text):
         return list(text.encode())
 
+    def decode(self, ids):
+        return bytes(ids).decode("utf-8", "replace")
+
 
 def test_reference_mode_and_predictions(tmp_path):
-    from olifant_mlx.bench import ReferenceVerifier, add_predictions, continuations_of, write_plots
+    from olifant_mlx.measure.bench import ReferenceRunner, add_predictions, continuations_of, write_plots
 
     doc = " ".join(f"word{i % 7}" for i in range(80))
     (tmp_path / "valid.txt").write_text(doc + "\n\nanother document here\n")
@@ -105,7 +129,7 @@ def test_reference_mode_and_predictions(tmp_path):
     assert conts[prompt] == doc[len(prompt):]
     with pytest.raises(ValueError, match="not the start of any document"):
         continuations_of(["no such start"], str(tmp_path / "valid.txt"))
-    ref = ReferenceVerifier(WordTok(), conts, max_tokens=60)
+    ref = ReferenceRunner(WordTok(), conts)
     rows = sweep(ref, {"legal": [prompt]}, {"lookup": LookupDrafter(), "ngram": NgramDrafter()}, [4],
                  ["kv"], 60, tmp_path / "r.jsonl")
     truth = WordTok().encode(conts[prompt])[:60]

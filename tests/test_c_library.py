@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from olifant_mlx._igtree import lib
-from olifant_mlx.igtree import TOPK_ALL, Builder, IGTree, IGTreeError, ModelFileError
+from olifant_mlx.draftmodel._igtree import lib
+from olifant_mlx.draftmodel.igtree import Builder, IGTree, IGTreeError, ModelFileError
 
 ROOT = Path(__file__).resolve().parent.parent
 CSRC = ROOT / "csrc"
@@ -100,6 +100,7 @@ def sanitizer_env(compiler, tmp_path_factory):
 
 # ---- (a), (b): the C driver ---------------------------------------------------------------
 
+@pytest.mark.slow
 def test_c_driver_with_sanitizers(compiler, sanitizer_env, tmp_path):
     exe = tmp_path / "test_igtree_asan"
     built = _compile(compiler, [CSRC / "igtree.c", CSRC / "test_igtree.c"], exe, SANITIZE)
@@ -110,6 +111,7 @@ def test_c_driver_with_sanitizers(compiler, sanitizer_env, tmp_path):
     assert list(scratch.iterdir()) == [], "the driver left files behind"
 
 
+@pytest.mark.slow
 def test_c_driver_strict_warnings(compiler, tmp_path):
     exe = tmp_path / "test_igtree"
     built = _compile(compiler, [CSRC / "igtree.c", CSRC / "test_igtree.c"], exe, STRICT)
@@ -302,6 +304,7 @@ def test_missing_file_names_the_path(tmp_path):
 
 # ---- (d): libFuzzer smoke run --------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_libfuzzer_smoke(tmp_path):
     clang = shutil.which("clang")
     if clang is None:

@@ -6,7 +6,7 @@ import lzma
 import numpy as np
 import pytest
 
-from olifant_mlx.corpus import CorpusError, iter_documents, tokenized_batches, windows
+from olifant_mlx.draftmodel.corpus import CorpusError, iter_documents, tokenized_batches, windows
 
 TEXT = "Article 1\nThe Commission shall,  within 3 months,\n\tact.\n\nArticle 2\nDone.\n\n\nThird doc\n"
 DOCS = ["Article 1\nThe Commission shall,  within 3 months,\n\tact.", "Article 2\nDone.", "Third doc"]

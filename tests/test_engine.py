@@ -3,12 +3,21 @@ import numpy as np
 import pytest
 from mlx.utils import tree_map
 
-from olifant_mlx.mlx_setup import mx
-from olifant_mlx.adaptive import AdaptiveDrafter, best_length, AcceptanceEstimate, PassCost
-from olifant_mlx.drafters import (HybridDrafter, LookupDrafter, NeuralDrafter,
-                                  NgramDrafter, NoDrafter, OlifantDrafter, WordNgramDrafter)
+from olifant_mlx.drafters import (
+    Draft,
+    HybridDrafter,
+    LookupDrafter,
+    NeuralDrafter,
+    NgramDrafter,
+    NoDrafter,
+    OlifantDrafter,
+    Signal,
+    WordNgramDrafter,
+)
+from olifant_mlx.drafters.adaptive import AcceptanceEstimate, AdaptiveDrafter, PassCost, best_length
+from olifant_mlx.draftmodel.igtree import Builder
 from olifant_mlx.engine import Stats, generate, generate_steps
-from olifant_mlx.igtree import Builder
+from olifant_mlx.mlx_setup import mx
 
 VOCAB = 64
 
@@ -43,7 +52,7 @@ def olifant(model, prompts):
     """An IGTree trained on the tiny verifier's own greedy output: drafts get accepted."""
     b = Builder(vocab_size=VOCAB)
     rng = np.random.default_rng(1)
-    for i in range(30):
+    for _ in range(30):
         p = rng.integers(1, VOCAB, size=8).tolist()
         out, _ = generate(model, p, max_tokens=60)
         b.add_document(p + out)
@@ -158,17 +167,17 @@ def test_best_length_by_hand():
 
 def test_acceptance_estimate_learns_backs_off_and_forgets():
     est = AcceptanceEstimate(prior=0.5, strength=2.0, half_life=10)
-    assert est.p(("igtree", 4, 3)) == 0.5
+    assert est.p(Signal("igtree", 4, 3)) == 0.5
     for _ in range(20):
-        est.update(("igtree", 4, 3), True)
-        est.update(("igtree", 1, 0), False)
+        est.update(Signal("igtree", 4, 3), True)
+        est.update(Signal("igtree", 1, 0), False)
         est.tick()
-    assert est.p(("igtree", 4, 3)) > 0.8 and est.p(("igtree", 1, 0)) < 0.2
-    assert abs(est.p(("igtree", 2, 2)) - 0.5) < 0.05      # unseen: the source's rate (half)
-    assert est.p(("lookup", 3)) == 0.5
+    assert est.p(Signal("igtree", 4, 3)) > 0.8 and est.p(Signal("igtree", 1, 0)) < 0.2
+    assert abs(est.p(Signal("igtree", 2, 2)) - 0.5) < 0.05      # unseen: the source's rate (half)
+    assert est.p(Signal("lookup", 3)) == 0.5
     for _ in range(200):
         est.tick()
-    assert abs(est.p(("igtree", 1, 0)) - 0.5) < 0.02      # unused evidence decays to the prior
+    assert abs(est.p(Signal("igtree", 1, 0)) - 0.5) < 0.02      # unused evidence decays to the prior
     with pytest.raises(ValueError, match="prior"):
         AcceptanceEstimate(prior=1.0)
 
@@ -193,8 +202,8 @@ class ScriptedDrafter(NoDrafter):
         self.good = good
 
     def draft_scored(self, context, k):
-        return list(range(1, k + 1)), [("s", "good") if i < self.good else ("s", "bad")
-                                       for i in range(k)]
+        return Draft(list(range(1, k + 1)), [Signal("s", 1) if i < self.good else Signal("s", 0)
+                                             for i in range(k)])
 
 
 def run_scripted(d, kv, steps=60, context_len=50):
@@ -209,8 +218,9 @@ def run_scripted(d, kv, steps=60, context_len=50):
         accepted = min(j, d.inner.good)
         passed = (j if accepted else 1) if kv else context_len + j
         lengths.append(j)
-        d.observe(Step(i, drafts, accepted, drafts[:accepted] or [0], None, False, passed,
-                       0.0, 0.01 * (1 + 0.1 * (passed - 1)), 0.0), kv)
+        d.observe(Step(index=i, drafted=drafts, accepted=accepted, emitted=drafts[:accepted] or [0],
+                       verifier_token=None, fast_path=False, forward_tokens=passed, draft_s=0.0,
+                       verify_s=0.01 * (1 + 0.1 * (passed - 1)), step_s=0.0), kv)
     return lengths
 
 
@@ -240,8 +250,8 @@ def test_copy_signals_grow_with_agreement():
 
     tokens, signals = LookupDrafter(repeat=True).draft_scored([4, 1, 2, 3, 5, 4, 1, 2, 3], 6)
     assert tokens == [5, 4, 1, 2, 3, 5]
-    assert [m for _, m in signals] == [4, 4, 4, 4, 8, 8]      # 4 agree; 5..8 once accepted
-    assert [m for _, m in copy_signals("lookup", 30, 4)] == [16, 16, 32, 32]
+    assert [s.level for s in signals] == [4, 4, 4, 4, 8, 8]      # 4 agree; 5..8 once accepted
+    assert [s.level for s in copy_signals("lookup", 30, 4)] == [16, 16, 32, 32]
 
 
 def test_hybrid_falls_back_to_a_one_token_match(olifant):
@@ -256,7 +266,7 @@ class TwoWays(NoDrafter):
     good = 3
 
     def candidates(self, context, k):
-        return [([9] * k, [("a",)] * k), ([1] * k, [("b",)] * k)]
+        return [Draft([9] * k, [Signal("a")] * k), Draft([1] * k, [Signal("b")] * k)]
 
 
 def test_adaptive_learns_which_candidate_to_take():
@@ -269,8 +279,10 @@ def test_adaptive_learns_which_candidate_to_take():
         drafts = d.draft([0] * 10, 4)
         accepted = len(drafts) if drafts[:1] == [1] else 0
         picked.append(drafts[:1])
-        d.observe(Step(i, drafts, accepted, drafts[:accepted] or [0], None, False,
-                       len(drafts) if accepted else 1, 0.0, 0.01, 0.0), True)
+        d.observe(Step(index=i, drafted=drafts, accepted=accepted, emitted=drafts[:accepted] or [0],
+                       verifier_token=None, fast_path=False,
+                       forward_tokens=len(drafts) if accepted else 1, draft_s=0.0, verify_s=0.01,
+                       step_s=0.0), True)
     assert picked[0] == [9] and picked[-20:] == [[1]] * 20
 
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from mlx.utils import tree_flatten
 
-from olifant_mlx.gguf_import import GGUFError, _hf_name, convert_gguf
+from olifant_mlx.verifier.gguf_import import GGUFError, _hf_name, convert_gguf
 from olifant_mlx.mlx_setup import mx
 
 gguf = pytest.importorskip("gguf")

@@ -5,11 +5,10 @@ import stat
 import numpy as np
 import pytest
 
-from olifant_mlx.drafters import HybridDrafter, LookupDrafter, NoDrafter, OlifantDrafter, find_hybrid
-from olifant_mlx.adaptive import AdaptiveDrafter
+from olifant_mlx.drafters import HybridDrafter, OlifantDrafter, Signal
+from olifant_mlx.drafters.history import HEADER, HistoryError, SessionHistory
+from olifant_mlx.draftmodel.igtree import Builder, TokenizerMismatch
 from olifant_mlx.engine import generate
-from olifant_mlx.history import HEADER, HistoryError, SessionHistory
-from olifant_mlx.igtree import Builder, TokenizerMismatch
 
 DIGEST = bytes(range(32))
 
@@ -26,8 +25,8 @@ def test_sessions_round_trip_and_draft(tmp_path):
     assert again.sessions == 2 and again.tokens == h.tokens
     # the latest occurrence wins; a continuation stops at the end of its session
     # signals: the agreement with the context grows along the draft (3, then 4 once 7 is in)
-    assert again.continuation([0, 1, 2, 3], 5) == ([7, 8], [("history", 3), ("history", 4)])
-    assert again.continuation([9, 1, 2, 3], 1) == ([7], [("history", 4)])
+    assert again.continuation([0, 1, 2, 3], 5) == ([7, 8], [Signal("history", 3), Signal("history", 4)])
+    assert again.continuation([9, 1, 2, 3], 1) == ([7], [Signal("history", 4)])
     assert again.continuation([5, 6, 9], 3) == ([], [])       # never across sessions
     assert again.continuation([2, 3], 3) == ([], [])          # too short to look up
     with pytest.raises(HistoryError, match="vocabulary"):
@@ -66,7 +65,7 @@ def test_keeps_the_newest_sessions_within_max_tokens(tmp_path):
 
 
 def test_hybrid_drafts_from_history_and_output_stays_plain(tmp_path):
-    from test_engine import tiny_llama   # the engine tests' tiny verifier
+    from test_engine import tiny_llama  # the engine tests' tiny verifier
 
     model = tiny_llama(0)
     rng = np.random.default_rng(3)
@@ -74,14 +73,12 @@ def test_hybrid_drafts_from_history_and_output_stays_plain(tmp_path):
     ref, _ = generate(model, prompt, max_tokens=40)
     b = Builder(vocab_size=64)
     b.add_document(rng.integers(1, 64, size=50).tolist())   # an IGTree that knows nothing useful
-    hybrid = HybridDrafter(OlifantDrafter(b.build()))
+    olifant = OlifantDrafter(b.build())
     h = SessionHistory(tmp_path / "h.bin", DIGEST, 64)
-    _, before = generate(model, prompt, hybrid, k=5, max_tokens=40)
+    _, before = generate(model, prompt, HybridDrafter(olifant), k=5, max_tokens=40)
     h.append(prompt + ref)                                   # an earlier session wrote this
-    hybrid.history = h
+    hybrid = HybridDrafter(olifant, history=h)
     for kv in (True, False):
         out, after = generate(model, prompt, hybrid, k=5, max_tokens=40, kv_cache=kv)
         assert out == ref
         assert after.accepted > before.accepted and after.steps < before.steps
-    assert find_hybrid(AdaptiveDrafter(hybrid)) is hybrid and find_hybrid(LookupDrafter()) is None
-    assert find_hybrid(NoDrafter()) is None

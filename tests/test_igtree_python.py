@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from olifant_mlx.corpus import windows
-from olifant_mlx.igtree import (TOPK_ALL, Builder, IGTree, IGTreeError, ModelFileError,
+from olifant_mlx.draftmodel.corpus import windows
+from olifant_mlx.draftmodel.igtree import (TOPK_ALL, Builder, IGTree, IGTreeError, ModelFileError,
                                 TokenizerMismatch)
 
 V = 50

@@ -3,11 +3,17 @@ import gzip
 
 import pytest
 
-from olifant_mlx import calc
-from olifant_mlx.analysis_cli import calculate, chart, parse_verify_costs
+from olifant_mlx.cli.analysis import chart, parse_verify_costs
 from olifant_mlx.engine import Stats, Step
-from olifant_mlx.metrics import (cross_document_overlap, gzip_ratio, lcs_length, redundancy, rouge_l,
-                                 within_text_repetition)
+from olifant_mlx.measure import calc
+from olifant_mlx.measure.metrics import (
+    cross_document_overlap,
+    gzip_ratio,
+    lcs_length,
+    redundancy,
+    rouge_l,
+    within_text_repetition,
+)
 
 
 def test_rouge_l_by_hand():
@@ -37,7 +43,9 @@ def test_acceptance_and_mal_by_hand():
     st = Stats()
     # step 1: 3 drafted, 2 accepted; step 2: 3 drafted, 0 accepted; step 3: 2 drafted, 2 accepted
     for drafted, acc in (([5, 6, 7], 2), ([1, 2, 3], 0), ([8, 9], 2)):
-        st.add(Step(0, drafted, acc, drafted[:acc] or [4], None, False, 3, 0.001, 0.01, 0.011))
+        st.add(Step(index=0, drafted=drafted, accepted=acc, emitted=drafted[:acc] or [4],
+                    verifier_token=None, fast_path=False, forward_tokens=3, draft_s=0.001,
+                    verify_s=0.01, step_s=0.011))
     assert st.acceptance == pytest.approx(4 / 8)
     assert st.mean_accepted_length == pytest.approx(4 / 3)
     assert st.tokens == 5 and st.steps == 3
@@ -63,12 +71,18 @@ def test_measured_inputs():
         assert (calc.expected_tokens(a, 3) - 1) / 3 == pytest.approx(acc, abs=1e-9)
     costs = parse_verify_costs("1:1,2:1.39,3:1.52")
     assert costs == {1: 1.0, 2: 1.39, 3: 1.52}
-    r = calculate(alpha=0.5, gamma=3, c=0.0, verify_costs=costs)
+    r = calc.report(alpha=0.5, gamma=3, c=0.0, verify_costs=costs)
     assert r["speedup"] == pytest.approx(calc.expected_tokens(0.5, 3) / 1.52)
+    assert r["fast_path_speedup"] == pytest.approx(calc.speedup_fast_path(0.5, 3, 0.0, 1.52))
+    assert r["curve"][4] == pytest.approx(calc.expected_tokens(0.5, 4))   # no measured cost: 1 step
+    same = calc.report(alpha=0.5, gamma=3, c=0.0, verify_costs=1.52)      # one cost for every g
+    assert same["curve"][1] == pytest.approx(calc.expected_tokens(0.5, 1) / 1.52)
     # fast path at alpha 0: a rejected first draft costs one plain step -> exactly 1x (never a loss)
     assert calc.speedup_fast_path(0.0, 5, 0.0, 3.0) == pytest.approx(1.0)
     # and at alpha 1 with a free verify pass of gamma tokens: gamma tokens per step
     assert calc.speedup_fast_path(1.0, 5, 0.0, 1.0) == pytest.approx(5.0)
     with pytest.raises(ValueError, match="g:cost"):
         parse_verify_costs("3=1.5")
-    assert "γ= 4" in chart(calculate(alpha=0.8, gamma=4, c=0.1)["curve"])
+    assert "γ= 4" in chart(calc.report(alpha=0.8, gamma=4, c=0.1)["curve"])
+    with pytest.raises(ValueError, match="gamma"):
+        calc.report(alpha=0.5, gamma=0)

@@ -6,11 +6,20 @@ import sys
 
 import pytest
 
-from olifant_mlx.decode_cli import DEMO_PROMPT, demo_draft_model, open_session, run
-from olifant_mlx.adaptive import AdaptiveDrafter
-from olifant_mlx.drafters import (HybridDrafter, LookupDrafter, NeuralDrafter, NgramDrafter,
-                                  NoDrafter, OlifantDrafter, WordNgramDrafter)
-from olifant_mlx.engine import generate, generate_steps
+from olifant_mlx.cli.generate import demo_draft_model
+from olifant_mlx.drafters import (
+    AdaptiveDrafter,
+    HybridDrafter,
+    LookupDrafter,
+    NeuralDrafter,
+    NgramDrafter,
+    OlifantDrafter,
+    WordNgramDrafter,
+)
+from olifant_mlx.engine import GenerationOptions, Session, generate, generate_steps
+from olifant_mlx.verifier import load_verifier
+
+pytestmark = pytest.mark.slow    # the real offline verifiers: minutes on two cores
 
 LEGAL = ("Article 1\nThis Regulation lays down rules concerning the protection of natural persons "
          "with regard to the processing of personal data")
@@ -18,19 +27,19 @@ LEGAL = ("Article 1\nThis Regulation lays down rules concerning the protection o
 
 @pytest.fixture(scope="module")
 def smol():
-    model, tok, ours, _, name = open_session("smollm2-135m")
-    return model, tok, ours
+    return load_verifier("smollm2-135m")
 
 
 def test_gguf_conversion_is_right(smol):
-    model, tok, ours = smol
-    _, text, _ = run(model, tok, "The capital of France is", NoDrafter(), k=0, max_tokens=8)
+    v, ours = smol, smol.identity
+    text = Session(v).generate("The capital of France is", GenerationOptions(k=0, max_tokens=8)).text
     assert "Paris" in text
+    assert v.context_length == 8192 and v.name == "smollm2-135m"
     assert ours.vocab_size == 49152 and ours.encode("12") == [33, 34]  # digits split one by one
 
 
 def test_every_drafter_preserves_output(smol):
-    model, tok, ours = smol
+    model, tok, ours = smol.model, smol.tokenizer, smol.identity
     prompt = tok.encode(LEGAL)
     olifant = OlifantDrafter(demo_draft_model(ours, "smollm2-135m", ["builtin:licenses"]))
     for kv in (True, False):
@@ -50,7 +59,7 @@ def test_every_drafter_preserves_output(smol):
 
 
 def test_eos_ends_generation(smol):
-    model, tok, ours = smol
+    model, tok = smol.model, smol.tokenizer
     chat = "<|im_start|>user\nReply with one word: yes or no?<|im_end|>\n<|im_start|>assistant\n"
     prompt = tok.encode(chat)
     eos = tok.eos_token_ids
@@ -83,7 +92,8 @@ def test_generate_and_demo_commands(tmp_path):
 
 
 def test_gemma3_alias():
-    model, tok, ours, _, name = open_session("gemma3-270m")
+    v = load_verifier("gemma3-270m")
+    model, tok, ours = v.model, v.tokenizer, v.identity
     prompt = tok.encode("Monday, Tuesday, Wednesday,")
     assert prompt[0] == tok.bos_token_id == 2  # gemma needs its BOS
     ref, _ = generate(model, prompt, max_tokens=8)
@@ -95,7 +105,7 @@ def test_gemma3_alias():
 
 
 def test_generate_remembers_sessions_only_when_asked(smol, tmp_path):
-    _, _, ours = smol
+    ours = smol.identity
     draft = tmp_path / "d.olif"
     demo_draft_model(ours, "smollm2-135m", ["builtin:licenses"]).save(draft)
     hist = tmp_path / "sessions.bin"

@@ -1,7 +1,7 @@
 """Exact agreement with TiMBL 6.5 IGTree (timbl -a1) on the shared test vectors."""
 import pytest
 
-from olifant_mlx.igtree import TOPK_ALL, Builder
+from olifant_mlx.draftmodel.igtree import TOPK_ALL, Builder
 from timbl_vectors import expected_nodes, load_set
 
 

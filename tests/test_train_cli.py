@@ -6,8 +6,9 @@ import sys
 
 import pytest
 
-from olifant_mlx.igtree import IGTree
-from olifant_mlx.tokenizers import MISTRAL_NAME, load_tokenizer, sentencepiece_tokenizer
+from olifant_mlx.draftmodel.igtree import IGTree
+from olifant_mlx.verifier import load_tokenizer
+from olifant_mlx.verifier.tokenizers import MISTRAL_NAME, sentencepiece_tokenizer
 
 CORPUS = ("The Member States shall bring into force the laws, regulations and administrative "
           "provisions necessary to comply with this Directive.\nThey shall forthwith inform the "
@@ -80,9 +81,10 @@ def test_cli_errors(tmp_path):
     assert r.returncode == 2 and "k must be" in r.stderr
 
 
+@pytest.mark.slow
 def test_real_legal_corpus(shared, mistral, tmp_path):
     """A draft model from 2M tokens of EU legislation scores on held-out acts."""
-    from olifant_mlx.train import train
+    from olifant_mlx.draftmodel.train import train
 
     s = train([str(shared / "corpora/legal/eurlexsum.train.txt.xz")], mistral, tmp_path / "legal.olif",
               max_tokens=2_000_000, eval_specs=[str(shared / "corpora/legal/eurlexsum.valid.txt.xz")],
@@ -98,7 +100,7 @@ def test_hugging_face_tokenizer_directory(tmp_path):
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    from olifant_mlx.tokenizers import load_tokenizer
+    from olifant_mlx.verifier import load_tokenizer
 
     words = sorted(set(CORPUS.replace(",", " ,").replace(".", " .").split()))
     vocab = {"<unk>": 0, **{w: i + 1 for i, w in enumerate(words)}}
@@ -117,7 +119,7 @@ def test_hugging_face_tokenizer_directory(tmp_path):
 
 
 def test_train_reports_progress(tmp_path, mistral):
-    from olifant_mlx.train import train
+    from olifant_mlx.draftmodel.train import train
 
     (tmp_path / "c.txt").write_text(CORPUS)
     seen = []

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from rich.text import Text
 
-from olifant_mlx.engine import Step
-from tui import render
-from tui.app import OlifantApp
+from olifant_mlx.engine import Session, Step, step_kinds
+from olifant_mlx.tui import render
+from olifant_mlx.tui.app import OlifantApp
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 SIZE = (120, 36)
@@ -50,23 +50,40 @@ class FakeDetok:
         return seg
 
 
-class FakeTok:
-    eos_token_ids = [999]
-    bos_token_id = None
+class FakeVerifier:
+    """What a Session needs of a Verifier; the fake engine below never calls the model."""
+    name = "fake-verifier"
+    eos_ids = (999,)
+    bos_id = None
+    model = None
+    identity = None
+    loads = 0
 
     def __init__(self):
-        self.detokenizer = FakeDetok()
+        FakeVerifier.loads += 1
 
     def encode(self, text):
         return list(range(len(text.split())))
 
+    def detokenizer(self):
+        d = FakeDetok()
+        d.reset()
+        return d
 
-class FakeDrafter:
-    name = "fake"
+
+class FakeSession(Session):
+    """The real Session over a fake verifier and a scripted engine loop."""
+    delay = 0.0
+
+    def _steps(self, ids, drafter, opts, stats, on_prefill):
+        return fake_steps(None, ids, drafter, k=opts.k, max_tokens=opts.max_tokens, stats=stats,
+                          delay=self.delay)
 
 
-def fake_session(model, draft):
-    return None, FakeTok(), None, FakeDrafter(), "fake-verifier"
+def fake_session(model, meter, delay=0.0):
+    s = FakeSession(FakeVerifier(), "none", meter=meter)
+    s.delay = delay
+    return s
 
 
 def fake_steps(model, ids, drafter, *, k, max_tokens, stats, delay=0.0, **kw):
@@ -83,8 +100,10 @@ def fake_steps(model, ids, drafter, *, k, max_tokens, stats, delay=0.0, **kw):
         acc = min(acc, len(emitted))
         produced += len(emitted)
         done = produced >= max_tokens
-        step = Step(i, drafted, acc, emitted, emitted[-1] if len(emitted) > acc else None, False,
-                    len(drafted) or 1, 0.0001, 0.001, 0.0011, done, "max_tokens" if done else "")
+        step = Step(index=i, drafted=drafted, accepted=acc, emitted=emitted,
+                    verifier_token=emitted[-1] if len(emitted) > acc else None, fast_path=False,
+                    forward_tokens=len(drafted) or 1, draft_s=0.0001, verify_s=0.001, step_s=0.0011,
+                    finished=done, stop_reason="max_tokens" if done else "")
         stats.add(step)
         if delay:
             time.sleep(delay)
@@ -93,7 +112,7 @@ def fake_steps(model, ids, drafter, *, k, max_tokens, stats, delay=0.0, **kw):
 
 
 def fake_text(n):
-    out, produced, i = [], 0, 0
+    out = []
     for step in fake_steps(None, [], None, k=3, max_tokens=n, stats=_Stats()):
         out.extend(WORDS[t % len(WORDS)] for t in step.emitted)
     return "".join(out)
@@ -121,20 +140,23 @@ async def wait_for(pilot, cond, timeout=30.0):
         await pilot.pause(0.05)
 
 
-def fake_app(**kw):
+def fake_app(delay=0.0, **kw):
     kw.setdefault("energy", "none")
-    return OlifantApp(session_factory=fake_session, steps_fn=fake_steps, model_dirs=[], **kw)
+    return OlifantApp(session_factory=lambda model, meter: fake_session(model, meter, delay),
+                      model_dirs=[], **kw)
 
 
 # ---- pure helpers ----------------------------------------------------------------------
 
 def test_step_kinds_and_legend():
-    s = Step(0, [1, 2, 3], 1, [1, 9], 9, False, 3, 0, 0, 0)
-    assert render.step_kinds(s) == ["accepted", "correction"]
-    s = Step(0, [1, 2], 2, [1, 2, 7], 7, False, 3, 0, 0, 0)
-    assert render.step_kinds(s) == ["accepted", "accepted", "bonus"]
-    s = Step(0, [], 0, [7], 7, False, 1, 0, 0, 0)
-    assert render.step_kinds(s) == ["plain"]
+    def step(drafted, accepted, emitted):
+        return Step(index=0, drafted=drafted, accepted=accepted, emitted=emitted,
+                    verifier_token=emitted[-1], fast_path=False, forward_tokens=3, draft_s=0,
+                    verify_s=0, step_s=0)
+
+    assert step_kinds(step([1, 2, 3], 1, [1, 9])) == ["accepted", "correction"]
+    assert step_kinds(step([1, 2], 2, [1, 2, 7])) == ["accepted", "accepted", "bonus"]
+    assert step_kinds(step([], 0, [7])) == ["plain"]
     leg = render.legend()
     styles = {str(span.style) for span in leg.spans}
     assert "bold underline yellow" in styles and "italic bold cyan" in styles
@@ -155,9 +177,8 @@ def test_calculator_reference_values():
 def test_fake_generation_streams_stats_and_replay_energy(shared):
     async def go():
         app = fake_app(energy=replay_spec(shared), max_tokens=40,   # the trace runs 20x faster
-                       meter_clock=lambda: time.monotonic_ns() * 20)
+                       meter_clock=lambda: time.monotonic_ns() * 20, delay=0.02)
         async with app.run_test(size=SIZE) as pilot:
-            app.steps_fn = lambda *a, **kw: fake_steps(*a, delay=0.02, **kw)
             await pilot.press("ctrl+g")
             await wait_for(pilot, lambda: not app.generating)
             assert app.output_text == fake_text(40)
@@ -192,9 +213,8 @@ def test_none_meter_says_not_measured():
 
 def test_escape_stops_generation():
     async def go():
-        app = fake_app(max_tokens=100000)
+        app = fake_app(max_tokens=100000, delay=0.01)
         async with app.run_test(size=SIZE) as pilot:
-            app.steps_fn = lambda *a, **kw: fake_steps(*a, delay=0.01, **kw)
             await pilot.press("ctrl+g")
             await wait_for(pilot, lambda: app.output_text)
             await pilot.press("escape")
@@ -206,7 +226,7 @@ def test_escape_stops_generation():
 
 
 def test_errors_are_notifications_not_tracebacks():
-    def broken(model, draft):
+    def broken(model, meter):
         raise RuntimeError("no such verifier: nope")
 
     async def go():
@@ -292,8 +312,8 @@ def test_snapshot(tab):
 
 @pytest.fixture(scope="module")
 def real_draft(tmp_path_factory):
-    from olifant_mlx.tokenizers import load_tokenizer
-    from olifant_mlx.train import train
+    from olifant_mlx.draftmodel.train import train
+    from olifant_mlx.verifier import load_tokenizer
 
     d = tmp_path_factory.mktemp("tui")
     corpus = d / "mit.txt"
@@ -304,6 +324,7 @@ def real_draft(tmp_path_factory):
     return corpus, out
 
 
+@pytest.mark.slow
 def test_real_generation_with_olifant_model(real_draft):
     _, model_path = real_draft
 
@@ -332,6 +353,7 @@ def test_real_generation_with_olifant_model(real_draft):
     asyncio.run(go())
 
 
+@pytest.mark.slow
 def test_models_panel_lists_and_trains(real_draft, tmp_path):
     corpus, model_path = real_draft
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from olifant_mlx import calc
+from olifant_mlx.measure import calc
 
 # provenance -> (rich style, legend text); colour plus a second cue (bold/underline/italic)
 STYLES = {
@@ -15,19 +15,6 @@ STYLES = {
     "bonus": ("italic bold cyan", "bonus"),
     "plain": ("", "no draft"),
 }
-
-
-def step_kinds(step) -> list[str]:
-    """The provenance of each token a Step emitted."""
-    kinds = ["accepted"] * step.accepted
-    for _ in step.emitted[step.accepted:]:
-        if not step.drafted:
-            kinds.append("plain")
-        elif step.accepted >= len(step.drafted):
-            kinds.append("bonus")
-        else:
-            kinds.append("correction")
-    return kinds
 
 
 def legend() -> Text:
@@ -80,15 +67,12 @@ def compare_text(plain, spec, plain_j=None, spec_j=None, same: bool | None = Non
 
 def calculator(alpha: float, gamma: int, c: float, verify_cost: float = 1.0,
                max_gamma: int = 12) -> dict:
-    """Everything the calculator panel shows; raises ValueError on bad input."""
-    e = calc.expected_tokens(alpha, gamma)
-    cost = calc.cost_per_step(gamma, c, verify_cost)
-    costs = {g: verify_cost for g in range(1, max_gamma + 1)}
-    best = calc.best_gamma(alpha, c, max_gamma, costs)
-    curve = [(g, calc.speedup(alpha, g, c, verify_cost)) for g in range(1, max_gamma + 1)]
-    fast = calc.speedup_fast_path(alpha, gamma, c, verify_cost) if gamma >= 1 else None
-    return {"expected_tokens": e, "cost": cost, "speedup": e / cost, "best": best,
-            "curve": curve, "fast_path": fast}
+    """Everything the calculator panel shows (olifant_mlx.measure.calc.report, the `calc`
+    command's numbers); raises ValueError on bad input."""
+    r = calc.report(alpha, gamma, c, verify_cost, max_gamma=max_gamma)
+    return {"expected_tokens": r["expected_tokens"], "cost": r["cost_per_step"],
+            "speedup": r["speedup"], "best": (r["best_gamma"], r["best_speedup"]),
+            "curve": list(r["curve"].items()), "fast_path": r["fast_path_speedup"]}
 
 
 def calc_chart(result: dict, gamma: int, width: int = 30) -> Text:
@@ -111,7 +95,7 @@ def calc_chart(result: dict, gamma: int, width: int = 30) -> Text:
         t.append(f"γ={g:>2} ")
         t.append(line, style=style)
         t.append(f" {s:5.2f}x{mark}\n")
-    t.append(f"      ┆ = 1.0x break-even; E counts the verifier's own token", style="dim")
+    t.append("      ┆ = 1.0x break-even; E counts the verifier's own token", style="dim")
     return t
 
 
@@ -123,4 +107,5 @@ def calc_summary(result: dict, alpha: float, gamma: int, c: float) -> str:
             f"cost per step          = {result['cost']:.4f}\n"
             f"speedup                = {result['speedup']:.4f}x\n"
             f"best γ in 1..12        = {g} ({s:.4f}x)\n"
-            f"KV fast-path speedup   = {fmt(fast, '.4f', 'x', 'n/a')}")
+            f"KV fast-path speedup   = {fmt(fast, '.4f', 'x', 'n/a')}\n"
+            f"  (a rejected first draft costs one plain step; an accepted run has no bonus token)")

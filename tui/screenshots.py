@@ -1,9 +1,10 @@
-"""Regenerate the README's TUI screenshots: `python -m tui.screenshots [--out docs]`.
+"""Regenerate the README's TUI screenshots: `python -m olifant_mlx.tui.screenshots [--out docs]`.
 
 Runs the app headless with the offline verifier (smollm2-135m) and a small olifant draft model
 (trained here, in a temporary folder, from the MIT licence text), exports SVG, converts to PNG
 with rsvg-convert (apt-get install librsvg2-bin) or cairosvg when installed. The draft model is the
-demo's (builtin:licenses) when cached. The energy panel uses a recorded Apple-Silicon trace (`--energy replay:PATH`), labelled as a replay.
+demo's (builtin:licenses) when cached. The energy panel uses a recorded Apple-Silicon trace
+(`--energy replay:PATH`), labelled as a replay.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tui.app import DEFAULT_PROMPT, OlifantApp
+from olifant_mlx.tui.app import DEFAULT_PROMPT, OlifantApp
 
 SIZE = (130, 40)
 MIT_TAIL = (" THE WARRANTIES OF MERCHANTABILITY, FITNESS FOR A PARTICULAR PURPOSE AND "
@@ -71,8 +72,9 @@ async def shoot(out: Path, draft_model: Path, energy: str | None, models_dir: Pa
 
 
 def main(argv=None, keep_svg=False) -> int:
-    from olifant_mlx.tokenizers import cache_dir, load_tokenizer
-    from olifant_mlx.train import train
+    from olifant_mlx.draftmodel.train import train
+    from olifant_mlx.files import cache_dir
+    from olifant_mlx.verifier import load_tokenizer
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="docs")

@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
-import sys
 import tempfile
-import zipfile
 from pathlib import Path
 
-import numpy as np
+from olifant_mlx.files import cache_dir, write_atomic
+from olifant_mlx.verifier.fetch import FetchError, copy_member, download_wheel, sha256_file
 
 MISTRAL_NAME = "mistral-7b-v0.1"
 MISTRAL_PACKAGE = "mistral-common==1.13.1"
@@ -31,13 +29,6 @@ MISTRAL_ALIASES = {None, "", "mistral", MISTRAL_NAME, "mistralai/Mistral-7B-v0.1
 
 class TokenizerError(RuntimeError):
     """A tokenizer that cannot be found, fetched or loaded."""
-
-
-def cache_dir() -> Path:
-    """Where olifant_mlx caches tokenizers, draft models and converted verifiers."""
-    root = os.environ.get("OLIFANT_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "olifant_mlx")
-    return Path(root)
 
 
 def vocabulary_digest(pieces) -> bytes:
@@ -118,14 +109,6 @@ def hf_tokenizer(spec, name=None) -> Tokenizer:
     return wrap_hf_tokenizer(tok, name or os.path.basename(os.path.normpath(str(spec))) or str(spec))
 
 
-def _sha256(path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def mistral_tokenizer_path() -> Path:
     """The Mistral-7B-v0.1 SentencePiece file: installed mistral-common, cache, or PyPI."""
     try:
@@ -137,37 +120,18 @@ def mistral_tokenizer_path() -> Path:
     except (ImportError, ModuleNotFoundError, TypeError):
         pass
     target = cache_dir() / "tokenizers" / f"{MISTRAL_NAME}.model"
-    if target.is_file() and _sha256(target) == MISTRAL_SHA256:
+    if target.is_file() and sha256_file(target) == MISTRAL_SHA256:
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", tmp,
-               MISTRAL_PACKAGE]
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        wheels = list(Path(tmp).glob("*.whl"))
-        if r.returncode != 0 or not wheels:
-            raise TokenizerError(
-                f"the Mistral tokenizer ships in the PyPI package {MISTRAL_PACKAGE}; fetching it "
-                f"failed (is the package registry reachable?): {r.stderr.strip()[-500:]}")
-        with zipfile.ZipFile(wheels[0]) as z:
-            data = z.read(MISTRAL_MEMBER)
-    if hashlib.sha256(data).hexdigest() != MISTRAL_SHA256:
-        raise TokenizerError(f"{MISTRAL_PACKAGE} has an unexpected tokenizer file (sha256 mismatch)")
-    tmp_target = target.with_suffix(".tmp")
-    tmp_target.write_bytes(data)
-    tmp_target.replace(target)
+        try:
+            wheel = download_wheel(MISTRAL_PACKAGE, tmp)
+            part = Path(tmp) / "tokenizer.model"
+            with open(part, "wb") as out:
+                copy_member(wheel, MISTRAL_MEMBER, out)
+        except FetchError as e:
+            raise TokenizerError(f"the Mistral tokenizer ships in the PyPI package "
+                                 f"{MISTRAL_PACKAGE}; fetching it failed: {e}") from e
+        if sha256_file(part) != MISTRAL_SHA256:
+            raise TokenizerError(f"{MISTRAL_PACKAGE} has an unexpected tokenizer file (sha256 mismatch)")
+        write_atomic(target, part.read_bytes(), mode=0o644)
     return target
-
-
-def load_tokenizer(spec: str | None = None) -> Tokenizer:
-    """'mistral' (default), a SentencePiece .model file, a verifier alias or GGUF file
-    (its tokenizer), or a HF/mlx-lm model path or id."""
-    if spec in MISTRAL_ALIASES:
-        return sentencepiece_tokenizer(mistral_tokenizer_path(), MISTRAL_NAME)
-    from olifant_mlx.verifier import ALIASES, resolve_model
-
-    if spec in ALIASES or spec.lower().endswith(".gguf"):
-        return hf_tokenizer(resolve_model(spec), name=spec if spec in ALIASES else None)
-    if os.path.isfile(spec) and not spec.endswith(".json"):
-        return sentencepiece_tokenizer(spec)
-    return hf_tokenizer(spec)

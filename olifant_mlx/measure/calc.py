@@ -88,3 +88,51 @@ def _check(alpha, gamma):
         raise ValueError(f"alpha must be in [0, 1], got {alpha}")
     if gamma < 0 or int(gamma) != gamma:
         raise ValueError(f"gamma must be a non-negative integer, got {gamma}")
+
+
+def report(alpha: float | None = None, gamma: int = 4, c: float = 0.0, verify_costs=1.0,
+           acceptance: float | None = None, max_gamma: int = 12) -> dict:
+    """Every number the calculator shows (the `calc` command and the TUI's panel alike).
+
+    alpha, or a measured acceptance ratio converted to alpha; verify_costs: the cost of
+    verifying g drafts in plain steps, one number for every g or {g: cost} (missing g: 1.0).
+    Both models are given: Leviathan's (every step verifies gamma drafts) and the KV cache's
+    rejection fast path (a rejected first draft costs one plain step, no gamma-token pass),
+    each with its curve over 1..max_gamma and its best gamma."""
+    if not isinstance(gamma, int) or not 1 <= gamma <= 64:
+        raise ValueError(f"gamma must be a whole number from 1 to 64, got {gamma}")
+    if acceptance is not None:
+        alpha = alpha_from_acceptance(acceptance, gamma)
+    if alpha is None:
+        raise ValueError("give alpha or a measured acceptance")
+    _check(alpha, gamma)
+    if c < 0:
+        raise ValueError(f"cost ratio c must be >= 0, got {c}")
+
+    def v(g):
+        cost = verify_costs.get(g, 1.0) if isinstance(verify_costs, dict) else float(verify_costs)
+        if not cost > 0:
+            raise ValueError(f"verify cost must be > 0, got {cost}")
+        return cost
+
+    span = range(1, max(max_gamma, gamma) + 1)
+    curve = {g: speedup(alpha, g, c, v(g)) for g in span}
+    fast = {g: speedup_fast_path(alpha, g, c, v(g)) for g in span}
+    best = max(((g, s) for g, s in curve.items() if g <= max_gamma), key=lambda gs: gs[1])
+    best_fast = max(((g, s) for g, s in fast.items() if g <= max_gamma), key=lambda gs: gs[1])
+    return {
+        "alpha": alpha, "gamma": gamma, "c": c, "verify_cost": v(gamma), "acceptance_in": acceptance,
+        "expected_tokens": expected_tokens(alpha, gamma),
+        "expected_tokens_series": expected_tokens_series(alpha, gamma),
+        "cost_per_step": cost_per_step(gamma, c, v(gamma)),
+        "speedup": curve[gamma], "best_gamma": best[0], "best_speedup": best[1],
+        "fast_path_speedup": fast[gamma], "fast_path_best_gamma": best_fast[0],
+        "fast_path_best_speedup": best_fast[1],
+        "curve": {g: s for g, s in curve.items() if g <= max_gamma},
+        "fast_path_curve": {g: s for g, s in fast.items() if g <= max_gamma},
+    }
+
+
+FAST_PATH_NOTE = ("with a KV cache a rejected first draft costs one plain step instead of a "
+                  "gamma-token pass, but an accepted run then ends without the bonus token, "
+                  "so the two figures differ")

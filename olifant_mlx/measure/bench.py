@@ -1,4 +1,4 @@
-"""`python -m olifant_mlx bench`: the paper's sweep of strategies x tasks x k x regimes.
+"""The paper's sweep of strategies x tasks x k x regimes (`python -m olifant_mlx bench`).
 
 Each prompt is first generated plain (the greedy reference); every strategy then runs on
 the same prompt in the same process, so its speedup, ROUGE-L and exact-match flag are
@@ -16,8 +16,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from olifant_mlx.engine import Stats, generate_steps
-from olifant_mlx.metrics import rouge_l
+from olifant_mlx.engine import GenerationOptions, Session, reference
+from olifant_mlx.measure.metrics import rouge_l
 
 QUICK = {"prompts": 2, "max_tokens": 24, "ks": [3], "regimes": ["kv"]}
 
@@ -48,20 +48,47 @@ def _end_torn_line(path):
                 f.write(b"\n")
 
 
-def run_one(model, prompt, drafter, k, max_tokens, kv, tok, meter):
-    """(tokens, Stats, energy window or None, CPU seconds) of one generation."""
-    stats = Stats()
-    tokens = []
-    cpu0 = time.process_time()
-    start = meter.mark() if meter is not None else None
-    for step in generate_steps(model, prompt, drafter, k=k, max_tokens=max_tokens, kv_cache=kv,
-                               eos_ids=tok.eos_token_ids, bos_id=tok.bos_token_id, stats=stats):
-        tokens.extend(step.emitted)
-    window = meter.between(start, meter.mark()) if meter is not None else None
-    return tokens, stats, window, time.process_time() - cpu0
+class ModelRunner:
+    """Generations on a loaded verifier, through the Session API (energy from `meter`)."""
+
+    def __init__(self, verifier, meter=None):
+        self.verifier = verifier
+        self.name = verifier.name
+        self.meter = meter
+        self.label = meter.info.label if meter is not None else "not measured"
+
+    def run(self, prompt, drafter, k, kv, max_tokens):
+        """(tokens, Stats, energy window or None, CPU seconds) of one generation."""
+        session = Session(self.verifier, drafter, GenerationOptions(k=k, max_tokens=max_tokens,
+                                                                    kv_cache=kv), self.meter)
+        cpu0 = time.process_time()
+        r = session.generate(prompt)
+        return r.tokens, r.stats, r.energy, time.process_time() - cpu0
 
 
-def alternating_rounds(model, tok, prompts, runners, rounds, max_tokens, kv) -> list:
+class ReferenceRunner:
+    """`--verifier reference`: each held-out document's real continuation plays the
+    verifier's output, through the same engine loop (olifant_mlx.engine.reference). Nothing
+    is timed as a verifier, so rows carry no compute and no energy."""
+    name = "reference"
+    label = reference.LABEL
+
+    def __init__(self, tokenizer, continuations: dict):
+        self.tokenizer = tokenizer          # our Tokenizer (encode without BOS)
+        self.continuations = continuations  # prompt text -> the document's continuation text
+
+    def run(self, prompt, drafter, k, kv, max_tokens):
+        ids = self.tokenizer.encode(prompt)
+        truth = self.tokenizer.encode(self.continuations[prompt])[:max_tokens]
+        verifier = reference.ReferenceVerifier(self.tokenizer, ids, truth)
+        options = GenerationOptions(k=k, max_tokens=len(truth), kv_cache=kv)
+        r = Session(verifier, drafter, options).generate(ids)
+        st = r.stats            # the stand-in verifier's time is no verifier's: only drafting counts
+        st.prefill_s = st.decode_s = st.verify_s = 0.0
+        return r.tokens, st, None, None
+
+
+def alternating_rounds(runner, prompts, runners, rounds, max_tokens, kv) -> list:
     """Seconds per runner, per round: each runner (label, drafter, k) generates from every
     prompt, the order rotating with round and prompt so that neither side always runs first
     on a noisy machine. Outputs must be identical (speculative decoding is exact)."""
@@ -69,11 +96,10 @@ def alternating_rounds(model, tok, prompts, runners, rounds, max_tokens, kv) -> 
     for r in range(rounds):
         secs = {label: 0.0 for label, _, _ in runners}
         for i, text in enumerate(prompts):
-            ids = tok.encode(text)
             shift = (r + i) % len(runners)
             outputs = []
             for label, drafter, k in runners[shift:] + runners[:shift]:
-                tokens, st, _, _ = run_one(model, ids, drafter, k, max_tokens, kv, tok, None)
+                tokens, st, _, _ = runner.run(text, drafter, k, kv, max_tokens)
                 secs[label] += st.seconds
                 outputs.append(tokens)
             if any(o != outputs[0] for o in outputs):
@@ -82,21 +108,17 @@ def alternating_rounds(model, tok, prompts, runners, rounds, max_tokens, kv) -> 
     return out
 
 
-def sweep(session, tasks: dict, strategies: dict, ks, regimes, max_tokens: int, results,
-          meter=None, n_prompts=None, on_progress=None):
+def sweep(runner, tasks: dict, strategies: dict, ks, regimes, max_tokens: int, results,
+          n_prompts=None, on_progress=None):
     """Run every missing cell; append rows to `results`; return all rows.
 
-    session: (model, mlx-lm tokenizer, verifier name), or a ReferenceVerifier; tasks:
-    {name: [prompt texts]}; strategies: {name: drafter} (a drafter resets itself in start(),
-    so one serves every run).
+    runner: a ModelRunner or a ReferenceRunner; tasks: {name: [prompt texts]}; strategies:
+    {name: drafter} (a drafter resets itself in start(), so one serves every run).
     """
-    if isinstance(session, ReferenceVerifier):
-        run, verifier = session.run, session.name
-    else:
-        model, tok, verifier = session
+    verifier = runner.name
 
-        def run(text, drafter, k, kv):
-            return run_one(model, tok.encode(text), drafter, k, max_tokens, kv, tok, meter)
+    def run(text, drafter, k, kv):
+        return runner.run(text, drafter, k, kv, max_tokens)
     rows = load_rows(results)
     done = {row_key(r): r for r in rows}
     plan = [(task, regime, i, text) for task, texts in tasks.items() for regime in regimes
@@ -135,57 +157,17 @@ def sweep(session, tasks: dict, strategies: dict, ks, regimes, max_tokens: int, 
     return rows
 
 
-class ReferenceVerifier:
-    """`--verifier reference`: the held-out document's real continuation plays the verifier's
-    greedy output, so acceptance and accepted length are measured against real domain text.
-    Nothing is timed: speed comes only from the calculator with a measured cost curve, and
-    every table says "simulated verifier: reference text"."""
-    name = "reference"
-    label = "simulated verifier: reference text"
-
-    def __init__(self, tokenizer, continuations: dict, max_tokens: int):
-        self.tokenizer = tokenizer          # our Tokenizer (encode without BOS)
-        self.continuations = continuations  # prompt text -> the document's continuation text
-        self.max_tokens = max_tokens
-
-    def run(self, text, drafter, k, kv):
-        from olifant_mlx.drafters import NoDrafter
-        from olifant_mlx.engine import Step
-
-        prompt = self.tokenizer.encode(text)
-        truth = self.tokenizer.encode(self.continuations[text])[: self.max_tokens]
-        drafter = drafter or NoDrafter()
-        drafter.start(prompt)
-        stats, out = Stats(), []
-        while len(out) < len(truth):
-            t0 = time.perf_counter()
-            drafts = [int(t) for t in drafter.draft(prompt + out, k)[:k]] if k else []
-            draft_s = time.perf_counter() - t0
-            a = 0
-            while a < len(drafts) and len(out) + a < len(truth) and drafts[a] == truth[len(out) + a]:
-                a += 1
-            emitted = truth[len(out):len(out) + a + 1]
-            accepted = min(a, len(emitted))
-            step = Step(stats.steps, drafts, accepted, emitted, None, False, 0, draft_s, 0.0, 0.0)
-            stats.add(step)
-            drafter.accept(emitted)
-            if hasattr(drafter, "observe"):   # a learning drafter sees what the verifier did
-                drafter.observe(step, False)
-            out.extend(emitted)
-        return out, stats, None, None   # no verifier ran: no compute, no energy
-
-
 def continuations_of(prompts, corpus) -> dict:
     """Each prompt (the first words of a held-out document) -> the rest of that document."""
     import re
 
-    from olifant_mlx.corpus import iter_documents
+    from olifant_mlx.draftmodel.corpus import iter_documents
 
     wanted = {" ".join(p.split()): p for p in prompts}
     found = {}
     for doc in iter_documents(corpus):
         for n in {len(p.split()) for p in prompts}:
-            m = re.match(r"\s*(?:\S+\s+){%d}\S+" % (n - 1), doc)
+            m = re.match(r"\s*(?:\S+\s+){" + str(n - 1) + r"}\S+", doc)
             if m and " ".join(doc[:m.end()].split()) in wanted:
                 found[wanted[" ".join(doc[:m.end()].split())]] = doc[m.end():]
     missing = [p for p in prompts if p not in found]
@@ -289,7 +271,7 @@ def _fmt(key, v):
 def add_predictions(cells, rows, calibration: dict | None) -> None:
     """Beside each measured cell, the calculator's speedup for its measured acceptance, drafting
     cost and (when calibrated) verify-cost curve; KV cells use the rejection fast-path model."""
-    from olifant_mlx import calc
+    from olifant_mlx.measure import calc
 
     draft_per_step = defaultdict(list)
     for r in rows:
@@ -391,16 +373,18 @@ def write_plots(cells, out_dir, note: str = "") -> dict:
     return paths
 
 
-def calibrate(model, tok, text: str, max_new: int = 9, repeats: int = 3) -> dict:
+def calibrate(verifier, text: str, max_new: int = 9, repeats: int = 3) -> dict:
     """The verifier's forward time for 1..max_new new tokens with a KV cache after `text`,
     and for the whole context without one (why the two regimes differ)."""
-    from olifant_mlx.engine import _prefill, make_cache
-    from olifant_mlx.mlx_setup import mx
     from mlx_lm.models.cache import trim_prompt_cache
 
-    prompt = tok.encode(text)
+    from olifant_mlx.engine.cache import make_cache, prefill
+    from olifant_mlx.mlx_setup import mx
+
+    model = verifier.model
+    prompt = verifier.encode(text)
     cache = make_cache(model)
-    mx.eval(_prefill(model, cache, prompt))
+    mx.eval(prefill(model, cache, prompt))
     cached = {}
     for n in range(1, max_new + 1):
         best = None
@@ -436,136 +420,3 @@ def read_prompts(path) -> list:
         else:
             out.append(line)
     return out
-
-
-def _pairs(items, what):
-    out = {}
-    for item in items or ():
-        name, sep, value = item.partition("=")
-        if not sep or not name or not value:
-            raise ValueError(f"{what} wants NAME=VALUE, got {item!r}")
-        out[name] = value
-    return out
-
-
-def cmd_bench(args) -> int:
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-    from rich.table import Table
-
-    from olifant_mlx.decode_cli import open_session
-    from olifant_mlx.drafters import make_drafter
-    from olifant_mlx.energy import open_meter
-
-    cfg = {}
-    if args.config:
-        try:
-            import tomllib
-        except ImportError:  # Python 3.10
-            raise ValueError("--config needs Python 3.11 or newer (tomllib)") from None
-        cfg = tomllib.loads(Path(args.config).read_text())
-    tasks = {**cfg.get("tasks", {}), **_pairs(args.prompts, "--prompts")}
-    strategies = {**cfg.get("strategies", {}), **_pairs(args.strategy, "--strategy")}
-    if not tasks:
-        raise ValueError("no tasks: give --prompts NAME=FILE (e.g. legal=prompts.dev.jsonl)")
-    strategies = strategies or {"ngram": "ngram", "lookup": "lookup"}
-    quick = QUICK if args.quick else {}
-    ks = args.k or cfg.get("ks") or quick.get("ks") or [3, 5, 8]
-    regimes = args.regimes or cfg.get("regimes") or quick.get("regimes") or ["kv", "uncached"]
-    n_prompts = args.n_prompts or cfg.get("prompts") or quick.get("prompts") or 100
-    max_tokens = args.max_tokens or cfg.get("max_tokens") or quick.get("max_tokens") or 100
-    texts = {t: read_prompts(p) for t, p in tasks.items()}
-    texts = {t: v[:n_prompts] for t, v in texts.items()}
-    reference = args.verifier == "reference"
-    if reference:
-        from olifant_mlx.tokenizers import load_tokenizer
-        from olifant_mlx.verifier import default_model
-
-        refs = _pairs(args.reference, "--reference")
-        if set(refs) != set(texts):
-            raise ValueError("--verifier reference needs --reference TASK=CORPUS for every task "
-                             f"({', '.join(texts)})")
-        ours = load_tokenizer(args.model or cfg.get("model") or default_model())
-        conts = {}
-        for t, corpus in refs.items():
-            conts.update(continuations_of(texts[t], corpus))
-        session = ReferenceVerifier(ours, conts, max_tokens)
-        name, meter = session.name, None
-        label = session.label
-    else:
-        model, tok, ours, _, name = open_session(args.model or cfg.get("model"))
-        session = (model, tok, name)
-        meter = open_meter(args.energy)
-        label = meter.info.label
-    drafters = {sname: make_drafter(spec, ours) for sname, spec in strategies.items()}
-    results = Path(args.results)
-    results.parent.mkdir(parents=True, exist_ok=True)
-    con = Console(stderr=True)
-    con.print(f"verifier {name}; energy: {label}; {len(texts)} task(s), "
-              f"{len(drafters)} strategies, k {ks}, regimes {regimes}, {n_prompts} prompts x "
-              f"{max_tokens} tokens; results -> {results}")
-    with Progress(TextColumn("bench"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeRemainingColumn(), console=con) as bar:
-        task = bar.add_task("bench", total=None)
-        try:
-            rows = sweep(session, texts, drafters, ks, regimes, max_tokens, results,
-                         meter=meter, n_prompts=n_prompts,
-                         on_progress=lambda done, total: bar.update(task, completed=done, total=total))
-        except KeyboardInterrupt:
-            con.print("interrupted: the results file is consistent; run again to resume")
-            return 130
-    calibration = None
-    if args.calibrate:
-        if reference:
-            model, tok, _, _, _ = open_session(args.model or cfg.get("model"))
-        calibration = calibrate(model, tok, next(iter(texts.values()))[0])
-        Path(args.out_dir).mkdir(parents=True, exist_ok=True)
-        (Path(args.out_dir) / "calibration.json").write_text(json.dumps(calibration, indent=2))
-    cells = [c for c in aggregate(rows) if c["verifier"] == name]
-    add_predictions(cells, rows, calibration)
-    paths = write_tables(cells, args.out_dir)
-    paths.update(write_plots(cells, args.out_dir, note=label if reference else ""))
-    t = Table(title=f"bench, verifier {name} ({label})")
-    shown = ["task", "regime", "strategy", "k", "prompts", "tokens_per_s", "speedup",
-             "predicted_speedup", "acceptance", "mean_accepted_length", "rouge_l", "exact_match",
-             "compute_cpu_s_per_100_tokens", "j_per_100_tokens", "tokens_per_joule"]
-    for c in shown:
-        t.add_column(c.replace("_", " "), justify="left" if c in ("task", "regime", "strategy") else "right")
-    for c in cells:
-        t.add_row(*[_fmt(k, c.get(k)) for k in shown])
-    Console(width=max(Console().width, 180)).print(t)
-    if calibration:
-        Console().print("verify cost, KV cache, relative to 1 new token: " + ", ".join(
-            f"{n}: {v:.2f}" for n, v in calibration["kv_relative"].items())
-            + f"; uncached full context ({calibration['context_tokens']} tokens) = "
-              f"{calibration['uncached_over_kv1']:.1f} cached steps")
-    if not paths.get("speedup"):
-        con.print("plots skipped: pip install 'olifant_mlx[plots]' (matplotlib)")
-    con.print("written: " + ", ".join(str(p) for p in paths.values()))
-    return 0
-
-
-def add_parsers(sub):
-    b = sub.add_parser("bench", help="the paper's sweep: strategies x tasks x k x regimes")
-    b.add_argument("--model", help="verifier (default as for generate); with --verifier reference, "
-                                   "whose tokenizer and (with --calibrate) cost curve to use")
-    b.add_argument("--verifier", choices=["model", "reference"], default="model",
-                   help="reference: replay each held-out document's real continuation as the "
-                        "verifier's output (simulated; needs --reference)")
-    b.add_argument("--reference", nargs="+", metavar="TASK=CORPUS",
-                   help="held-out corpus whose documents the task's prompts begin")
-    b.add_argument("--prompts", nargs="+", metavar="TASK=FILE", help="prompt files per task")
-    b.add_argument("--strategy", nargs="+", metavar="NAME=SPEC",
-                   help="drafters, e.g. olifant=olifant:models/legal.olif ngram=ngram lookup=lookup")
-    b.add_argument("--config", help="TOML with model, [tasks], [strategies], ks, regimes, prompts, max_tokens")
-    b.add_argument("-k", nargs="+", type=int)
-    b.add_argument("--regimes", nargs="+", choices=["kv", "uncached"])
-    b.add_argument("--n-prompts", type=int)
-    b.add_argument("--max-tokens", type=int)
-    b.add_argument("--quick", action="store_true", help=f"small subset: {QUICK}")
-    b.add_argument("--energy", help="meter backend (default: $OLIFANT_ENERGY or auto)")
-    b.add_argument("--results", default="bench-results/results.jsonl",
-                   help="JSON lines, appended; an interrupted run resumes from it")
-    b.add_argument("--out-dir", default="bench-results", help="where the CSV/Markdown tables go")
-    b.add_argument("--calibrate", action="store_true", help="also measure the verifier's cost curve")
-    b.set_defaults(func=cmd_bench)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from olifant_mlx import calc
+from olifant_mlx.measure import calc
 
 
 def parse_verify_costs(spec: str | None) -> dict | None:
@@ -23,34 +23,6 @@ def parse_verify_costs(spec: str | None) -> dict | None:
     return costs
 
 
-def calculate(alpha=None, gamma=4, c=0.0, acceptance=None, verify_costs=None, fast_path=False,
-              max_gamma=12) -> dict:
-    """Every number the calculator shows, as a dict."""
-    if gamma < 1 or gamma > 64:
-        raise ValueError(f"gamma must be between 1 and 64, got {gamma}")
-    if acceptance is not None:
-        alpha = calc.alpha_from_acceptance(acceptance, gamma)
-    if alpha is None:
-        raise ValueError("give --alpha or a measured --acceptance")
-    v = (verify_costs or {}).get(gamma, 1.0)
-    model = calc.speedup_fast_path if fast_path else calc.speedup
-    curve = {}
-    for g in range(1, max_gamma + 1):
-        vg = (verify_costs or {}).get(g, 1.0)
-        curve[g] = model(alpha, g, c, vg)
-    best = max(curve.items(), key=lambda kv: kv[1])
-    return {
-        "alpha": alpha, "gamma": gamma, "c": c, "verify_cost": v, "fast_path": fast_path,
-        "acceptance_in": acceptance,
-        "expected_tokens": calc.expected_tokens(alpha, gamma),
-        "expected_tokens_series": calc.expected_tokens_series(alpha, gamma),
-        "cost_per_step": calc.cost_per_step(gamma, c, v),
-        "speedup": curve[gamma] if gamma <= max_gamma else model(alpha, gamma, c, v),
-        "best_gamma": best[0], "best_speedup": best[1],
-        "curve": curve,
-    }
-
-
 def chart(curve: dict, width: int = 40) -> str:
     top = max(curve.values()) or 1.0
     lines = []
@@ -61,8 +33,12 @@ def chart(curve: dict, width: int = 40) -> str:
 
 
 def cmd_calc(args) -> int:
-    r = calculate(args.alpha, args.gamma, args.c, args.acceptance,
-                  parse_verify_costs(args.verify_cost), args.fast_path)
+    r = calc.report(args.alpha, args.gamma, args.c, parse_verify_costs(args.verify_cost) or 1.0,
+                    args.acceptance)
+    if args.fast_path:   # the headline figures of the KV regime
+        r = dict(r, speedup=r["fast_path_speedup"], best_gamma=r["fast_path_best_gamma"],
+                 best_speedup=r["fast_path_best_speedup"], curve=r["fast_path_curve"])
+    r["fast_path"] = args.fast_path
     if args.json:
         print(json.dumps(r))
         return 0
@@ -86,13 +62,16 @@ def cmd_calc(args) -> int:
     con = Console()
     con.print(t)
     con.print(chart(r["curve"]), highlight=False)
+    if not args.fast_path:
+        con.print(f"KV cache with the rejection fast path: {r['fast_path_speedup']:.2f}x "
+                  f"({calc.FAST_PATH_NOTE})", highlight=False)
     return 0
 
 
 def cmd_analyze(args) -> int:
-    from olifant_mlx.corpus import iter_documents
-    from olifant_mlx.metrics import redundancy
-    from olifant_mlx.tokenizers import load_tokenizer
+    from olifant_mlx.draftmodel.corpus import iter_documents
+    from olifant_mlx.measure.metrics import redundancy
+    from olifant_mlx.verifier import load_tokenizer
 
     tok = load_tokenizer(args.tokenizer)
     rows = {}

@@ -17,8 +17,8 @@ import struct
 
 import numpy as np
 
-from olifant_mlx.drafters import agreement, copy_signals
-from olifant_mlx.igtree import TokenizerMismatch
+from olifant_mlx.drafters.lookup import agreement, copy_signals
+from olifant_mlx.draftmodel.igtree import TokenizerMismatch
 
 MAGIC = b"OLIFHST1"
 VERSION = 1
@@ -107,7 +107,7 @@ class SessionHistory:
 
     def continuation(self, context, k):
         """Up to k ids that followed the context's last KEY tokens the latest time they occurred,
-        and their signals (olifant_mlx.drafters.copy_signals)."""
+        and their signals (olifant_mlx.drafters.lookup.copy_signals)."""
         if k <= 0 or len(context) < KEY:
             return [], []
         pos = self.index.get(tuple(context[-KEY:]))

@@ -10,9 +10,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from olifant_mlx._igtree import ffi, lib
+try:
+    from olifant_mlx.draftmodel._igtree import ffi, lib
+except ImportError as _e:  # pragma: no cover - depends on how the package was installed
+    raise ImportError(
+        f"olifant_mlx's C extension (olifant_mlx.draftmodel._igtree) is missing from "
+        f"{os.path.dirname(__file__)}. This usually means Python is importing the source tree "
+        f"(the current directory) instead of the installed package: run from another "
+        f"directory, or build in place with `pip install -e .`.") from _e
 
 TOPK_ALL = 0xFFFFFFFF
+
+
+def library_version() -> dict:
+    """The C library's identity: the model file format version it writes and reads."""
+    return {"format_version": int(lib.IGT_FORMAT_VERSION), "max_window": int(lib.IGT_MAX_WINDOW)}
+
+
 ORDERS = {"gain_ratio": lib.IGT_ORDER_GAIN_RATIO, "info_gain": lib.IGT_ORDER_INFO_GAIN}
 
 ANSWER_DTYPE = np.dtype(
@@ -138,7 +152,7 @@ class Builder:
     def add_document(self, tokens) -> None:
         self.add_documents(tokens, [0] if len(tokens) else [])
 
-    def build(self, progress=None) -> "IGTree":
+    def build(self, progress=None) -> IGTree:
         """Build the pruned tree. progress(phase, done, total) -> truthy cancels."""
         err = ffi.new("igt_error *")
         out = ffi.new("igt_model **")
@@ -176,20 +190,25 @@ class IGTree:
         self.order = {v: k for k, v in ORDERS.items()}.get(int(info.order), "explicit")
         self.tokenizer_name = ffi.string(info.tokenizer_name).decode("utf-8", "replace")
         self.tokenizer_digest = bytes(ffi.buffer(info.tokenizer_digest))
-        self._answer = ffi.new("igt_answer *")
 
     # -- files -------------------------------------------------------------
     @classmethod
-    def load(cls, path, verify_checksum: bool = True) -> "IGTree":
+    def load(cls, path, verify_checksum: bool = True) -> IGTree:
         """Memory-map a model file; a bad file raises ModelFileError naming the problem."""
         err = ffi.new("igt_error *")
         out = ffi.new("igt_model **")
         flags = 0 if verify_checksum else lib.IGT_LOAD_SKIP_CHECKSUM
-        _check(lib.igt_load(os.fsencode(path), flags, out, err), err)
+        try:
+            _check(lib.igt_load(os.fsencode(path), flags, out, err), err)
+        except IGTreeError as e:   # name the file once, whatever the C message says
+            where = os.fspath(path)
+            if where in e.message:
+                raise
+            raise type(e)(e.code, f"{where}: {e.message}") from None
         return cls(out[0])
 
     @classmethod
-    def from_bytes(cls, data: bytes, verify_checksum: bool = True) -> "IGTree":
+    def from_bytes(cls, data: bytes, verify_checksum: bool = True) -> IGTree:
         err = ffi.new("igt_error *")
         out = ffi.new("igt_model **")
         flags = 0 if verify_checksum else lib.IGT_LOAD_SKIP_CHECKSUM
@@ -204,15 +223,16 @@ class IGTree:
     def predict(self, context) -> Answer:
         """The answer for the ids after `context` (oldest first; last `window` used)."""
         ctx = context[-self.window:]
-        a = self._answer
+        a = ffi.new("igt_answer *")          # per call: a model is queried from many threads
         lib.igt_predict(self._m, ffi.new("uint32_t[]", list(ctx)), len(ctx), a)
         return Answer(a.token, a.depth, bool(a.leaf), a.node, a.winner_count, a.total, a.distance)
 
     def predict_token(self, context) -> int:
         """Fast path: only the predicted id."""
         ctx = context[-self.window:]
-        lib.igt_predict(self._m, ffi.new("uint32_t[]", ctx), len(ctx), self._answer)
-        return self._answer.token
+        a = ffi.new("igt_answer *")
+        lib.igt_predict(self._m, ffi.new("uint32_t[]", list(ctx)), len(ctx), a)
+        return a.token
 
     def predict_batch(self, rows) -> np.ndarray:
         """rows: (n, window) ids, oldest first. Returns a structured array (ANSWER_DTYPE)."""

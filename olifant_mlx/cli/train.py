@@ -1,36 +1,16 @@
-"""`python -m olifant_mlx COMMAND`: train, info, draft, generate, demo, energy, bench, calc,
-analyze, tui."""
+"""`train`, `info` and `draft`: make a draft model, describe one, draft with one alone."""
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 
+from olifant_mlx.cli.common import draft_tokens, mb, print_json, table
+
 DEFAULT_CORPUS = "builtin:licenses"
-# modules that add their own subcommands (each has add_parsers(sub))
-COMMAND_MODULES = ("olifant_mlx.decode_cli", "olifant_mlx.energy.cli", "olifant_mlx.analysis_cli",
-                   "olifant_mlx.bench", "tui.cli")
-
-
-def _table(title, rows):
-    from rich.console import Console
-    from rich.table import Table
-
-    t = Table(title=title, show_header=False)
-    t.add_column("", style="bold")
-    t.add_column("", justify="right")
-    for k, v in rows:
-        t.add_row(k, v)
-    Console().print(t)
-
-
-def _mb(n):
-    return f"{n / 1e6:.2f} MB"
 
 
 def cmd_train(args) -> int:
-    from olifant_mlx.tokenizers import load_tokenizer
-    from olifant_mlx.train import train
+    from olifant_mlx.draftmodel.train import train
+    from olifant_mlx.verifier import load_tokenizer
 
     tok = load_tokenizer(args.tokenizer)
     order = args.order
@@ -41,36 +21,35 @@ def cmd_train(args) -> int:
               eval_specs=args.eval or (), eval_max=args.eval_max, text_field=args.text_field,
               show_progress=not args.quiet)
     if args.json:
-        print(json.dumps(s, indent=2))
+        print_json(s, indent=2)
         return 0
     rows = [("model", s["out"]), ("tokenizer", f"{s['tokenizer']['name']} ({s['tokenizer']['vocab_size']})"),
             ("documents", f"{s['documents']:,}"), ("instances", f"{s['instances']:,}"),
             ("nodes", f"{s['nodes']:,}"), ("classes", f"{s['classes']:,}"),
             ("level order", " ".join(f"t{p + 1}" for p in s["permutation"])),
-            ("file size", _mb(s["file_bytes"])), ("read + tokenize", f"{s['read_tokenize_s']:.1f} s"),
+            ("file size", mb(s["file_bytes"])), ("read + tokenize", f"{s['read_tokenize_s']:.1f} s"),
             ("build", f"{s['build_s']:.1f} s"), ("load (mmap)", f"{s['load_s'] * 1e3:.1f} ms"),
             ("peak RSS", f"{s['peak_rss_mb']:.0f} MB")]
     for name, e in s["eval"].items():
         rows.append((f"accuracy on {name}", f"{e['accuracy']:.2%} of {e['instances']:,}"))
-    _table("draft model trained", rows)
+    table("draft model trained", rows)
     return 0
 
 
 def cmd_info(args) -> int:
-    from olifant_mlx.igtree import IGTree
+    from olifant_mlx.draftmodel.igtree import IGTree
 
-    m = IGTree.load(args.model)
-    d = m.describe()
+    d = IGTree.load(args.model).describe()
     if args.json:
-        print(json.dumps(d, indent=2))
+        print_json(d, indent=2)
     else:
-        _table(args.model, [(k, str(v)) for k, v in d.items()])
+        table(args.model, [(k, str(v)) for k, v in d.items()])
     return 0
 
 
 def cmd_draft(args) -> int:
-    from olifant_mlx.igtree import IGTree
-    from olifant_mlx.tokenizers import load_tokenizer
+    from olifant_mlx.draftmodel.igtree import IGTree
+    from olifant_mlx.verifier import load_tokenizer
 
     m = IGTree.load(args.model)
     tok = load_tokenizer(args.tokenizer)
@@ -81,28 +60,23 @@ def cmd_draft(args) -> int:
     # decode with the prompt: SentencePiece drops a leading space of a lone continuation
     text = tok.decode(ids + ans["token"].tolist())[len(tok.decode(ids)):]
     if args.json:
-        print(json.dumps({"prompt_tokens": len(ids), "draft": [int(t) for t in ans["token"]],
-                          "text": text,
-                          "depth": ans["depth"].tolist(),
-                          "share": [round(int(a["winner_count"]) / max(int(a["total"]), 1), 4) for a in ans]}))
-    else:
-        from rich.console import Console
-        from rich.text import Text
+        print_json({"prompt_tokens": len(ids), "draft": [int(t) for t in ans["token"]],
+                    "text": text, "depth": ans["depth"].tolist(),
+                    "share": [round(int(a["winner_count"]) / max(int(a["total"]), 1), 4) for a in ans]})
+        return 0
+    from rich.console import Console
+    from rich.text import Text
 
-        shown = Text(prompt)
-        shown.append(text, style="bold green")
-        Console().print(shown)
-        for a in ans:
-            sys.stderr.write(f"{a['token']:>6} {tok.decode([a['token']])!r:<16} depth {a['depth']} "
-                             f"share {a['winner_count']}/{a['total']}\n")
+    shown = Text(prompt)
+    shown.append(text, style="bold green")
+    Console().print(shown)
+    for a in ans:
+        sys.stderr.write(f"{a['token']:>6} {tok.decode([a['token']])!r:<16} depth {a['depth']} "
+                         f"share {a['winner_count']}/{a['total']}\n")
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m olifant_mlx",
-                                description="Olifant: IGTree draft models for speculative decoding")
-    sub = p.add_subparsers(dest="command", required=True)
-
+def add_parsers(sub):
     t = sub.add_parser("train", help="train a draft model on a corpus")
     t.add_argument("--corpus", nargs="+", metavar="PATH",
                    help=".txt/.jsonl (.gz/.xz), a directory, builtin:licenses, or a HF dataset "
@@ -135,39 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("draft", help="draft k tokens after a prompt with a model alone")
     d.add_argument("-m", "--model", required=True)
     d.add_argument("-p", "--prompt", required=True, help="text, or - for stdin")
-    d.add_argument("-k", type=int, default=8)
+    d.add_argument("-k", type=draft_tokens, default=8)
     d.add_argument("--tokenizer", default="mistral")
     d.add_argument("--min-depth", type=int, default=0)
     d.add_argument("--min-share", type=float, default=0.0)
     d.add_argument("--json", action="store_true")
     d.set_defaults(func=cmd_draft)
-
-    from importlib import import_module
-
-    for module in COMMAND_MODULES:
-        import_module(module).add_parsers(sub)
-    return p
-
-
-def main(argv=None) -> int:
-    from olifant_mlx.corpus import CorpusError
-    from olifant_mlx.energy import EnergyError
-    from olifant_mlx.igtree import IGTreeError, TokenizerMismatch
-    from olifant_mlx.tokenizers import TokenizerError
-    from olifant_mlx.verifier import VerifierError
-
-    args = build_parser().parse_args(argv)
-    k = getattr(args, "k", None)
-    ks = k if isinstance(k, list) else [k] if isinstance(k, int) else []
-    if any(x < 0 or x > 64 for x in ks):
-        sys.stderr.write(f"error: k must be between 0 and 64, got {k}\n")
-        return 2
-    try:
-        return args.func(args)
-    except (IGTreeError, TokenizerMismatch, TokenizerError, CorpusError, VerifierError, ValueError,
-            OSError, EnergyError) as e:
-        sys.stderr.write(f"error: {e}\n")
-        return 1
-    except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
-        return 130

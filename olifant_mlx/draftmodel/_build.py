@@ -1,4 +1,4 @@
-"""cffi (API mode) build of the IGTree C library: `pip install .` runs this.
+"""cffi (API mode) build of the IGTree C library: `pip install .` runs this (setup.py).
 
 The cdef is derived from csrc/igtree.h itself, so the header stays the one
 statement of the API: preprocessor lines are dropped and integer macros are
@@ -10,7 +10,7 @@ import re
 from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CSRC = os.path.join(os.path.dirname(HERE), "csrc")
+CSRC = os.path.join(os.path.dirname(os.path.dirname(HERE)), "csrc")
 
 
 def header_cdef(path):
@@ -37,12 +37,13 @@ ffibuilder = FFI()
 ffibuilder.cdef(header_cdef(os.path.join(CSRC, "igtree.h")))
 ffibuilder.cdef('extern "Python" int _igt_progress(void *, const char *, uint64_t, uint64_t);')
 ffibuilder.set_source(
-    "olifant_mlx._igtree",
+    "olifant_mlx.draftmodel._igtree",
     '#include "igtree.h"',
     sources=[os.path.relpath(os.path.join(CSRC, "igtree.c"))],
     include_dirs=[os.path.relpath(CSRC)],
     extra_compile_args=["-std=c11", "-O2"],
     libraries=["m"],
+    py_limited_api=True,    # one abi3 wheel per platform, for every Python >= 3.10
 )
 
 if __name__ == "__main__":

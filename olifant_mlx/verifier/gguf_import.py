@@ -102,8 +102,7 @@ def _unpermute(w: np.ndarray, heads: int) -> np.ndarray:
 def _tokenizer(arch: str, meta: dict, out_dir: Path) -> None:
     from tokenizers import pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
-    from transformers.integrations.gguf.gguf_tokenizer_mapping import (
-        GGUF_TOKENIZER_MAPPING, convert_gguf_tokenizer)
+    from transformers.integrations.gguf.gguf_tokenizer_mapping import GGUF_TOKENIZER_MAPPING, convert_gguf_tokenizer
 
     tok_dict = {name: meta[f"tokenizer.{key}"]
                 for key, name in GGUF_TOKENIZER_MAPPING["tokenizer"].items()
@@ -143,7 +142,8 @@ def _tokenizer(arch: str, meta: dict, out_dir: Path) -> None:
 def convert_gguf(gguf_path, out_dir, dtype: str | None = None) -> Path:
     """Write config.json, model.safetensors and the tokenizer for `gguf_path` into out_dir."""
     import gguf
-    import mlx.core as mx
+
+    from olifant_mlx.mlx_setup import mx
 
     path = Path(gguf_path)
     try:

@@ -22,14 +22,14 @@ verifier's.
 """
 from __future__ import annotations
 
-from olifant_mlx.drafters import NoDrafter, scored_draft
+from olifant_mlx.drafters.base import Draft, DrafterBase, Signal
 
 COPIES = ("lookup", "history")   # signals (source, agreement length): longer is no worse
 
 
 class AcceptanceEstimate:
-    """Recency-weighted acceptance rate per signal, backing off to the signal's source (its
-    first element) and then to `prior`; `strength` pseudo-observations tie each level to the
+    """Recency-weighted acceptance rate per signal, backing off to the signal's source and
+    then to `prior`; `strength` pseudo-observations tie each level to the
     next, and counts halve every `half_life` verifier steps. A copied continuation's rate is
     at least that of a copy with shorter agreement (monotone in the agreement length)."""
 
@@ -49,19 +49,19 @@ class AcceptanceEstimate:
         f = self.decay ** (self.step - c[2])
         return c[0] * f, c[1] * f
 
-    def p(self, signal) -> float:
-        acc, tested = self._get(signal[:1])
+    def p(self, signal: Signal) -> float:
+        acc, tested = self._get(signal.source)
         parent = (acc + self.strength * self.prior) / (tested + self.strength)
         acc, tested = self._get(signal)
         own = (acc + self.strength * parent) / (tested + self.strength)
-        if signal[0] in COPIES and len(signal) == 2 and signal[1] > 1:
+        if signal.source in COPIES and signal.level > 1:
             # a copy that agrees with more of the context is at least as likely to be right
-            shorter = signal[1] - 1 if signal[1] <= 4 else signal[1] // 2
-            return max(own, self.p((signal[0], shorter)))
+            shorter = signal.level - 1 if signal.level <= 4 else signal.level // 2
+            return max(own, self.p(Signal(signal.source, shorter, signal.share)))
         return own
 
-    def update(self, signal, accepted: bool):
-        for key in (signal[:1], signal):
+    def update(self, signal: Signal, accepted: bool):
+        for key in (signal.source, signal):
             acc, tested = self._get(key)
             self.counts[key] = [acc + accepted, tested + 1.0, self.step]
 
@@ -142,7 +142,7 @@ def best_rate(p, cost, kv_cache: bool, context_len: int = 0):
     return best, best_j
 
 
-class AdaptiveDrafter(NoDrafter):
+class AdaptiveDrafter(DrafterBase):
     """Any drafter, with a per-step draft length chosen as above, at most the requested k.
     The engine reports each verifier pass through `observe(step, kv_cache)`."""
 
@@ -151,7 +151,7 @@ class AdaptiveDrafter(NoDrafter):
         self.inner = inner
         self.prior, self.half_life, self.rel_slope = prior, half_life, rel_slope
         self.name = f"adaptive-{inner.name}"
-        self.wants_bos = getattr(inner, "wants_bos", False)
+        self.wants_bos = inner.wants_bos
         self.cost = PassCost(rel_slope)   # the verifier's speed outlives one generation
         self.kv_cache = True              # until the engine says otherwise
 
@@ -161,12 +161,10 @@ class AdaptiveDrafter(NoDrafter):
         self.signals = []
         self.lengths = []                 # kept draft length per step, for inspection
 
-    def draft(self, context, k):
+    def draft_scored(self, context, k):
         # a drafter with several candidates (the hybrid) lets the estimates choose among them
-        options = (self.inner.candidates(context, k) if hasattr(self.inner, "candidates")
-                   else [scored_draft(self.inner, context, k)])
         best, tokens, signals, j = -1.0, [], [], 0
-        for drafts, sigs in options:
+        for drafts, sigs in self.inner.candidates(context, k):
             p = [self.acceptance.p(s) for s in sigs]
             # uncached, a pass feeds the verifier's whole sequence (about the context: BOS aside)
             rate, n = best_rate(p, self.cost, self.kv_cache, len(context))
@@ -174,7 +172,7 @@ class AdaptiveDrafter(NoDrafter):
                 best, tokens, signals, j = rate, drafts, sigs, n
         self.signals = signals[:j]
         self.lengths.append(j)
-        return tokens[:j]
+        return Draft(tokens[:j], self.signals)
 
     def observe(self, step, kv_cache: bool):
         self.kv_cache = kv_cache

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from olifant_mlx.corpus import CorpusError, Progress, iter_documents, tokenized_batches, windows
-from olifant_mlx.igtree import Builder, IGTree
+from olifant_mlx.draftmodel.corpus import CorpusError, Progress, iter_documents, tokenized_batches, windows
+from olifant_mlx.draftmodel.igtree import Builder, IGTree
 
 
 def peak_rss_mb() -> float:
@@ -67,8 +67,8 @@ def _progress_bar(enabled: bool):
     if not enabled:
         return nullcontext(None)
     from rich.console import Console
-    from rich.progress import (BarColumn, Progress as Bar, SpinnerColumn, TaskProgressColumn,
-                               TextColumn, TimeElapsedColumn)
+    from rich.progress import BarColumn, SpinnerColumn, TaskProgressColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import Progress as Bar
 
     return Bar(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                TaskProgressColumn(), TextColumn("{task.fields[detail]}"), TimeElapsedColumn(),

@@ -1,0 +1,43 @@
+"""Smoke test of an installed wheel, run from a folder outside the source tree (by .ci/run):
+the CLI's help and version, a generation with the offline verifier, and the TUI headless."""
+import asyncio
+import os
+import subprocess
+import sys
+
+import olifant_mlx
+
+assert "site-packages" in olifant_mlx.__file__, f"not the installed package: {olifant_mlx.__file__}"
+
+
+def run(*args):
+    r = subprocess.run([sys.executable, "-m", "olifant_mlx", *args], capture_output=True, text=True)
+    assert r.returncode == 0, f"{args}: exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    return r
+
+
+assert "generate" in run("--help").stdout
+assert olifant_mlx.__version__ in run("--version").stdout
+out = run("generate", "--model", "smollm2-135m", "--draft", "lookup", "-k", "3", "--max-tokens", "8",
+          "-p", "THE SOFTWARE IS PROVIDED", "--json")
+assert '"tokens"' in out.stdout, out.stdout
+
+
+async def tui():
+    from olifant_mlx.tui.app import OlifantApp
+
+    app = OlifantApp(model="smollm2-135m", draft="ngram", k=3, max_tokens=8, energy="none")
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.press("ctrl+g")
+        for _ in range(1200):
+            await pilot.pause(0.1)
+            if not app.generating:
+                break
+        assert app.output_text.strip(), "the TUI generated nothing"
+        assert app.last_stats.tokens == 8
+        for key in ("f3", "f4", "f5", "f2"):
+            await pilot.press(key)
+
+
+asyncio.run(tui())
+print(f"wheel smoke test passed: olifant_mlx {olifant_mlx.__version__} from {os.path.dirname(olifant_mlx.__file__)}")

@@ -1,0 +1,56 @@
+"""`python -m olifant_mlx COMMAND` (also the `olifant-mlx` console script).
+
+Each command module has `add_parsers(sub)`; commands are thin: they validate arguments, then
+call the library (draftmodel, verifier, engine.Session, measure, energy)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from importlib import import_module
+
+COMMAND_MODULES = ("olifant_mlx.cli.train", "olifant_mlx.cli.generate", "olifant_mlx.cli.energy",
+                   "olifant_mlx.cli.analysis", "olifant_mlx.cli.bench", "olifant_mlx.cli.tui")
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    from olifant_mlx import __version__
+
+    p = argparse.ArgumentParser(prog=prog or _prog(),
+                                description="Olifant: private on-device drafting with "
+                                            "memory-based speculative decoding on MLX")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+    for module in COMMAND_MODULES:
+        import_module(module).add_parsers(sub)
+    return p
+
+
+def _prog() -> str:
+    """How the user called us: the console script's name, or python -m olifant_mlx."""
+    import os
+
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return "python -m olifant_mlx" if name in ("__main__.py", "-m", "") else name
+
+
+def main(argv=None) -> int:
+    from olifant_mlx.draftmodel.corpus import CorpusError
+    from olifant_mlx.draftmodel.igtree import IGTreeError, TokenizerMismatch
+    from olifant_mlx.energy import EnergyError
+    from olifant_mlx.verifier import TokenizerError, VerifierError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except BrokenPipeError:        # `... --json | head`: the reader left; say nothing more
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except (IGTreeError, TokenizerMismatch, TokenizerError, CorpusError, VerifierError, ValueError,
+            OSError, EnergyError) as e:
+        sys.stderr.write(f"error: {e}\n")
+        return 1
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        return 130

@@ -1,0 +1,156 @@
+"""`bench`: the paper's sweep (strategies x tasks x k x regimes), its tables and figures."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from olifant_mlx.cli.common import MODEL_HELP, draft_tokens
+
+QUICK = {"prompts": 2, "max_tokens": 24, "ks": [3], "regimes": ["kv"]}
+
+
+def _pairs(items, what):
+    out = {}
+    for item in items or ():
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value:
+            raise ValueError(f"{what} wants NAME=VALUE, got {item!r}")
+        out[name] = value
+    return out
+
+
+def cmd_bench(args) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+    from rich.table import Table
+
+    from olifant_mlx.drafters import build_drafter, parse_spec
+    from olifant_mlx.energy import open_meter
+    from olifant_mlx.engine import GenerationOptions
+    from olifant_mlx.measure.bench import (
+        ModelRunner,
+        ReferenceRunner,
+        _fmt,
+        add_predictions,
+        aggregate,
+        calibrate,
+        continuations_of,
+        read_prompts,
+        sweep,
+        write_plots,
+        write_tables,
+    )
+    from olifant_mlx.verifier import default_model, load_tokenizer, load_verifier
+
+    cfg = {}
+    if args.config:
+        try:
+            import tomllib
+        except ImportError:  # Python 3.10
+            raise ValueError("--config needs Python 3.11 or newer (tomllib)") from None
+        cfg = tomllib.loads(Path(args.config).read_text())
+    tasks = {**cfg.get("tasks", {}), **_pairs(args.prompts, "--prompts")}
+    strategies = {**cfg.get("strategies", {}), **_pairs(args.strategy, "--strategy")}
+    if not tasks:
+        raise ValueError("no tasks: give --prompts NAME=FILE (e.g. legal=prompts.dev.jsonl)")
+    strategies = strategies or {"ngram": "ngram", "lookup": "lookup"}
+    quick = QUICK if args.quick else {}
+    ks = args.k or cfg.get("ks") or quick.get("ks") or [3, 5, 8]
+    regimes = args.regimes or cfg.get("regimes") or quick.get("regimes") or ["kv", "uncached"]
+    n_prompts = args.n_prompts or cfg.get("prompts") or quick.get("prompts") or 100
+    max_tokens = args.max_tokens or cfg.get("max_tokens") or quick.get("max_tokens") or 100
+    for k in ks:                      # every argument checked before any model loads
+        GenerationOptions(k=k, max_tokens=max_tokens)
+    specs = {name: parse_spec(spec) for name, spec in strategies.items()}
+    texts = {t: read_prompts(p)[:n_prompts] for t, p in tasks.items()}
+    reference = args.verifier == "reference"
+    model_spec = args.model or cfg.get("model")
+    if reference:
+        refs = _pairs(args.reference, "--reference")
+        if set(refs) != set(texts):
+            raise ValueError("--verifier reference needs --reference TASK=CORPUS for every task "
+                             f"({', '.join(texts)})")
+        ours = load_tokenizer(model_spec or default_model())
+        conts = {}
+        for t, corpus in refs.items():
+            conts.update(continuations_of(texts[t], corpus))
+        runner = ReferenceRunner(ours, conts)
+        verifier = None
+    else:
+        verifier = load_verifier(model_spec)
+        ours = verifier.identity
+        runner = ModelRunner(verifier, open_meter(args.energy))
+    name, label = runner.name, runner.label
+    drafters = {sname: build_drafter(spec, ours) for sname, spec in specs.items()}
+    results = Path(args.results)
+    results.parent.mkdir(parents=True, exist_ok=True)
+    con = Console(stderr=True)
+    con.print(f"verifier {name}; energy: {label}; {len(texts)} task(s), "
+              f"{len(drafters)} strategies, k {ks}, regimes {regimes}, {n_prompts} prompts x "
+              f"{max_tokens} tokens; results -> {results}")
+    with Progress(TextColumn("bench"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeRemainingColumn(), console=con) as bar:
+        task = bar.add_task("bench", total=None)
+        try:
+            rows = sweep(runner, texts, drafters, ks, regimes, max_tokens, results,
+                         n_prompts=n_prompts,
+                         on_progress=lambda done, total: bar.update(task, completed=done, total=total))
+        except KeyboardInterrupt:
+            con.print("interrupted: the results file is consistent; run again to resume")
+            return 130
+    calibration = None
+    if args.calibrate:
+        calibration = calibrate(verifier or load_verifier(model_spec), next(iter(texts.values()))[0])
+        Path(args.out_dir).mkdir(parents=True, exist_ok=True)
+        (Path(args.out_dir) / "calibration.json").write_text(json.dumps(calibration, indent=2))
+    cells = [c for c in aggregate(rows) if c["verifier"] == name]
+    add_predictions(cells, rows, calibration)
+    paths = write_tables(cells, args.out_dir)
+    paths.update(write_plots(cells, args.out_dir, note=label if reference else ""))
+    t = Table(title=f"bench, verifier {name} ({label})")
+    shown = ["task", "regime", "strategy", "k", "prompts", "tokens_per_s", "speedup",
+             "predicted_speedup", "acceptance", "mean_accepted_length", "rouge_l", "exact_match",
+             "compute_cpu_s_per_100_tokens", "j_per_100_tokens", "tokens_per_joule"]
+    for c in shown:
+        t.add_column(c.replace("_", " "), justify="left" if c in ("task", "regime", "strategy") else "right")
+    for c in cells:
+        t.add_row(*[_fmt(k, c.get(k)) for k in shown])
+    Console(width=max(Console().width, 180)).print(t)
+    if calibration:
+        Console().print("verify cost, KV cache, relative to 1 new token: " + ", ".join(
+            f"{n}: {v:.2f}" for n, v in calibration["kv_relative"].items())
+            + f"; uncached full context ({calibration['context_tokens']} tokens) = "
+              f"{calibration['uncached_over_kv1']:.1f} cached steps")
+    if not paths.get("speedup"):
+        con.print("plots skipped: pip install 'olifant_mlx[plots]' (matplotlib)")
+    con.print("written: " + ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
+def add_parsers(sub):
+    from olifant_mlx.drafters.registry import help_text
+
+    b = sub.add_parser("bench", help="the paper's sweep: strategies x tasks x k x regimes")
+    b.add_argument("--model", help=MODEL_HELP + "; with --verifier reference, whose tokenizer "
+                                                "and (with --calibrate) cost curve to use")
+    b.add_argument("--verifier", choices=["model", "reference"], default="model",
+                   help="reference: replay each held-out document's real continuation as the "
+                        "verifier's output (simulated; needs --reference)")
+    b.add_argument("--reference", nargs="+", metavar="TASK=CORPUS",
+                   help="held-out corpus whose documents the task's prompts begin")
+    b.add_argument("--prompts", nargs="+", metavar="TASK=FILE", help="prompt files per task")
+    b.add_argument("--strategy", nargs="+", metavar="NAME=SPEC",
+                   help=f"drafters by name, SPEC one of {help_text()}; e.g. "
+                        "olifant=olifant:models/legal.olif ngram=ngram lookup=lookup")
+    b.add_argument("--config", help="TOML with model, [tasks], [strategies], ks, regimes, prompts, max_tokens")
+    b.add_argument("-k", nargs="+", type=draft_tokens, help="draft lengths to sweep")
+    b.add_argument("--regimes", nargs="+", choices=["kv", "uncached"])
+    b.add_argument("--n-prompts", type=int)
+    b.add_argument("--max-tokens", type=int)
+    b.add_argument("--quick", action="store_true", help=f"small subset: {QUICK}")
+    b.add_argument("--energy", help="meter backend (default: $OLIFANT_ENERGY or auto)")
+    b.add_argument("--results", default="bench-results/results.jsonl",
+                   help="JSON lines, appended; an interrupted run resumes from it")
+    b.add_argument("--out-dir", default="bench-results", help="where the CSV/Markdown tables go")
+    b.add_argument("--calibrate", action="store_true", help="also measure the verifier's cost curve")
+    b.set_defaults(func=cmd_bench)

@@ -1,0 +1,126 @@
+"""The drafter contract: cheap guesses of the verifier's next k tokens.
+
+Required: `start(prompt)` at the beginning of a generation, `draft(context, k)` -> up to k ids
+following `context` (the prompt, without BOS unless `wants_bos`, plus everything generated
+so far), `accept(tokens)` with the tokens appended to the context after each step.
+Optional, with defaults in `DrafterBase`: `draft_scored` (drafts with a confidence `Signal`
+per token), `candidates` (every draft it could propose, for the adaptive drafter to choose
+from) and `observe(step, kv_cache)` (called by the engine after every verifier pass).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class Signal:
+    """How a drafted token was found, which predicts how likely it is to be accepted.
+
+    source: "igtree", "lookup", "history", or a drafter's name; level: the IGTree's match
+    depth, a copy's agreement with the context (1, 2, 3, 4, 8, 16, 32), or the position in the
+    draft; share: the IGTree winner's share of its node in quarters (0..3), else 0."""
+    source: str
+    level: int = 0
+    share: int = 0
+
+
+class Draft(NamedTuple):
+    tokens: list
+    signals: list
+
+
+EMPTY = Draft([], [])
+
+
+def position_signals(name: str, n: int) -> list:
+    """Signals of a drafter that knows nothing better: its name and the position (capped)."""
+    return [Signal(name, min(i, 7)) for i in range(n)]
+
+
+@runtime_checkable
+class Drafter(Protocol):
+    name: str
+    wants_bos: bool
+
+    def start(self, prompt: Sequence[int]) -> None: ...
+
+    def draft(self, context: Sequence[int], k: int) -> list: ...
+
+    def accept(self, tokens: Sequence[int]) -> None: ...
+
+    def draft_scored(self, context: Sequence[int], k: int) -> Draft: ...
+
+    def candidates(self, context: Sequence[int], k: int) -> list: ...
+
+    def observe(self, step, kv_cache: bool) -> None: ...
+
+
+class DrafterBase:
+    """Defaults for the optional part of the contract. A subclass defines `draft` or
+    `draft_scored` (each default is written in terms of the other)."""
+    name = "drafter"
+    wants_bos = False          # True: reads the sequence exactly as the verifier does (BOS too)
+
+    def start(self, prompt) -> None:
+        pass
+
+    def accept(self, tokens) -> None:
+        pass
+
+    def draft(self, context, k) -> list:
+        return self.draft_scored(context, k).tokens
+
+    def draft_scored(self, context, k) -> Draft:
+        tokens = list(self.draft(context, k))
+        return Draft(tokens, position_signals(self.name, len(tokens)))
+
+    def candidates(self, context, k) -> list:
+        d = self.draft_scored(context, k)
+        return [d] if d.tokens else []
+
+    def observe(self, step, kv_cache: bool) -> None:
+        pass
+
+
+class NoDrafter(DrafterBase):
+    """Plain decoding: never drafts."""
+    name = "none"
+
+    def draft(self, context, k):
+        return []
+
+
+class _Adapted(DrafterBase):
+    """A duck-typed drafter with only the required methods, given the optional defaults."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.name = str(getattr(inner, "name", type(inner).__name__))
+        self.wants_bos = bool(getattr(inner, "wants_bos", False))
+
+    def start(self, prompt):
+        self.inner.start(prompt)
+
+    def draft(self, context, k):
+        return self.inner.draft(context, k)
+
+    def accept(self, tokens):
+        self.inner.accept(tokens)
+
+
+REQUIRED = ("start", "draft", "accept")
+
+
+def as_drafter(obj) -> Drafter:
+    """`obj` as a full Drafter: None is NoDrafter, a Drafter is itself, and an object with
+    only start/draft/accept gets the optional methods' defaults. Anything else is a TypeError."""
+    if obj is None:
+        return NoDrafter()
+    if isinstance(obj, Drafter):
+        return obj
+    missing = [m for m in REQUIRED if not callable(getattr(obj, m, None))]
+    if missing:
+        raise TypeError(f"{type(obj).__name__} is not a drafter: it lacks {', '.join(missing)}")
+    return _Adapted(obj)

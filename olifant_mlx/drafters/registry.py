@@ -1,0 +1,237 @@
+"""Drafters by name: one registry builds them from specs, validates a spec before any model is
+loaded, and writes the help text every surface shows (the energy backends' pattern).
+
+A spec is `KIND` or `KIND:ARG`: `none`, `olifant:PATH`, `ngram[:N]`, `ngram-words[:N]`,
+`lookup[:N]`, `neural:MODEL`, `hybrid:PATH`, `adaptive:SPEC` (any other spec, its length
+chosen per step).
+"""
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from olifant_mlx.drafters.base import Drafter, NoDrafter
+
+MODEL_MAGIC = b"OLIFIGT\0"
+
+
+class DrafterSpecError(ValueError):
+    """A drafter spec that names no drafter, a missing or foreign file, or a bad number."""
+
+
+@dataclass(frozen=True)
+class DrafterSpec:
+    """A parsed, validated spec. `inner` is the wrapped spec of `adaptive:`."""
+    kind: str
+    arg: str = ""
+    inner: DrafterSpec | None = None
+
+    @property
+    def text(self) -> str:
+        if self.inner is not None:
+            return f"{self.kind}:{self.inner.text}"
+        return f"{self.kind}:{self.arg}" if self.arg else self.kind
+
+    @property
+    def model_file(self) -> str | None:
+        """The draft-model file this spec reads, if any (also through adaptive:)."""
+        if self.inner is not None:
+            return self.inner.model_file
+        return self.arg if KINDS[self.kind].arg == "file" else None
+
+    @property
+    def drafts(self) -> bool:
+        return self.kind != "none"
+
+    def __str__(self):
+        return self.text
+
+
+@dataclass(frozen=True)
+class DrafterKind:
+    name: str
+    arg: str                 # "" (none) | "int" (optional) | "file" | "model" | "spec"
+    summary: str
+    build: Callable          # (spec, tokenizer, history) -> Drafter
+    default: int | None = None
+
+    @property
+    def usage(self) -> str:
+        return {"": self.name, "int": f"{self.name}[:N]", "file": f"{self.name}:PATH",
+                "model": f"{self.name}:MODEL", "spec": f"{self.name}:SPEC"}[self.arg]
+
+
+KINDS: dict[str, DrafterKind] = {}
+ALIASES = {"plain": "none", "": "none"}
+
+
+def register(kind: DrafterKind) -> None:
+    KINDS[kind.name] = kind
+
+
+def _check_model_file(path: str, spec: str) -> None:
+    """Exists, is a regular file (never open a FIFO), and starts like a model file."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise DrafterSpecError(f"--draft {spec}: draft model {path} cannot be read: "
+                               f"{e.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise DrafterSpecError(f"--draft {spec}: {path} is not a regular file")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError as e:
+        raise DrafterSpecError(f"--draft {spec}: cannot read {path}: {e.strerror}") from None
+    if head != MODEL_MAGIC:
+        raise DrafterSpecError(f"--draft {spec}: {path} is not an olifant draft model "
+                               f"(train one with `python -m olifant_mlx train`)")
+
+
+def parse_spec(text: str, check_files: bool = True) -> DrafterSpec:
+    """Parse and validate a spec, touching no model: unknown kinds, missing arguments, bad
+    numbers and missing or foreign draft-model files are DrafterSpecErrors naming the spec."""
+    text = (text or "").strip()
+    kind, _, arg = text.partition(":")
+    kind = ALIASES.get(kind, kind)
+    if kind not in KINDS:
+        raise DrafterSpecError(f"unknown drafter {text!r}: use {help_text()}")
+    k = KINDS[kind]
+    if k.arg == "":
+        if arg:
+            raise DrafterSpecError(f"drafter {kind} takes no argument, got {text!r}")
+        return DrafterSpec(kind)
+    if k.arg == "int":
+        if not arg:
+            return DrafterSpec(kind)
+        if not arg.isdigit() or not 1 <= int(arg) <= 16:
+            raise DrafterSpecError(f"drafter {text!r}: N must be a whole number from 1 to 16")
+        return DrafterSpec(kind, arg)
+    if not arg:
+        raise DrafterSpecError(f"drafter {kind} needs an argument: {k.usage}")
+    if k.arg == "spec":
+        inner = parse_spec(arg, check_files)
+        if inner.kind == kind:
+            raise DrafterSpecError(f"drafter {text!r}: {kind} of {kind} is not a drafter")
+        return DrafterSpec(kind, inner=inner)
+    if k.arg == "file" and check_files:
+        _check_model_file(arg, text)
+    return DrafterSpec(kind, arg)
+
+
+def build_drafter(spec, tokenizer=None, history=None) -> Drafter:
+    """A drafter from a spec (text or DrafterSpec). `tokenizer` is the verifier's identity
+    (name, vocab_size, digest): a draft model trained for another tokenizer is refused.
+    `history` (a SessionHistory) goes to the hybrid drafter, the only one that reads it."""
+    if not isinstance(spec, DrafterSpec):
+        spec = parse_spec(spec)
+    return KINDS[spec.kind].build(spec, tokenizer, history)
+
+
+def help_text() -> str:
+    """'none | olifant:PATH | ngram[:N] | ...': the --draft choices, in registry order."""
+    return " | ".join(k.usage for k in KINDS.values())
+
+
+def describe() -> list:
+    """(usage, summary) of every drafter, for help screens and the TUI's list."""
+    return [(k.usage, k.summary) for k in KINDS.values()]
+
+
+# ---- the drafters ---------------------------------------------------------------------
+
+def _int(spec, default):
+    return int(spec.arg) if spec.arg else default
+
+
+def _olifant_model(path, tokenizer):
+    from olifant_mlx.draftmodel.igtree import IGTree
+
+    model = IGTree.load(path)
+    if tokenizer is not None:
+        model.check_tokenizer(tokenizer.name, tokenizer.vocab_size, tokenizer.digest)
+    return model
+
+
+def _build_none(spec, tokenizer, history):
+    return NoDrafter()
+
+
+def _build_olifant(spec, tokenizer, history):
+    from olifant_mlx.drafters.olifant import OlifantDrafter
+
+    return OlifantDrafter(_olifant_model(spec.arg, tokenizer))
+
+
+def _build_ngram(spec, tokenizer, history):
+    from olifant_mlx.drafters.ngram import NgramDrafter
+
+    return NgramDrafter(_int(spec, 4))
+
+
+def _build_ngram_words(spec, tokenizer, history):
+    from olifant_mlx.drafters.ngram import WordNgramDrafter
+
+    if tokenizer is None:
+        raise DrafterSpecError("ngram-words needs the verifier's tokenizer")
+    return WordNgramDrafter(tokenizer, _int(spec, 4))
+
+
+def _build_lookup(spec, tokenizer, history):
+    from olifant_mlx.drafters.lookup import LookupDrafter
+
+    return LookupDrafter(_int(spec, 3))
+
+
+def _build_neural(spec, tokenizer, history):
+    from olifant_mlx.drafters.neural import NeuralDrafter
+    from olifant_mlx.draftmodel.igtree import TokenizerMismatch
+    from olifant_mlx.verifier import load_verifier
+
+    v = load_verifier(spec.arg)
+    if tokenizer is not None and v.identity.digest != tokenizer.digest:
+        raise TokenizerMismatch(f"neural draft model {v.name!r} does not share the verifier's "
+                                f"tokenizer {tokenizer.name!r}")
+    return NeuralDrafter(v.model, name=f"neural:{v.name}")
+
+
+def _build_hybrid(spec, tokenizer, history):
+    from olifant_mlx.drafters.hybrid import HybridDrafter
+    from olifant_mlx.drafters.olifant import OlifantDrafter
+
+    # weak IGTree answers are not worth verifying when the session's text is there instead
+    olifant = OlifantDrafter(_olifant_model(spec.arg, tokenizer), min_depth=2, min_share=0.2)
+    return HybridDrafter(olifant, history=history)
+
+
+def _build_adaptive(spec, tokenizer, history):
+    from olifant_mlx.drafters.adaptive import AdaptiveDrafter
+
+    return AdaptiveDrafter(build_drafter(spec.inner, tokenizer, history))
+
+
+for _kind in (
+    DrafterKind("none", "", "plain decoding: no drafts", _build_none),
+    DrafterKind("olifant", "file", "the trained IGTree draft model (the paper's drafter)", _build_olifant),
+    DrafterKind("ngram", "int", "the session's own token n-grams (default 4), with back-off",
+                _build_ngram, 4),
+    DrafterKind("ngram-words", "int", "the paper's word-level n-gram baseline (default 4)",
+                _build_ngram_words, 4),
+    DrafterKind("lookup", "int", "prompt lookup: copy what followed the last N tokens (default 3)",
+                _build_lookup, 3),
+    DrafterKind("neural", "model", "a small mlx-lm model with the verifier's tokenizer", _build_neural),
+    DrafterKind("hybrid", "file", "the session's own text first, then the IGTree (best on copies)",
+                _build_hybrid),
+    DrafterKind("adaptive", "spec", "any drafter, its draft length chosen per step by cost",
+                _build_adaptive),
+):
+    register(_kind)
+
+
+def uses_history(spec: DrafterSpec) -> bool:
+    """Whether a session history would be read by this drafter (the hybrid, or adaptive of it)."""
+    while spec.inner is not None:
+        spec = spec.inner
+    return spec.kind == "hybrid"

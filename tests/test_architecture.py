@@ -1,0 +1,142 @@
+"""The package's shape: every module imports alone, no import cycles, libraries never import
+the CLI, one registry behind every surface's drafter list, the C extension's clear error."""
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE_DIRS = {"olifant_mlx": ROOT / "olifant_mlx", "olifant_mlx.tui": ROOT / "tui"}
+
+
+def modules() -> dict:
+    """Every module of the package (olifant_mlx.tui lives in tui/) -> its file."""
+    out = {}
+    for prefix, folder in PACKAGE_DIRS.items():
+        for f in sorted(folder.rglob("*.py")):
+            rel = f.relative_to(folder).with_suffix("")
+            parts = [p for p in rel.parts if p != "__init__"]
+            name = ".".join([prefix, *parts])
+            if name.startswith("olifant_mlx.tui") and prefix == "olifant_mlx":
+                continue
+            out[name] = f
+    return out
+
+
+def imports_of(name: str, path: Path, known) -> set:
+    """The package modules `path` imports anywhere (top level or inside functions)."""
+    tree = ast.parse(path.read_text())
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(up + ([base] if base else []))
+            targets = [base] + [f"{base}.{a.name}" for a in node.names]
+        else:
+            continue
+        for t in targets:
+            while t and t not in known:
+                t = t.rpartition(".")[0]
+            if t and t != name:
+                found.add(t)
+    return found
+
+
+def graph() -> dict:
+    mods = modules()
+    return {name: imports_of(name, path, mods) for name, path in mods.items()}
+
+
+def test_no_import_cycles():
+    g = graph()
+    # a package's __init__ re-exporting its own submodules is not a cycle of the design
+    edges = {m: {t for t in ts if not m.startswith(t + ".")} for m, ts in g.items()}
+    state, stack, cycles = {}, [], []
+
+    def visit(m):
+        state[m] = 1
+        stack.append(m)
+        for t in sorted(edges.get(m, ())):
+            if state.get(t) == 1:
+                cycles.append(stack[stack.index(t):] + [t])
+            elif t not in state:
+                visit(t)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(edges):
+        if m not in state:
+            visit(m)
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_libraries_never_import_the_cli_or_the_ui():
+    g = graph()
+    surfaces = ("olifant_mlx.cli", "olifant_mlx.tui", "olifant_mlx.__main__")
+    bad = [(m, t) for m, ts in g.items() for t in ts
+           if not m.startswith(surfaces) and t.startswith(surfaces)]
+    assert not bad, bad
+    # and the layers go one way: the draft model knows no verifier, drafters or engine
+    for m, ts in g.items():
+        if m.startswith("olifant_mlx.draftmodel"):
+            assert not any(t.startswith(("olifant_mlx.engine", "olifant_mlx.drafters",
+                                         "olifant_mlx.measure")) for t in ts), (m, ts)
+        if m.startswith("olifant_mlx.drafters"):
+            assert not any(t.startswith(("olifant_mlx.engine", "olifant_mlx.measure")) for t in ts), (m, ts)
+
+
+def test_the_graph_check_can_fail(tmp_path):
+    """The cycle detector sees a cycle through a function-level import."""
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("def f():\n    from olifant_mlx.b import g\n")
+    b.write_text("import olifant_mlx.a\n")
+    known = {"olifant_mlx.a": a, "olifant_mlx.b": b}
+    assert imports_of("olifant_mlx.a", a, known) == {"olifant_mlx.b"}
+    assert imports_of("olifant_mlx.b", b, known) == {"olifant_mlx.a"}
+
+
+@pytest.mark.slow
+def test_every_module_imports_alone_in_a_fresh_interpreter():
+    names = [m for m in modules() if not m.endswith("__main__") and not m.endswith("_build")]
+    code = ("import importlib, sys\nfailed = []\nfor name in sys.argv[1:]:\n"
+            "    import subprocess\n"
+            "    r = subprocess.run([sys.executable, '-c', f'import {name}'], capture_output=True, text=True)\n"
+            "    if r.returncode: failed.append((name, r.stderr.strip().splitlines()[-1:]))\n"
+            "print(failed)\nsys.exit(1 if failed else 0)\n")
+    r = subprocess.run([sys.executable, "-c", code, *names], capture_output=True, text=True, cwd="/")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert len(names) > 40
+
+
+def test_a_source_tree_without_the_extension_says_how_to_fix_it(tmp_path):
+    """Importing the package from a checkout that was never built (the source tree shadowing
+    an installed wheel) names the problem and the fix instead of a bare ModuleNotFoundError."""
+    import shutil
+
+    shutil.copytree(ROOT / "olifant_mlx", tmp_path / "olifant_mlx",
+                    ignore=shutil.ignore_patterns("*.so", "*.pyd", "__pycache__"))
+    r = subprocess.run([sys.executable, "-c", "import olifant_mlx.draftmodel.igtree"],
+                       capture_output=True, text=True, cwd=tmp_path,
+                       env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path)})
+    assert r.returncode != 0
+    assert "C extension" in r.stderr and "source tree" in r.stderr and "pip install -e ." in r.stderr
+
+
+def test_every_surface_shows_the_registry_drafters():
+    from olifant_mlx.cli import build_parser
+    from olifant_mlx.drafters import KINDS, help_text
+
+    text = help_text()
+    assert all(k in text for k in KINDS) and "adaptive:SPEC" in text and "hybrid:PATH" in text
+    p = build_parser("olifant")
+    sub = next(a for a in p._actions if a.dest == "command")
+    for command in ("generate", "tui", "bench"):
+        helps = " ".join(a.help or "" for a in sub.choices[command]._actions)
+        assert text in helps, command

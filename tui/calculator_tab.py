@@ -1,0 +1,62 @@
+"""The Calculator tab: the speedup model of olifant_mlx.measure.calc, live as you type."""
+from __future__ import annotations
+
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Button, Input, Label, Static, TabPane
+
+from olifant_mlx.tui import render
+
+FIELDS = (("alpha", "α acceptance", "0.8", "number"), ("gamma", "γ draft length", "4", "integer"),
+          ("c", "c cost ratio", "0.1", "number"), ("v", "verify cost", "1.0", "number"))
+
+
+class CalculatorTab(TabPane):
+    def __init__(self):
+        super().__init__("Calculator", id="calculator")
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="calc-inputs"):
+            for ident, label, value, kind in FIELDS:
+                with Vertical(classes="calc-field"):
+                    yield Label(label)
+                    yield Input(value, type=kind, id=f"calc-{ident}")
+            yield Button("use measured", id="calc-measured")
+        with Horizontal():
+            yield Static("", id="calc-summary")
+            yield Static("", id="calc-chart")
+
+    def on_mount(self) -> None:
+        self.recompute()
+
+    @on(Input.Changed, "#calc-inputs Input")
+    def recompute(self) -> None:
+        summary = self.query_one("#calc-summary", Static)
+        chart = self.query_one("#calc-chart", Static)
+        try:
+            a = float(self.query_one("#calc-alpha", Input).value)
+            g = int(self.query_one("#calc-gamma", Input).value)
+            c = float(self.query_one("#calc-c", Input).value)
+            v = float(self.query_one("#calc-v", Input).value)
+            result = render.calculator(a, g, c, v)
+        except ValueError as e:
+            summary.update(f"check the inputs: {e}")
+            chart.update("")
+            return
+        summary.update(render.calc_summary(result, a, g, c))
+        chart.update(render.calc_chart(result, g))
+
+    def use_measured(self, stats, k: int) -> bool:
+        """Fill α, γ and c from a speculative generation's stats; False if there is none."""
+        from olifant_mlx.measure.calc import alpha_from_acceptance
+
+        if stats is None or not stats.drafted or k < 1:
+            return False
+        self.query_one("#calc-alpha", Input).value = f"{alpha_from_acceptance(stats.acceptance, k):.3f}"
+        self.query_one("#calc-gamma", Input).value = str(k)
+        if stats.verify_s > 0:
+            per_draft = stats.draft_s / max(stats.drafted, 1)
+            per_verify = stats.verify_s / max(stats.steps, 1)
+            self.query_one("#calc-c", Input).value = f"{per_draft / per_verify:.4f}"
+        return True
