@@ -134,7 +134,7 @@ def test_every_surface_shows_the_registry_drafters():
     from olifant_mlx.drafters import KINDS, help_text
 
     text = help_text()
-    assert all(k in text for k in KINDS) and "adaptive:SPEC" in text and "hybrid:PATH" in text
+    assert all(k in text for k in KINDS) and "adaptive:SPEC" in text and "hybrid[:PATH]" in text
     p = build_parser("olifant")
     sub = next(a for a in p._actions if a.dest == "command")
     for command in ("generate", "tui", "bench"):

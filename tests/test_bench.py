@@ -8,15 +8,8 @@ from test_engine import VOCAB, tiny_llama
 from olifant_mlx.drafters import LookupDrafter, NgramDrafter
 from olifant_mlx.energy import open_meter
 from olifant_mlx.engine.reference import TextDetokenizer
-from olifant_mlx.measure.bench import (
-    ModelRunner,
-    aggregate,
-    alternating_rounds,
-    load_rows,
-    read_prompts,
-    sweep,
-    write_tables,
-)
+from olifant_mlx.measure.bench import (ModelRunner, aggregate, alternating_rounds, load_rows,
+                                       read_prompts, sweep, write_tables)
 from olifant_mlx.verifier import Verifier
 
 

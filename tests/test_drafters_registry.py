@@ -49,7 +49,10 @@ def test_specs_parse_and_build(model_file):
     # the hybrid's gate is set by its constructor, not patched in afterwards
     h = build_drafter(f"hybrid:{model_file}", Ident())
     assert (h.olifant.min_depth, h.olifant.min_share) == (2, 0.2)
-    assert set(KINDS) == {"none", "olifant", "ngram", "ngram-words", "lookup", "neural", "hybrid", "adaptive"}
+    assert set(KINDS) == {"auto", "none", "olifant", "ngram", "ngram-words", "lookup", "neural", "hybrid",
+                          "adaptive"}
+    alone = build_drafter("hybrid")                      # no draft model: the session's text only
+    assert alone.olifant is None and alone.draft([5, 6, 7, 5, 6], 2) == [7, 5]
 
 
 def test_bad_specs_are_clear_errors_naming_the_problem(tmp_path, model_file):

@@ -3,17 +3,8 @@ import numpy as np
 import pytest
 from mlx.utils import tree_map
 
-from olifant_mlx.drafters import (
-    Draft,
-    HybridDrafter,
-    LookupDrafter,
-    NeuralDrafter,
-    NgramDrafter,
-    NoDrafter,
-    OlifantDrafter,
-    Signal,
-    WordNgramDrafter,
-)
+from olifant_mlx.drafters import (Draft, HybridDrafter, LookupDrafter, NeuralDrafter, NgramDrafter,
+                                  NoDrafter, OlifantDrafter, Signal, WordNgramDrafter)
 from olifant_mlx.drafters.adaptive import AcceptanceEstimate, AdaptiveDrafter, PassCost, best_length
 from olifant_mlx.draftmodel.igtree import Builder
 from olifant_mlx.engine import Stats, generate, generate_steps

@@ -6,14 +6,8 @@ import pytest
 from olifant_mlx.cli.analysis import chart, parse_verify_costs
 from olifant_mlx.engine import Stats, Step
 from olifant_mlx.measure import calc
-from olifant_mlx.measure.metrics import (
-    cross_document_overlap,
-    gzip_ratio,
-    lcs_length,
-    redundancy,
-    rouge_l,
-    within_text_repetition,
-)
+from olifant_mlx.measure.metrics import (cross_document_overlap, gzip_ratio, lcs_length, redundancy,
+                                         rouge_l, within_text_repetition)
 
 
 def test_rouge_l_by_hand():

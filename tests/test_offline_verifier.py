@@ -7,15 +7,8 @@ import sys
 import pytest
 
 from olifant_mlx.cli.generate import demo_draft_model
-from olifant_mlx.drafters import (
-    AdaptiveDrafter,
-    HybridDrafter,
-    LookupDrafter,
-    NeuralDrafter,
-    NgramDrafter,
-    OlifantDrafter,
-    WordNgramDrafter,
-)
+from olifant_mlx.drafters import (AdaptiveDrafter, HybridDrafter, LookupDrafter, NeuralDrafter,
+                                  NgramDrafter, OlifantDrafter, WordNgramDrafter)
 from olifant_mlx.engine import GenerationOptions, Session, generate, generate_steps
 from olifant_mlx.verifier import load_verifier
 
@@ -41,7 +34,7 @@ def test_gguf_conversion_is_right(smol):
 def test_every_drafter_preserves_output(smol):
     model, tok, ours = smol.model, smol.tokenizer, smol.identity
     prompt = tok.encode(LEGAL)
-    olifant = OlifantDrafter(demo_draft_model(ours, "smollm2-135m", ["builtin:licenses"]))
+    olifant = OlifantDrafter(demo_draft_model(ours, "smollm2-135m", ["builtin:licenses"])[0])
     for kv in (True, False):
         n = 20 if kv else 12  # uncached steps re-read the whole context: keep them few
         ref, _ = generate(model, prompt, max_tokens=n, kv_cache=kv)
@@ -107,7 +100,7 @@ def test_gemma3_alias():
 def test_generate_remembers_sessions_only_when_asked(smol, tmp_path):
     ours = smol.identity
     draft = tmp_path / "d.olif"
-    demo_draft_model(ours, "smollm2-135m", ["builtin:licenses"]).save(draft)
+    demo_draft_model(ours, "smollm2-135m", ["builtin:licenses"])[0].save(draft)
     hist = tmp_path / "sessions.bin"
     base = ("generate", "--model", "smollm2-135m", "-p", LEGAL, "--max-tokens", "24", "--json")
     plain = json.loads(cli(*base).stdout)

@@ -57,6 +57,8 @@ class FakeVerifier:
     bos_id = None
     model = None
     identity = None
+    context_length = None
+    has_chat_template = False
     loads = 0
 
     def __init__(self):
@@ -75,7 +77,7 @@ class FakeSession(Session):
     """The real Session over a fake verifier and a scripted engine loop."""
     delay = 0.0
 
-    def _steps(self, ids, drafter, opts, stats, on_prefill):
+    def _steps(self, ids, drafter, opts, stats, on_prefill, eos_ids):
         return fake_steps(None, ids, drafter, k=opts.k, max_tokens=opts.max_tokens, stats=stats,
                           delay=self.delay)
 

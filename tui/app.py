@@ -13,19 +13,8 @@ from pathlib import Path
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.widgets import (
-    Button,
-    Checkbox,
-    Footer,
-    Header,
-    Input,
-    Label,
-    ProgressBar,
-    Sparkline,
-    Static,
-    TabbedContent,
-    TextArea,
-)
+from textual.widgets import (Button, Checkbox, Footer, Header, Input, Label, ProgressBar, Sparkline,
+                             Static, TabbedContent, TextArea)
 from textual.worker import get_current_worker
 
 from olifant_mlx.tui import render

@@ -8,7 +8,8 @@ import argparse
 import sys
 from importlib import import_module
 
-COMMAND_MODULES = ("olifant_mlx.cli.train", "olifant_mlx.cli.generate", "olifant_mlx.cli.energy",
+COMMAND_MODULES = ("olifant_mlx.cli.train", "olifant_mlx.cli.generate", "olifant_mlx.cli.models",
+                   "olifant_mlx.cli.energy",
                    "olifant_mlx.cli.analysis", "olifant_mlx.cli.bench", "olifant_mlx.cli.tui")
 
 

@@ -1,66 +1,157 @@
-"""`generate` and `demo`: speculative decoding from the command line, on the Session API.
+"""`generate`, `chat` and `demo`: speculative decoding from the command line, on the Session API.
 
 Text streams to stdout, the summary goes to stderr; nothing the user types or generates is
-written anywhere else, unless they name a --history file.
+written anywhere else, unless they name a --history file. Every argument is checked before
+the verifier loads.
 """
 from __future__ import annotations
 
 import hashlib
 import sys
 
-from olifant_mlx.cli.common import MODEL_HELP, draft_help, draft_tokens, print_json
+from olifant_mlx.cli.common import (add_generation_args, draft_tokens, empty_answer_hint, prepare,
+                                    print_json, summary_lines, template_kwargs)
 
 DEMO_PROMPT = (  # the warranty disclaimer of the MIT licence: legal boilerplate verifiers know
     "THE SOFTWARE IS PROVIDED \"AS IS\", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED, "
     "INCLUDING BUT NOT LIMITED TO")
 
 
-def summary_line(stats, label: str) -> str:
-    return (f"{label}: {stats.tokens} tokens in {stats.seconds:.2f} s = {stats.tokens_per_s:.1f} tok/s, "
-            f"acceptance {stats.acceptance:.1%}, mean accepted length {stats.mean_accepted_length:.2f}, "
-            f"{stats.steps} steps, stopped by {stats.stop_reason or 'nothing'}")
+class PrefillBar:
+    """Prefill progress on a terminal (stderr), for prompts long enough to notice."""
+
+    def __init__(self, enabled: bool):
+        self.enabled, self.bar, self.task = enabled, None, None
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled or total < 1024:
+            return
+        if self.bar is None:
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.bar = Progress(TextColumn("reading the prompt"), BarColumn(),
+                                TextColumn("{task.completed:,}/{task.total:,} tokens"),
+                                TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task("prefill", total=total)
+        self.bar.update(self.task, completed=done)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
 
 
-def options_from(args):
-    """GenerationOptions from generate's flags (validated: errors before any model loads)."""
-    from olifant_mlx.engine import GenerationOptions
-
-    return GenerationOptions(k=args.k, max_tokens=args.max_tokens, kv_cache=not args.no_kv_cache,
-                             max_kv_size=args.max_kv_size, temperature=args.temperature,
-                             top_p=args.top_p, seed=args.seed, history=args.history)
-
-
-def cmd_generate(args) -> int:
-    from olifant_mlx.drafters import parse_spec, uses_history
+def open_session(args):
+    """Validate every argument, then load the verifier: (Session, options)."""
     from olifant_mlx.engine import Session
     from olifant_mlx.verifier import load_verifier
 
-    options = options_from(args)
-    spec = parse_spec(args.draft)
-    if options.history and not uses_history(spec):
-        raise ValueError("--history needs a hybrid drafter: --draft hybrid:PATH or "
-                         "adaptive:hybrid:PATH")
-    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
-    session = Session(load_verifier(args.model), spec, options)
-    stream = None if args.json else sys.stdout
+    options, spec, meter = prepare(args)
+    return Session(load_verifier(args.model), spec, options, meter=meter), options
+
+
+def stream_answer(session, prompt, options, args, out=sys.stdout):
+    """Generate, streaming text to `out` (or NDJSON chunks with --json-stream); returns
+    (text, tokens, last Response)."""
+    ndjson = getattr(args, "json_stream", False)
+    quiet_text = getattr(args, "json", False)
+    bar = PrefillBar(sys.stderr.isatty() and not ndjson)
     text, tokens, last = [], [], None
-    for r in session.stream(prompt):
-        text.append(r.text)
-        tokens.extend(r.tokens)
-        if stream is not None and r.text:
-            stream.write(r.text)
-            stream.flush()
-        last = r
-    if stream is not None:
-        stream.write("\n")
-        stream.flush()
+    try:
+        for r in session.stream(prompt, options, on_prefill=bar):
+            bar.close()
+            text.append(r.text)
+            tokens.extend(r.tokens)
+            if ndjson:
+                print_json({"text": r.text, "tokens": r.tokens,
+                            "provenance": [kind for _, kind in r.segments],
+                            "finish_reason": r.finish_reason}, stream=out)
+            elif not quiet_text and r.text:
+                out.write(r.text)
+                out.flush()
+            last = r
+    finally:
+        bar.close()
+    return "".join(text), tokens, last
+
+
+def report(session, prompt, text, tokens, last, args) -> None:
+    """The summary on stderr (unless --quiet), the final JSON object, the empty-answer hint."""
     stats = last.stats
-    stats.extra.update(k=args.k, regime=options.regime)
-    if args.json:
-        print_json({"text": "".join(text), "tokens": tokens, "stats": stats.as_dict()})
-    if args.stats or not args.json:
-        label = f"{session.verifier.name} {options.regime} {session.drafter.name} k={args.k}"
-        sys.stderr.write(summary_line(stats, label) + "\n")
+    stats.extra.update(k=args.k, regime="uncached" if args.no_kv_cache else "kv",
+                       drafter_spec=session.spec.text if session.spec else None)
+    if getattr(args, "json", False) or getattr(args, "json_stream", False):
+        energy = last.energy.as_dict(stats.tokens) if last.energy is not None else None
+        print_json({"text": text, "tokens": tokens, "finish_reason": last.finish_reason,
+                    "stats": stats.as_dict(), "energy": energy})
+    elif text and not text.endswith("\n"):
+        sys.stdout.write("\n")
+    sys.stdout.flush()
+    if stats.tokens == 0 and stats.stop_reason == "eos":
+        sys.stderr.write("note: " + empty_answer_hint(session, prompt) + "\n")
+    if not getattr(args, "quiet", False):
+        sys.stderr.write("\n".join(summary_lines(stats, session, last.energy, args.stats)) + "\n")
+
+
+def cmd_generate(args) -> int:
+    prompt_text = sys.stdin.read() if args.prompt == "-" else args.prompt
+    session, options = open_session(args)
+    prompt = session.prompt_for(prompt_text, args.system_prompt, not args.ignore_chat_template,
+                                template_kwargs(args))
+    text, tokens, last = stream_answer(session, prompt, options, args)
+    report(session, prompt, text, tokens, last, args)
+    return 0
+
+
+CHAT_HELP = "type a message; 'q' quits, 'r' starts a new conversation, 'h' shows this help"
+
+
+def cmd_chat(args) -> int:
+    """A multi-turn conversation on stdin/stdout (like mlx_lm.chat), kept in memory only."""
+    from olifant_mlx.engine import Chat
+
+    session, options = open_session(args)
+    if not session.verifier.has_chat_template:
+        raise ValueError(f"{session.verifier.name} has no chat template (a base model): use "
+                         f"`generate` to continue text")
+    interactive = sys.stdin.isatty()
+    system = ({"role": "system", "content": args.system_prompt},) if args.system_prompt else ()
+    chat = Chat(system, template_kwargs(args))
+    if interactive:
+        sys.stderr.write(f"[{session.verifier.name}, drafter {session.spec.text if session.spec else 'none'}] "
+                         f"{CHAT_HELP}\n")
+    while True:
+        if interactive:
+            sys.stderr.write(">> ")
+            sys.stderr.flush()
+        line = sys.stdin.readline()
+        if not line:
+            break
+        query = line.rstrip("\n")
+        if query.strip() == "q":
+            break
+        if query.strip() == "r":
+            chat = Chat(system, template_kwargs(args))
+            sys.stderr.write("(new conversation)\n")
+            continue
+        if query.strip() == "h":
+            sys.stderr.write(CHAT_HELP + "\n")
+            continue
+        if not query.strip():
+            continue
+        chat = chat.then("user", query)
+        text, tokens, last = stream_answer(session, chat, options, args)
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+        chat = chat.then("assistant", text)
+        s = last.stats
+        if s.tokens == 0 and s.stop_reason == "eos":
+            sys.stderr.write("note: " + empty_answer_hint(session, chat) + "\n")
+        if not args.quiet:
+            sys.stderr.write(f"[{s.tokens} tokens, {s.generation_tps:.1f} tok/s, acceptance "
+                             f"{s.acceptance:.0%}, {s.steps} verifier passes, {s.stop_reason}]\n")
     return 0
 
 
@@ -75,7 +166,7 @@ def demo_draft_model(tokenizer, verifier_name, corpora):
     if not path.is_file():
         sys.stderr.write(f"building the demo draft model from {', '.join(corpora)} (once) ...\n")
         train(list(corpora), tokenizer, path, show_progress=True)
-    return IGTree.load(path)
+    return IGTree.load(path), path
 
 
 def cmd_demo(args) -> int:
@@ -85,64 +176,63 @@ def cmd_demo(args) -> int:
 
     from olifant_mlx.cli.train import DEFAULT_CORPUS
     from olifant_mlx.drafters import NoDrafter
-    from olifant_mlx.drafters.olifant import OlifantDrafter
     from olifant_mlx.engine import GenerationOptions, Session
     from olifant_mlx.verifier import EMBEDDED_DEFAULT, load_verifier
 
+    options = GenerationOptions(k=args.k, max_tokens=args.max_tokens)
     verifier = load_verifier(args.model or EMBEDDED_DEFAULT)
     ours = verifier.identity
-    draft_model = demo_draft_model(ours, verifier.name, args.corpus or [DEFAULT_CORPUS])
+    draft_model, path = demo_draft_model(ours, verifier.name, args.corpus or [DEFAULT_CORPUS])
     draft_model.check_tokenizer(ours.name, ours.vocab_size, ours.digest)
     prompt = args.prompt or DEMO_PROMPT
-    session = Session(verifier, OlifantDrafter(draft_model))
-    plain_opts = GenerationOptions(k=0, max_tokens=args.max_tokens)
+    spec = f"adaptive:hybrid:{path}"        # the best drafter measured, over the demo's model
+    session = Session(verifier, spec, options)
+    plain_opts = options.replace(k=0)
     session.generate("Warm-up.", plain_opts.replace(max_tokens=4), NoDrafter())  # first-call costs
     plain = session.generate(prompt, plain_opts, NoDrafter())
-    spec = session.generate(prompt, GenerationOptions(k=args.k, max_tokens=args.max_tokens))
+    spec_run = session.generate(prompt, options)
     con = Console()
-    con.print(f"[bold]verifier[/] {verifier.name} (KV cache), [bold]draft[/] olifant IGTree "
-              f"({draft_model.n_nodes:,} nodes), k={args.k}\n[bold]prompt[/] {prompt}\n")
-    for label, r in (("plain", plain), ("speculative", spec)):
+    con.print(f"[bold]verifier[/] {verifier.name} (KV cache, prompt continued as raw text), "
+              f"[bold]drafter[/] adaptive hybrid (session text, then the olifant IGTree of "
+              f"{draft_model.n_nodes:,} nodes trained on {', '.join(args.corpus or [DEFAULT_CORPUS])}), "
+              f"k <= {args.k}\n[bold]prompt[/] {prompt}\n")
+    for label, r in (("plain", plain), ("speculative", spec_run)):
         con.print(Text.assemble((label + ": ", "bold"), r.text))
-    same = plain.tokens == spec.tokens
+    same = plain.tokens == spec_run.tokens
     t = Table(show_header=True)
-    for c in ("", "tokens", "tok/s", "acceptance", "mean accepted length", "steps"):
+    for c in ("", "tokens", "tok/s", "acceptance", "mean accepted length", "verifier passes"):
         t.add_column(c, justify="right")
-    for label, s in (("plain", plain.stats), ("speculative", spec.stats)):
+    for label, s in (("plain", plain.stats), ("speculative", spec_run.stats)):
         t.add_row(label, str(s.tokens), f"{s.tokens_per_s:.1f}", f"{s.acceptance:.1%}",
                   f"{s.mean_accepted_length:.2f}", str(s.steps))
     con.print(t)
-    ps, ss = plain.stats, spec.stats
+    ps, ss = plain.stats, spec_run.stats
     speedup = ss.tokens_per_s / ps.tokens_per_s if ps.tokens_per_s else 0.0
     con.print(f"outputs identical: [bold]{'yes' if same else 'NO'}[/]   speedup: [bold]{speedup:.2f}x[/] "
-              f"(measured in this run, verifier {verifier.name})")
+              f"(measured in this run, verifier {verifier.name}, drafter {spec})")
     return 0 if same else 1
 
 
 def add_parsers(sub):
-    g = sub.add_parser("generate", help="generate text, optionally with speculative decoding")
-    g.add_argument("--model", help=MODEL_HELP)
-    g.add_argument("--draft", default="none", help=draft_help())
-    g.add_argument("-k", type=draft_tokens, default=3, help="draft tokens per step (0..64)")
-    g.add_argument("--no-kv-cache", action="store_true", help="uncached regime: full sequence each step")
-    g.add_argument("--max-kv-size", type=int, help="sliding KV window (rotating cache)")
-    g.add_argument("-p", "--prompt", required=True, help="text, or - for stdin")
-    g.add_argument("--max-tokens", type=int, default=100)
-    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    g.add_argument("--top-p", type=float, default=1.0)
-    g.add_argument("--seed", type=int, default=0, help="sampling seed: same seed, same text, "
-                                                       "with or without drafting")
-    g.add_argument("--history", metavar="FILE",
-                   help="opt-in: a hybrid drafter also drafts from earlier sessions kept in FILE, "
-                        "and this session's prompt and output are appended to it (local, mode 0600)")
-    g.add_argument("--stats", action="store_true", help="summary on stderr (also with --json)")
-    g.add_argument("--json", action="store_true", help="one JSON object on stdout instead of streaming")
+    g = sub.add_parser("generate", help="generate text with speculative decoding (drafting on by default)")
+    add_generation_args(g)
+    g.add_argument("--stats", action="store_true", help="more detail in the summary (steps, times)")
+    g.add_argument("--quiet", action="store_true", help="no summary on stderr")
+    out = g.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="one JSON object on stdout at the end")
+    out.add_argument("--json-stream", action="store_true",
+                     help="one JSON object per chunk on stdout (NDJSON), then the final one")
     g.set_defaults(func=cmd_generate)
+
+    c = sub.add_parser("chat", help="a multi-turn conversation with an instruct verifier (kept in memory)")
+    add_generation_args(c, prompt=False)
+    c.add_argument("--quiet", action="store_true", help="no per-answer summary on stderr")
+    c.set_defaults(func=cmd_chat, stats=False)
 
     d = sub.add_parser("demo", help="plain vs speculative on a legal prompt with the offline verifier")
     d.add_argument("--model", help="verifier (default smollm2-135m)")
     d.add_argument("--corpus", nargs="+", help="draft-model corpus (default: builtin:licenses)")
-    d.add_argument("-k", type=draft_tokens, default=5)
-    d.add_argument("--max-tokens", type=int, default=80)
+    d.add_argument("-k", type=draft_tokens, default=8, help="draft tokens per step at most (default 8)")
+    d.add_argument("-m", "--max-tokens", type=int, default=80)
     d.add_argument("-p", "--prompt", help="prompt text (default: a licence clause)")
     d.set_defaults(func=cmd_demo)

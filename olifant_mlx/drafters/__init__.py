@@ -6,36 +6,19 @@ The contract is `base.Drafter`; `registry` builds drafters from specs (`build_dr
 sessions) for the hybrid.
 """
 from olifant_mlx.drafters.adaptive import AdaptiveDrafter
-from olifant_mlx.drafters.base import (
-                                       EMPTY,
-                                       Draft,
-                                       Drafter,
-                                       DrafterBase,
-                                       NoDrafter,
-                                       Signal,
-                                       as_drafter,
-                                       position_signals,
-)
+from olifant_mlx.drafters.base import (EMPTY, Draft, Drafter, DrafterBase, NoDrafter, Signal, as_drafter,
+                                       position_signals)
 from olifant_mlx.drafters.hybrid import HybridDrafter
 from olifant_mlx.drafters.lookup import LookupDrafter, agreement, copy_signals
 from olifant_mlx.drafters.neural import NeuralDrafter
 from olifant_mlx.drafters.ngram import NgramDrafter, WordNgramDrafter
 from olifant_mlx.drafters.olifant import OlifantDrafter
-from olifant_mlx.drafters.registry import (
-                                       KINDS,
-                                       DrafterKind,
-                                       DrafterSpec,
-                                       DrafterSpecError,
-                                       build_drafter,
-                                       describe,
-                                       help_text,
-                                       parse_spec,
-                                       register,
-                                       uses_history,
-)
+from olifant_mlx.drafters.registry import (KINDS, DrafterKind, DrafterSpec, DrafterSpecError, build_drafter,
+                                           describe, help_text, parse_spec, register, resolve_auto,
+                                           uses_history)
 
 __all__ = ["AdaptiveDrafter", "HybridDrafter", "LookupDrafter", "NeuralDrafter", "NgramDrafter",
            "OlifantDrafter", "WordNgramDrafter", "agreement", "copy_signals",
            "EMPTY", "KINDS", "Draft", "Drafter", "DrafterBase", "DrafterKind", "DrafterSpec",
            "DrafterSpecError", "NoDrafter", "Signal", "as_drafter", "build_drafter", "describe",
-           "help_text", "parse_spec", "position_signals", "register", "uses_history"]
+           "help_text", "parse_spec", "position_signals", "register", "resolve_auto", "uses_history"]

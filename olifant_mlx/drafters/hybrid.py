@@ -12,9 +12,10 @@ class HybridDrafter(DrafterBase):
     session repeats itself); with a `history`, what followed the same three tokens in an
     earlier session (extended by the IGTree when short); the IGTree, each answer gated by
     match depth and winner share; the continuation after a one-token match. `draft` takes the
-    first of these `candidates`; the adaptive drafter weighs them all."""
+    first of these `candidates`; the adaptive drafter weighs them all. Without a draft model
+    (`olifant` None) it drafts from the session (and history) alone."""
 
-    def __init__(self, olifant: OlifantDrafter, min_match: int = 2, max_match: int = 4,
+    def __init__(self, olifant: OlifantDrafter | None, min_match: int = 2, max_match: int = 4,
                  name="hybrid", history=None):
         self.olifant = olifant
         self.history = history    # an opt-in SessionHistory: earlier sessions, after this one
@@ -27,11 +28,12 @@ class HybridDrafter(DrafterBase):
         yield self.lookup.draft_scored(context, k)
         if self.history is not None:
             tokens, signals = self.history.continuation(context, k)
-            if tokens and len(tokens) < k:
+            if tokens and len(tokens) < k and self.olifant is not None:
                 more = self.olifant.draft_scored(list(context) + tokens, k - len(tokens))
                 tokens, signals = tokens + more.tokens, signals + more.signals
             yield Draft(tokens, signals)
-        yield self.olifant.draft_scored(context, k)
+        if self.olifant is not None:
+            yield self.olifant.draft_scored(context, k)
         if self.short_lookup.max_ngram >= 1:
             yield self.short_lookup.draft_scored(context, k)
 

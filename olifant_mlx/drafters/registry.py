@@ -1,9 +1,9 @@
 """Drafters by name: one registry builds them from specs, validates a spec before any model is
 loaded, and writes the help text every surface shows (the energy backends' pattern).
 
-A spec is `KIND` or `KIND:ARG`: `none`, `olifant:PATH`, `ngram[:N]`, `ngram-words[:N]`,
-`lookup[:N]`, `neural:MODEL`, `hybrid:PATH`, `adaptive:SPEC` (any other spec, its length
-chosen per step).
+A spec is `KIND` or `KIND:ARG`: `auto` (the default everywhere: the best drafter available
+for the verifier), `none`, `olifant:PATH`, `ngram[:N]`, `ngram-words[:N]`, `lookup[:N]`,
+`neural:MODEL`, `hybrid[:PATH]`, `adaptive:SPEC` (any other spec, its length chosen per step).
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ class DrafterSpec:
         """The draft-model file this spec reads, if any (also through adaptive:)."""
         if self.inner is not None:
             return self.inner.model_file
-        return self.arg if KINDS[self.kind].arg == "file" else None
+        return self.arg if KINDS[self.kind].arg in ("file", "optfile") and self.arg else None
 
     @property
     def drafts(self) -> bool:
@@ -52,7 +52,7 @@ class DrafterSpec:
 @dataclass(frozen=True)
 class DrafterKind:
     name: str
-    arg: str                 # "" (none) | "int" (optional) | "file" | "model" | "spec"
+    arg: str                 # "" (none) | "int" (optional) | "file" | "optfile" | "model" | "spec"
     summary: str
     build: Callable          # (spec, tokenizer, history) -> Drafter
     default: int | None = None
@@ -60,7 +60,8 @@ class DrafterKind:
     @property
     def usage(self) -> str:
         return {"": self.name, "int": f"{self.name}[:N]", "file": f"{self.name}:PATH",
-                "model": f"{self.name}:MODEL", "spec": f"{self.name}:SPEC"}[self.arg]
+                "optfile": f"{self.name}[:PATH]", "model": f"{self.name}:MODEL",
+                "spec": f"{self.name}:SPEC"}[self.arg]
 
 
 KINDS: dict[str, DrafterKind] = {}
@@ -109,6 +110,8 @@ def parse_spec(text: str, check_files: bool = True) -> DrafterSpec:
         if not arg.isdigit() or not 1 <= int(arg) <= 16:
             raise DrafterSpecError(f"drafter {text!r}: N must be a whole number from 1 to 16")
         return DrafterSpec(kind, arg)
+    if k.arg == "optfile" and not arg:
+        return DrafterSpec(kind)
     if not arg:
         raise DrafterSpecError(f"drafter {kind} needs an argument: {k.usage}")
     if k.arg == "spec":
@@ -116,7 +119,7 @@ def parse_spec(text: str, check_files: bool = True) -> DrafterSpec:
         if inner.kind == kind:
             raise DrafterSpecError(f"drafter {text!r}: {kind} of {kind} is not a drafter")
         return DrafterSpec(kind, inner=inner)
-    if k.arg == "file" and check_files:
+    if k.arg in ("file", "optfile") and check_files:
         _check_model_file(arg, text)
     return DrafterSpec(kind, arg)
 
@@ -202,8 +205,24 @@ def _build_hybrid(spec, tokenizer, history):
     from olifant_mlx.drafters.olifant import OlifantDrafter
 
     # weak IGTree answers are not worth verifying when the session's text is there instead
-    olifant = OlifantDrafter(_olifant_model(spec.arg, tokenizer), min_depth=2, min_share=0.2)
+    olifant = (OlifantDrafter(_olifant_model(spec.arg, tokenizer), min_depth=2, min_share=0.2)
+               if spec.arg else None)
     return HybridDrafter(olifant, history=history)
+
+
+def resolve_auto(tokenizer, dirs=None) -> DrafterSpec:
+    """What `auto` means for a verifier's tokenizer: the adaptive hybrid over the draft model
+    trained for it on the most instances (./models, the cache), else the adaptive hybrid over
+    the session's own text."""
+    from olifant_mlx.catalog import best_draft_model
+
+    entry = best_draft_model(tokenizer, dirs) if tokenizer is not None else None
+    inner = DrafterSpec("hybrid", str(entry.path) if entry else "")
+    return DrafterSpec("adaptive", inner=inner)
+
+
+def _build_auto(spec, tokenizer, history):
+    return build_drafter(resolve_auto(tokenizer), tokenizer, history)
 
 
 def _build_adaptive(spec, tokenizer, history):
@@ -213,6 +232,8 @@ def _build_adaptive(spec, tokenizer, history):
 
 
 for _kind in (
+    DrafterKind("auto", "", "the best available: adaptive hybrid over a draft model for the "
+                            "verifier's tokenizer, else over the session's own text", _build_auto),
     DrafterKind("none", "", "plain decoding: no drafts", _build_none),
     DrafterKind("olifant", "file", "the trained IGTree draft model (the paper's drafter)", _build_olifant),
     DrafterKind("ngram", "int", "the session's own token n-grams (default 4), with back-off",
@@ -222,7 +243,7 @@ for _kind in (
     DrafterKind("lookup", "int", "prompt lookup: copy what followed the last N tokens (default 3)",
                 _build_lookup, 3),
     DrafterKind("neural", "model", "a small mlx-lm model with the verifier's tokenizer", _build_neural),
-    DrafterKind("hybrid", "file", "the session's own text first, then the IGTree (best on copies)",
+    DrafterKind("hybrid", "optfile", "the session's own text first, then the IGTree if given",
                 _build_hybrid),
     DrafterKind("adaptive", "spec", "any drafter, its draft length chosen per step by cost",
                 _build_adaptive),
@@ -234,4 +255,4 @@ def uses_history(spec: DrafterSpec) -> bool:
     """Whether a session history would be read by this drafter (the hybrid, or adaptive of it)."""
     while spec.inner is not None:
         spec = spec.inner
-    return spec.kind == "hybrid"
+    return spec.kind in ("hybrid", "auto")

@@ -3,15 +3,8 @@
 `igtree` binds the C library (csrc/igtree.h), `corpus` turns corpora into token windows,
 `train` builds, saves and evaluates a model file.
 """
-from olifant_mlx.draftmodel.igtree import (
-                                           Answer,
-                                           Builder,
-                                           IGTree,
-                                           IGTreeError,
-                                           ModelFileError,
-                                           TokenizerMismatch,
-                                           library_version,
-)
+from olifant_mlx.draftmodel.igtree import (Answer, Builder, IGTree, IGTreeError, ModelFileError,
+                                           TokenizerMismatch, library_version)
 
 __all__ = ["Answer", "Builder", "IGTree", "IGTreeError", "ModelFileError", "TokenizerMismatch",
            "library_version"]

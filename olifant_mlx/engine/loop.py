@@ -44,7 +44,7 @@ class CachedVerification:
         self.model, self.pick = model, pick
         self.cache = kv.make_cache(model, max_kv_size)
         self.next_token = pick(kv.prefill(model, self.cache, prompt, on_progress=on_prefill),
-                               len(prompt))
+                               len(prompt), prompt)
         self.pending = None        # the verifier's token after the accepted run, not yet emitted
 
     def verify(self, seq, drafts) -> Verdict:
@@ -54,7 +54,8 @@ class CachedVerification:
             self.pending = None
             return Verdict([y], 0, y, bool(drafts), 0)
         snap = kv.snapshot(self.cache)
-        preds = self.pick(self.model(mx.array(drafts)[None], cache=self.cache)[0], len(seq) + 1)
+        preds = self.pick(self.model(mx.array(drafts)[None], cache=self.cache)[0], len(seq) + 1,
+                          seq + drafts)
         a = 1
         while a < len(drafts) and preds[a - 1] == drafts[a]:
             a += 1
@@ -69,7 +70,7 @@ class CachedVerification:
             self.next_token, self.pending = self.pending, None
             return
         self.next_token = self.pick(
-            self.model(mx.array(verdict.emitted[-1:])[None], cache=self.cache)[0, -1], len(seq))
+            self.model(mx.array(verdict.emitted[-1:])[None], cache=self.cache)[0, -1], len(seq), seq)
         verdict.forward_tokens = 1
 
 
@@ -81,7 +82,7 @@ class UncachedVerification:
 
     def verify(self, seq, drafts) -> Verdict:
         logits = self.model(mx.array(seq + drafts)[None])[0, len(seq) - 1:]
-        preds = self.pick(logits, len(seq))
+        preds = self.pick(logits, len(seq), seq + drafts)
         a = 0
         while a < len(drafts) and preds[a] == drafts[a]:
             a += 1
@@ -104,10 +105,11 @@ def _cut(emitted, eos, room):
 def generate_steps(model, prompt, drafter=None, k: int = 3, max_tokens: int = 100,
                    kv_cache: bool = True, eos_ids=(), max_kv_size: int | None = None,
                    bos_id: int | None = None, stats: Stats | None = None,
-                   sampling: Sampling | None = None, on_prefill=None):
+                   sampling: Sampling | None = None, on_prefill=None, processors=()):
     """Yield a Step per verifier pass until max_tokens or an EOS token (not emitted).
-    Greedy by default; with `sampling`, the verifier samples (see Sampling). The drafter sees
-    the prompt without a leading BOS unless it `wants_bos`."""
+    Greedy by default; with `sampling`, the verifier samples (see Sampling); `processors`
+    (mlx-lm logits processors: processor(tokens, logits) -> logits) shape every choice. The
+    drafter sees the prompt without a leading BOS unless it `wants_bos`."""
     if not 0 <= k <= MAX_K:
         raise ValueError(f"k must be between 0 and {MAX_K}, got {k}")
     if max_tokens < 0:
@@ -124,7 +126,7 @@ def generate_steps(model, prompt, drafter=None, k: int = 3, max_tokens: int = 10
     stats.prompt_tokens = len(prompt)
     if max_tokens == 0:
         return
-    pick = picker(sampling)
+    pick = picker(sampling, processors)
     t0 = time.perf_counter()
     if kv_cache:
         verifier = CachedVerification(model, prompt, pick, max_kv_size, on_prefill)

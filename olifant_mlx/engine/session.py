@@ -3,9 +3,13 @@
     verifier = load_verifier("smollm2-135m")
     session = Session(verifier, drafter="adaptive:hybrid:models/legal.olif",
                       options=GenerationOptions(k=8, max_tokens=200))
-    for r in session.stream("THE SOFTWARE IS PROVIDED"):
+    for r in session.stream(Chat.of("Draft a confidentiality clause.")):   # or plain text
         print(r.text, end="")              # r.segments: the same text with token provenance
     r.stats, r.finish_reason, r.energy     # the last response carries the totals
+
+A prompt is text (continued as it is), token ids, or a `Chat` (messages formatted by the
+verifier's chat template); `session.prompt_for(text)` makes a Chat for an instruct model and
+leaves text alone for a base model, the way mlx-lm's generate does.
 
 A `Session` holds one verifier and one drafter; changing the drafter (`set_drafter`) never
 reloads the verifier. `GenerationOptions` is validated once, where it is made. Prompts and
@@ -14,11 +18,13 @@ outputs stay in memory: only an opt-in history file (options.history) is ever wr
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from olifant_mlx.drafters.base import Drafter, as_drafter
-from olifant_mlx.drafters.registry import DrafterSpec, build_drafter, parse_spec, uses_history
+from olifant_mlx.drafters.registry import (DrafterSpec, build_drafter, parse_spec, resolve_auto,
+                                           uses_history)
 from olifant_mlx.engine.loop import MAX_K, generate_steps
 from olifant_mlx.engine.sampling import Sampling
 from olifant_mlx.engine.stats import Stats, Step
@@ -26,6 +32,34 @@ from olifant_mlx.engine.stats import Stats, Step
 
 class OptionsError(ValueError):
     """A generation option out of range; the message names the option."""
+
+
+class ContextError(ValueError):
+    """A prompt that, with the tokens asked for, does not fit the verifier's context."""
+
+
+@dataclass(frozen=True)
+class Chat:
+    """A conversation: messages ({"role": "system"|"user"|"assistant", "content": text}) that
+    the verifier's chat template formats, ending ready for the assistant's answer;
+    `template_kwargs` are extra arguments for the template (mlx-lm's --chat-template-config)."""
+    messages: tuple
+    template_kwargs: dict = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        for m in self.messages:
+            if not isinstance(m, dict) or not isinstance(m.get("content"), str) or \
+                    m.get("role") not in ("system", "user", "assistant", "tool"):
+                raise OptionsError(f"a chat message needs a role (system, user, assistant) and "
+                                   f"text content, got {m!r}")
+
+    @classmethod
+    def of(cls, text: str, system_prompt: str | None = None, template_kwargs=None) -> Chat:
+        msgs = [{"role": "system", "content": system_prompt}] if system_prompt else []
+        return cls(tuple(msgs + [{"role": "user", "content": text}]), dict(template_kwargs or {}))
+
+    def then(self, role: str, content: str) -> Chat:
+        return Chat(self.messages + ({"role": role, "content": content},), self.template_kwargs)
 
 
 @dataclass(frozen=True)
@@ -38,6 +72,13 @@ class GenerationOptions:
     temperature: float = 0.0           # 0: greedy
     top_p: float = 1.0
     seed: int = 0
+    top_k: int = 0                     # 0: off
+    min_p: float = 0.0                 # 0: off
+    repetition_penalty: float | None = None      # mlx-lm's logits processor (> 1 penalises)
+    repetition_context_size: int = 20
+    stop: tuple = ()                   # text that ends the generation (not included)
+    extra_eos_tokens: tuple = ()       # tokens (as text) that end it like EOS
+    truncate: bool = False             # a prompt too long for the context keeps its tail
     history: str | None = None         # opt-in session history file (hybrid drafters)
 
     def __post_init__(self):
@@ -51,18 +92,42 @@ class GenerationOptions:
         if self.max_kv_size is not None and (not isinstance(self.max_kv_size, int)
                                              or self.max_kv_size < 1):
             bad(f"max KV size must be a whole number of tokens >= 1 (or none), got {self.max_kv_size!r}")
-        if not isinstance(self.temperature, (int, float)) or not 0 <= self.temperature < float("inf"):
+        if not _number(self.temperature) or not 0 <= self.temperature < math.inf:
             bad(f"temperature must be a number >= 0 (0 is greedy), got {self.temperature!r}")
-        if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
+        if not _number(self.top_p) or not 0 < self.top_p <= 1:
             bad(f"top-p must be in (0, 1], got {self.top_p!r}")
+        if not _number(self.min_p) or not 0 <= self.min_p < 1:
+            bad(f"min-p must be in [0, 1), got {self.min_p!r}")
+        if not isinstance(self.top_k, int) or self.top_k < 0:
+            bad(f"top-k must be a whole number >= 0 (0 is off), got {self.top_k!r}")
         if not isinstance(self.seed, int):
             bad(f"seed must be a whole number, got {self.seed!r}")
+        if self.repetition_penalty is not None and (not _number(self.repetition_penalty)
+                                                    or not 0 < self.repetition_penalty < math.inf):
+            bad(f"repetition penalty must be a number > 0, got {self.repetition_penalty!r}")
+        if not isinstance(self.repetition_context_size, int) or self.repetition_context_size < 1:
+            bad(f"repetition context size must be a whole number >= 1, got {self.repetition_context_size!r}")
+        if not isinstance(self.stop, tuple) or not all(isinstance(x, str) and x for x in self.stop):
+            bad(f"stop sequences must be non-empty strings, got {self.stop!r}")
+        if not isinstance(self.extra_eos_tokens, tuple) or not all(isinstance(x, str) and x
+                                                                   for x in self.extra_eos_tokens):
+            bad(f"extra EOS tokens must be non-empty strings, got {self.extra_eos_tokens!r}")
 
     @property
     def sampling(self) -> Sampling | None:
         if self.temperature == 0:
             return None
-        return Sampling(float(self.temperature), float(self.top_p), self.seed)
+        return Sampling(float(self.temperature), float(self.top_p), self.seed, self.top_k,
+                        float(self.min_p))
+
+    def processors(self) -> list:
+        """mlx-lm logits processors for these options (repetition penalty)."""
+        if self.repetition_penalty is None or self.repetition_penalty == 1.0:
+            return []
+        from mlx_lm.sample_utils import make_logits_processors
+
+        return make_logits_processors(repetition_penalty=self.repetition_penalty,
+                                      repetition_context_size=self.repetition_context_size)
 
     @property
     def regime(self) -> str:
@@ -70,6 +135,10 @@ class GenerationOptions:
 
     def replace(self, **changes) -> GenerationOptions:
         return dataclasses.replace(self, **changes)
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and not math.isnan(x)
 
 
 PROVENANCE = ("accepted", "correction", "bonus", "plain")
@@ -90,10 +159,56 @@ def step_kinds(step: Step) -> list:
     return kinds
 
 
+def split_segments(segments, n: int):
+    """(the first n characters, the rest) of [(text, provenance)] segments."""
+    head, tail = [], []
+    for text, kind in segments:
+        if n >= len(text):
+            head.append((text, kind))
+            n -= len(text)
+        elif n > 0:
+            head.append((text[:n], kind))
+            tail.append((text[n:], kind))
+            n = 0
+        else:
+            tail.append((text, kind))
+    return head, tail
+
+
+class StopScanner:
+    """Cuts streamed text at the first stop sequence, holding back only text that could be
+    the beginning of one (so no part of a stop sequence is ever shown)."""
+
+    def __init__(self, stops):
+        self.stops = tuple(stops)
+        self.pending = []
+
+    def feed(self, segments):
+        """(segments safe to show, whether a stop sequence was reached)."""
+        if not self.stops:
+            return segments, False
+        self.pending += segments
+        text = "".join(t for t, _ in self.pending)
+        hits = [i for i in (text.find(s) for s in self.stops) if i >= 0]
+        if hits:
+            shown, _ = split_segments(self.pending, min(hits))
+            self.pending = []
+            return shown, True
+        hold = max((n for s in self.stops for n in range(min(len(s) - 1, len(text)), 0, -1)
+                    if text.endswith(s[:n])), default=0)
+        shown, self.pending = split_segments(self.pending, len(text) - hold)
+        return shown, False
+
+    def flush(self):
+        shown, self.pending = self.pending, []
+        return shown
+
+
 @dataclass
 class Response:
     """One verifier pass, as text. The last one of a generation has `finish_reason` set
-    ("eos", "max_tokens" or "stopped") and, when the session has a meter, the `energy`."""
+    ("eos", "max_tokens", "stop" for a stop sequence, or "stopped" when asked to) and, when
+    the session has a meter, the `energy`."""
     text: str                       # new text since the previous response
     segments: list                  # [(text, provenance)] making up `text`
     tokens: list                    # token ids emitted by this pass
@@ -132,9 +247,13 @@ class Session:
 
     def set_drafter(self, drafter) -> Drafter:
         """Use another drafter: a spec (text or DrafterSpec) or a Drafter object; the
-        verifier stays loaded."""
+        verifier stays loaded. `auto` is resolved here, for this verifier: `self.spec` is what
+        it chose, `self.requested` what was asked for."""
+        self.requested = drafter
         if isinstance(drafter, (str, DrafterSpec)):
             spec = drafter if isinstance(drafter, DrafterSpec) else parse_spec(drafter)
+            if spec.kind == "auto":
+                spec = resolve_auto(self.verifier.identity)
             if self.history is not None and not uses_history(spec):
                 raise OptionsError("a session history is read only by a hybrid drafter: use "
                                    "--draft hybrid:PATH or adaptive:hybrid:PATH")
@@ -145,11 +264,42 @@ class Session:
         self.drafter = as_drafter(drafter)
         return self.drafter
 
+    def prompt_for(self, text: str, system_prompt: str | None = None,
+                   chat_template: bool = True, template_kwargs=None):
+        """What to generate from for a user's text: a Chat when the verifier has a chat
+        template (an instruct model) and `chat_template` is not turned off, else the text."""
+        if chat_template and self.verifier.has_chat_template:
+            return Chat.of(text, system_prompt, template_kwargs)
+        return text
+
     def encode(self, prompt) -> list:
-        """Prompt ids: text is encoded as the verifier reads it; a list of ids is taken as is."""
+        """Prompt ids: text is encoded as the verifier reads it, a Chat through its chat
+        template; a list of ids is taken as is."""
+        if isinstance(prompt, Chat):
+            return self.verifier.chat_ids(prompt.messages, prompt.template_kwargs)
         if isinstance(prompt, str):
             return self.verifier.encode(prompt)
         return [int(t) for t in prompt]
+
+    def fit_context(self, ids: list, opts: GenerationOptions) -> list:
+        """The prompt checked against the verifier's context before any prefill: too long is
+        a ContextError with the numbers, or with `truncate` its tail (BOS kept)."""
+        limit = self.verifier.context_length
+        if not limit or len(ids) + opts.max_tokens <= limit:
+            return ids
+        room = limit - opts.max_tokens
+        if opts.truncate and room >= 2:
+            bos = [ids[0]] if ids and ids[0] == self.verifier.bos_id else []
+            return bos + ids[len(ids) - (room - len(bos)):]
+        raise ContextError(
+            f"the prompt is {len(ids):,} tokens and {opts.max_tokens:,} more are asked for, but "
+            f"{self.verifier.name}'s context holds {limit:,}: shorten the prompt, ask for fewer "
+            f"tokens (--max-tokens), or --truncate to keep the prompt's last "
+            f"{max(room, 0):,} tokens")
+
+    def eos_ids(self, opts: GenerationOptions) -> tuple:
+        extra = tuple(self.verifier.token_id(t) for t in opts.extra_eos_tokens)
+        return tuple(self.verifier.eos_ids) + extra
 
     def stream(self, prompt, options: GenerationOptions | None = None, drafter=None,
                should_stop: Callable[[], bool] | None = None,
@@ -158,14 +308,16 @@ class Session:
         overrides the session's for this call; `should_stop()` is asked after every pass."""
         opts = options or self.options
         drafter = self.drafter if drafter is None else as_drafter(drafter)
-        ids = self.encode(prompt)
+        ids = self.fit_context(self.encode(prompt), opts)
+        eos = self.eos_ids(opts)
         v = self.verifier
         detok = v.detokenizer()
+        stops = StopScanner(opts.stop)
         stats = Stats()
         meter = self.meter
         start = meter.mark() if meter is not None else None
         tokens = []
-        steps = self._steps(ids, drafter, opts, stats, on_prefill)
+        steps = self._steps(ids, drafter, opts, stats, on_prefill, eos)
         last = None
         for step in steps:
             tokens.extend(step.emitted)
@@ -183,6 +335,12 @@ class Session:
                 piece = detok.last_segment
                 if piece:
                     segments.append((piece, segments[-1][1] if segments else "plain"))
+            segments, hit = stops.feed(segments)
+            if hit:
+                reason = stats.stop_reason = "stop"
+            elif reason is not None:
+                segments += stops.flush()
+            if reason is not None:
                 last = self._finish(ids, tokens, stats, drafter, start)
             yield Response("".join(s for s, _ in segments), segments, list(step.emitted), step,
                            stats, reason, last)
@@ -193,13 +351,14 @@ class Session:
         stats.stop_reason = "max_tokens"
         yield Response("", [], [], None, stats, "max_tokens", self._finish(ids, tokens, stats, drafter, start))
 
-    def _steps(self, ids, drafter, opts, stats, on_prefill):
+    def _steps(self, ids, drafter, opts, stats, on_prefill, eos_ids):
         """The engine loop for one generation (a Step per verifier pass)."""
         v = self.verifier
         return generate_steps(v.model, ids, drafter, k=opts.k, max_tokens=opts.max_tokens,
-                              kv_cache=opts.kv_cache, eos_ids=v.eos_ids,
+                              kv_cache=opts.kv_cache, eos_ids=eos_ids,
                               max_kv_size=opts.max_kv_size, bos_id=v.bos_id, stats=stats,
-                              sampling=opts.sampling, on_prefill=on_prefill)
+                              sampling=opts.sampling, on_prefill=on_prefill,
+                              processors=opts.processors())
 
     def _finish(self, ids, tokens, stats, drafter, start):
         """Energy of the generation; the opt-in history remembers prompt and output."""

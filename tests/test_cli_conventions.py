@@ -1,0 +1,150 @@
+"""The command line as mlx-lm users expect it, and every argument checked before any model
+loads (asserted by making the loaders fail if called, not by a clock)."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import olifant_mlx
+from olifant_mlx.cli import build_parser, main
+from olifant_mlx.draftmodel.igtree import Builder
+
+
+@pytest.fixture
+def no_model_loads(monkeypatch):
+    """Any attempt to load verifier weights fails the test."""
+    import mlx_lm
+
+    import olifant_mlx.verifier.loader as loader
+
+    def refuse(*a, **kw):
+        raise AssertionError("a model was loaded before the arguments were checked")
+
+    monkeypatch.setattr(mlx_lm, "load", refuse)
+    monkeypatch.setattr(loader, "load_verifier", refuse)
+    return refuse
+
+
+@pytest.fixture
+def foreign_model(tmp_path):
+    b = Builder(vocab_size=64, tokenizer_name="other", tokenizer_digest=bytes(range(32)))
+    b.add_document(np.random.default_rng(0).integers(0, 64, 200).tolist())
+    path = tmp_path / "other.olif"
+    b.build().save(str(path))
+    return path
+
+
+def run_main(argv, capsys):
+    try:
+        code = main(argv)
+    except SystemExit as e:            # argparse usage errors
+        code = e.code
+    err = capsys.readouterr().err
+    return code, err
+
+
+def test_argument_errors_come_before_any_model_load(no_model_loads, capsys, tmp_path, foreign_model):
+    base = ["generate", "--model", "smollm2-135m", "-p", "x"]
+    (tmp_path / "text.olif").write_text("plain text")
+    os.mkfifo(tmp_path / "fifo")
+    cases = [
+        (["--draft", "foo"], "unknown drafter 'foo'"),
+        (["--draft", f"olifant:{tmp_path / 'missing.olif'}"], "missing.olif cannot be read"),
+        (["--draft", f"hybrid:{tmp_path / 'text.olif'}"], "text.olif is not an olifant draft model"),
+        (["--top-p", "1.5"], "top-p must be in (0, 1]"),
+        (["--temp", "-1"], "temperature must be"),
+        (["--max-kv-size", "-5"], "max KV size"),
+        (["--max-kv-size", "0"], "max KV size"),
+        (["-m", "-3"], "max tokens"),
+        (["--min-p", "2"], "min-p"),
+        (["--top-k", "-1"], "top-k"),
+        (["--repetition-penalty", "0"], "repetition penalty"),
+        (["--history", str(tmp_path / "no-such-dir" / "h.bin")], "does not exist"),
+        (["--history", str(tmp_path / "fifo")], "not a regular file"),
+        (["--history", str(tmp_path / "h.bin"), "--draft", "lookup"], "--history needs a hybrid drafter"),
+        (["--chat-template-config", "{not json"], "--chat-template-config is not JSON"),
+        (["--energy", "bogus"], "unknown energy backend"),
+        (["-k", "99"], "k must be between 0 and 64"),
+    ]
+    for extra, why in cases:
+        code, err = run_main(base + extra, capsys)
+        assert code in (1, 2) and why in err, (extra, code, err)
+        assert "Traceback" not in err
+    # a draft model for another tokenizer: refused from the tokenizer alone (no weights)
+    code, err = run_main(base + ["--draft", f"olifant:{foreign_model}"], capsys)
+    assert code == 1 and "trained for tokenizer 'other'" in err and "train --model smollm2-135m" in err
+
+
+def test_mlx_lm_spellings_are_accepted():
+    p = build_parser("olifant")
+    a = p.parse_args(["generate", "--draft-model", "m", "--num-draft-tokens", "4", "-m", "7", "--temp",
+                      "0.5", "--min-p", "0.1", "--top-k", "3", "--system-prompt", "s", "--ignore-chat-template",
+                      "--extra-eos-token", "<|im_end|>", "--repetition-penalty", "1.1"])
+    assert (a.draft_model, a.k, a.max_tokens, a.temperature, a.min_p, a.top_k) == ("m", 4, 7, 0.5, 0.1, 3)
+    assert a.ignore_chat_template and a.extra_eos_token == ["<|im_end|>"] and a.system_prompt == "s"
+    g = p.parse_args(["generate"])
+    assert g.prompt == "hello" and g.draft == "auto" and g.k == 8     # mlx-lm's default prompt; drafting on
+    assert p.parse_args(["chat"]).draft == "auto"
+
+
+def test_version_and_the_console_scripts_name(capsys):
+    with pytest.raises(SystemExit):
+        build_parser("olifant-mlx").parse_args(["--version"])
+    assert capsys.readouterr().out.strip() == f"olifant-mlx {olifant_mlx.__version__}"
+    r = subprocess.run([sys.executable, "-m", "olifant_mlx", "--help"], capture_output=True, text=True)
+    assert r.stdout.startswith("usage: python -m olifant_mlx")
+
+
+def test_a_closed_pipe_is_not_an_error(tmp_path):
+    b = Builder(vocab_size=64)
+    b.add_document(list(range(60)))
+    model = tmp_path / "m.olif"
+    b.build().save(str(model))
+    code = (f"import sys; sys.argv=['olifant', 'info', {str(model)!r}, '--json']\n"
+            "from olifant_mlx.cli import main\nsys.exit(main())")
+    r = subprocess.run(f"{sys.executable} -c \"{code}\" | head -c 5", shell=True, capture_output=True, text=True)
+    assert r.stdout == "{\n  \"" and "Broken pipe" not in r.stderr and "Traceback" not in r.stderr
+
+
+def test_models_command_lists_removes_and_refuses(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("OLIFANT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models").mkdir()
+    b = Builder(vocab_size=64, tokenizer_name="tiny", tokenizer_digest=bytes(32))
+    b.add_document(list(range(60)))
+    b.build().save(str(tmp_path / "models" / "tiny.olif"))
+    (tmp_path / "cache" / "models" / "smollm2-135m").mkdir(parents=True)
+    (tmp_path / "cache" / "models" / "smollm2-135m" / "w.bin").write_bytes(b"0" * 1000)
+    assert main(["models", "--json"]) == 0
+    listing = json.loads(capsys.readouterr().out)
+    drafts = listing["draft_models"]
+    assert [d["tokenizer"] for d in drafts] == ["tiny"] and drafts[0]["vocab_size"] == 64
+    smol = next(v for v in listing["verifiers"] if v["name"] == "smollm2-135m")
+    assert smol["bytes"] == 1000 and listing["cache"]["bytes"] >= 1000
+    assert main(["models", "rm", "smollm2-135m"]) == 0
+    assert not (tmp_path / "cache" / "models" / "smollm2-135m").exists()
+    outside = tmp_path / "elsewhere.olif"
+    outside.write_bytes(b"x")
+    code, err = run_main(["models", "rm", str(outside)], capsys)
+    assert code == 1 and "not removed" in err and outside.exists()
+    assert main(["models", "rm", str(tmp_path / "models" / "tiny.olif")]) == 0
+    assert not (tmp_path / "models" / "tiny.olif").exists()
+
+
+def test_auto_finds_the_draft_model_for_the_verifiers_tokenizer(tmp_path, monkeypatch):
+    from olifant_mlx.drafters import resolve_auto
+
+    class Ident:
+        name, vocab_size, digest = "tiny", 64, bytes(32)
+
+    monkeypatch.setenv("OLIFANT_MODELS", str(tmp_path))
+    monkeypatch.setenv("OLIFANT_CACHE", str(tmp_path / "cache"))
+    assert resolve_auto(Ident()).text == "adaptive:hybrid"          # nothing for this tokenizer yet
+    for name, digest, n in (("small", bytes(32), 50), ("big", bytes(32), 400), ("foreign", bytes(range(32)), 900)):
+        b = Builder(vocab_size=64, tokenizer_name="tiny", tokenizer_digest=digest)
+        b.add_document((list(range(60)) * 10)[:n])
+        b.build().save(str(tmp_path / f"{name}.olif"))
+    assert resolve_auto(Ident()).text == f"adaptive:hybrid:{tmp_path / 'big.olif'}"
