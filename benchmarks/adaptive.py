@@ -3,7 +3,7 @@
     python benchmarks/adaptive.py [--verifier smollm2-135m] [--tasks legal medical]
         [--regimes kv uncached] [--fixed-ks 3 5 8 16] [--adaptive-ks 8 16]
 
-For each task and regime, one `olifant_mlx.bench` sweep on the dev prompts (plain first, then
+For each task and regime, one `olifant_mlx.measure.bench` sweep on the dev prompts (plain first, then
 every drafter and k on the same prompt in the same process; every output checked token for
 token against plain): fixed-k olifant, hybrid, prompt lookup and the in-session 4-gram at
 --fixed-ks, and the adaptive (confidence-gated, cost-aware) olifant and hybrid with k at most

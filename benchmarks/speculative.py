@@ -4,7 +4,7 @@
         [--max-tokens 100] [--ks 3 5 8] [--regimes kv uncached] [--drafters olifant ngram lookup]
 
 For each verifier: an olifant draft model is trained on the shared EUR-Lex-Sum train split
-with the verifier's own tokenizer (cached in benchmarks/out/models/); then `olifant_mlx.bench`
+with the verifier's own tokenizer (cached in benchmarks/out/models/); then `olifant_mlx.measure.bench`
 sweeps the legal dev prompts (plain first, then every drafter x k on the same prompt in the
 same process, so speedups are ratios measured under the same conditions, and every output is
 checked token for token against the plain one). Rows go to benchmarks/out/speculative.jsonl

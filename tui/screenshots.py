@@ -1,4 +1,4 @@
-"""Regenerate the README's TUI screenshots: `python -m olifant_mlx.tui.screenshots [--out docs]`.
+"""Regenerate the TUI screenshots in docs/: `python -m olifant_mlx.tui.screenshots [--out docs]`.
 
 Runs the app headless with the offline verifier (smollm2-135m) and a small olifant draft model
 (trained here, in a temporary folder, from the MIT licence text), exports SVG, converts to PNG

@@ -120,4 +120,3 @@ def add_parsers(sub):
     a.add_argument("--text-field", default="text")
     a.add_argument("--json", action="store_true")
     a.set_defaults(func=cmd_analyze)
-

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from olifant_mlx.cli.common import MODEL_HELP, draft_tokens
+from olifant_mlx.cli.common import MODEL_HELP, draft_tokens, energy_help, open_meter
 
 QUICK = {"prompts": 2, "max_tokens": 24, "ks": [3], "regimes": ["kv"]}
 
@@ -25,7 +25,6 @@ def cmd_bench(args) -> int:
     from rich.table import Table
 
     from olifant_mlx.drafters import build_drafter, parse_spec
-    from olifant_mlx.energy import open_meter
     from olifant_mlx.engine import GenerationOptions
     from olifant_mlx.measure.bench import (
         ModelRunner,
@@ -148,7 +147,7 @@ def add_parsers(sub):
     b.add_argument("--n-prompts", type=int)
     b.add_argument("--max-tokens", type=int)
     b.add_argument("--quick", action="store_true", help=f"small subset: {QUICK}")
-    b.add_argument("--energy", help="meter backend (default: $OLIFANT_ENERGY or auto)")
+    b.add_argument("--energy", help=energy_help())
     b.add_argument("--results", default="bench-results/results.jsonl",
                    help="JSON lines, appended; an interrupted run resumes from it")
     b.add_argument("--out-dir", default="bench-results", help="where the CSV/Markdown tables go")

@@ -28,6 +28,21 @@ def draft_tokens(value: str) -> int:
     return k
 
 
+def energy_help() -> str:
+    from olifant_mlx.energy.backends import CHOICES, ENV
+
+    return f"energy meter: {CHOICES} (default: ${ENV}, else auto)"
+
+
+def open_meter(spec):
+    """The energy meter for a generation command, synchronising MLX at window edges so queued
+    work lands in the window that issued it."""
+    from olifant_mlx.energy import open_meter as open_backend
+    from olifant_mlx.mlx_setup import mx
+
+    return open_backend(spec, sync=mx.synchronize)
+
+
 def draft_help() -> str:
     return f"drafter (default auto): {help_text()}"
 
@@ -70,9 +85,7 @@ def add_generation_args(p, prompt: bool = True) -> None:
     p.add_argument("--history", metavar="FILE",
                    help="opt-in: a hybrid drafter also drafts from earlier sessions kept in FILE, "
                         "and this session's prompt and output are appended to it (local, mode 0600)")
-    p.add_argument("--energy", metavar="BACKEND",
-                   help="energy meter: auto (default, $OLIFANT_ENERGY) | ioreport | powermetrics | "
-                        "rapl | nvml | replay:PATH | none")
+    p.add_argument("--energy", metavar="BACKEND", help=energy_help())
 
 
 def options_from(args):
@@ -120,7 +133,6 @@ def prepare(args):
     model's tokenizer against the verifier's, the history path, the energy backend.
     Returns (options, spec, meter)."""
     from olifant_mlx.drafters import parse_spec, uses_history
-    from olifant_mlx.energy import open_meter
 
     options = options_from(args)
     template_kwargs(args)

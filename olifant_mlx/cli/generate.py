@@ -155,13 +155,31 @@ def cmd_chat(args) -> int:
     return 0
 
 
+def _corpus_identity(spec: str) -> str:
+    """A corpus's name and what it holds now (files: size and mtime; the licences: which
+    distributions are installed), so a changed corpus trains a new demo model."""
+    import os
+
+    if spec == "builtin:licenses":
+        from importlib import metadata
+
+        names = sorted(f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions())
+        return spec + "|" + hashlib.sha256("\n".join(names).encode()).hexdigest()
+    try:
+        st = os.stat(spec)
+        return f"{spec}|{st.st_size}|{st.st_mtime_ns}"
+    except OSError:
+        return spec
+
+
 def demo_draft_model(tokenizer, verifier_name, corpora):
     """The demo's draft model: trained once on `corpora` with the verifier's tokenizer, cached."""
     from olifant_mlx.draftmodel.igtree import IGTree
     from olifant_mlx.draftmodel.train import train
     from olifant_mlx.files import cache_dir
 
-    key = hashlib.sha256(("\n".join(corpora) + tokenizer.digest.hex()).encode()).hexdigest()[:12]
+    key = hashlib.sha256(("\n".join(_corpus_identity(c) for c in corpora)
+                          + tokenizer.digest.hex()).encode()).hexdigest()[:12]
     path = cache_dir() / "drafts" / f"{verifier_name}-{key}.olif"
     if not path.is_file():
         sys.stderr.write(f"building the demo draft model from {', '.join(corpora)} (once) ...\n")

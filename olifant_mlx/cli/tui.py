@@ -1,7 +1,7 @@
 """`tui`: the terminal UI."""
 from __future__ import annotations
 
-from olifant_mlx.cli.common import MODEL_HELP, draft_help, draft_tokens
+from olifant_mlx.cli.common import MODEL_HELP, draft_help, draft_tokens, energy_help
 
 
 def cmd_tui(args) -> int:
@@ -23,6 +23,5 @@ def add_parsers(sub):
     t.add_argument("--draft", default="ngram", help=draft_help())
     t.add_argument("-k", type=draft_tokens, default=3, help="draft tokens per step (0..64)")
     t.add_argument("--max-tokens", type=int, default=100)
-    t.add_argument("--energy", help="energy backend: auto (default, $OLIFANT_ENERGY) | ioreport | "
-                                    "powermetrics | rapl | nvml | replay:PATH | none")
+    t.add_argument("--energy", help=energy_help())
     t.set_defaults(func=cmd_tui)

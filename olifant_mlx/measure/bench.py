@@ -19,9 +19,6 @@ from pathlib import Path
 from olifant_mlx.engine import GenerationOptions, Session, reference
 from olifant_mlx.measure.metrics import rouge_l
 
-QUICK = {"prompts": 2, "max_tokens": 24, "ks": [3], "regimes": ["kv"]}
-
-
 def row_key(r) -> tuple:
     return (r["verifier"], r["task"], r["regime"], r["strategy"], r["k"], r["prompt"])
 
