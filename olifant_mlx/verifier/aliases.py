@@ -19,6 +19,10 @@ from olifant_mlx.files import cache_dir
 from olifant_mlx.verifier.fetch import FetchError, copy_member, download_wheel, sha256_file
 
 DEFAULT_MODEL = "mistralai/Mistral-7B-v0.1"
+# Mistral-7B builds with Mistral-7B-v0.1's tokenizer (one olifant model serves them all), looked
+# for in the local Hugging Face cache in this order when no --model is given
+MISTRAL_FAMILY = (DEFAULT_MODEL, "mlx-community/Mistral-7B-Instruct-v0.2-4bit",
+                  "mistralai/Mistral-7B-Instruct-v0.2")
 EMBEDDED_DEFAULT = "smollm2-135m"
 # bumped whenever a GGUF conversion changes what it writes (2: the chat template is kept), so
 # folders converted by an older version are converted again
@@ -112,16 +116,17 @@ def conversion_current(folder: Path) -> bool:
 
 
 def default_model() -> str:
-    """Mistral-7B-v0.1 when its weights are available locally ($OLIFANT_MODEL names
-    another), else the embedded default."""
+    """$OLIFANT_MODEL; else the first Mistral-7B build (MISTRAL_FAMILY) whose weights are in
+    the local Hugging Face cache; else the embedded default."""
     env = os.environ.get("OLIFANT_MODEL")
     if env:
         return env
     try:
         from huggingface_hub import try_to_load_from_cache
 
-        if isinstance(try_to_load_from_cache(DEFAULT_MODEL, "config.json"), str):
-            return DEFAULT_MODEL
+        for repo in MISTRAL_FAMILY:
+            if isinstance(try_to_load_from_cache(repo, "config.json"), str):
+                return repo
     except Exception:
         pass
     return EMBEDDED_DEFAULT
