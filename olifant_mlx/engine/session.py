@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from olifant_mlx.drafters.base import Drafter, as_drafter
 from olifant_mlx.drafters.registry import DrafterSpec, build_drafter, parse_spec, uses_history
-from olifant_mlx.engine.loop import MAX_K, generate_steps
+from olifant_mlx.engine.loop import MAX_K, generate_steps, model_vocab_size
 from olifant_mlx.engine.sampling import Sampling
 from olifant_mlx.engine.stats import Stats, Step
 
@@ -118,6 +118,7 @@ class Session:
     def __init__(self, verifier, drafter="none", options: GenerationOptions | None = None,
                  meter=None):
         self.verifier = verifier
+        self.vocab_size = model_vocab_size(verifier.model)   # once: the engine checks ids against it
         self.options = options or GenerationOptions()
         self.meter = meter
         self.history = None
@@ -199,7 +200,7 @@ class Session:
         return generate_steps(v.model, ids, drafter, k=opts.k, max_tokens=opts.max_tokens,
                               kv_cache=opts.kv_cache, eos_ids=v.eos_ids,
                               max_kv_size=opts.max_kv_size, bos_id=v.bos_id, stats=stats,
-                              sampling=opts.sampling, on_prefill=on_prefill)
+                              sampling=opts.sampling, on_prefill=on_prefill, vocab_size=self.vocab_size)
 
     def _finish(self, ids, tokens, stats, drafter, start):
         """Energy of the generation; the opt-in history remembers prompt and output."""
