@@ -4,15 +4,74 @@ Every file olifant_mlx creates is written atomically: a unique temporary file cr
 exclusively in the target's folder (never following a planted link), fsynced, renamed over
 the target, and the folder fsynced — so a crash or a second writer never leaves a torn file.
 Files that can hold a user's text (draft models, histories, exports) are created 0600.
+A path the user names is opened without blocking and refused unless it is a regular file:
+a FIFO would hang the open, or the first read, forever.
 """
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 import tempfile
 from pathlib import Path
 
 PRIVATE = 0o600
+
+
+class NotARegularFile(ValueError):
+    """A path that names a FIFO, a device, a socket or a folder where a file was wanted."""
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a device"),
+                       (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def open_regular(path, flags: int = os.O_RDONLY, mode: int = PRIVATE) -> int:
+    """A file descriptor on `path` (os.open flags), refused with NotARegularFile unless the
+    path is a regular file. Opened with O_NONBLOCK, so a FIFO never blocks the open; the
+    descriptor is made blocking again once fstat has shown a regular file."""
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), mode)
+    except OSError as e:
+        if e.errno == errno.ENXIO:          # a FIFO opened for writing with no reader
+            raise NotARegularFile(f"{path} is a FIFO, not a regular file") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotARegularFile(f"{path} is {_kind(st.st_mode)}, not a regular file")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_regular_file(path, mode: str = "r", encoding: str | None = "utf-8"):
+    """`open(path, mode)` for reading, but a FIFO, device or folder is NotARegularFile."""
+    binary = "b" in mode
+    return os.fdopen(open_regular(path), "rb" if binary else "r",
+                     encoding=None if binary else encoding)
+
+
+def read_regular(path) -> bytes:
+    """All bytes of a regular file (see open_regular)."""
+    with open_regular_file(path, "rb") as f:
+        return f.read()
+
+
+def make_private(fd: int) -> None:
+    """Tighten a file we own to 0600 when others may read it (it can hold a user's text);
+    where that is not possible (a read-only file system) the file is used as it is."""
+    st = os.fstat(fd)
+    if stat.S_IMODE(st.st_mode) & 0o077 and st.st_uid == os.getuid():
+        with contextlib.suppress(OSError):
+            os.fchmod(fd, stat.S_IMODE(st.st_mode) & PRIVATE)
 
 
 def cache_dir() -> Path:

@@ -32,6 +32,7 @@ def options_from(args):
 
 def cmd_generate(args) -> int:
     from olifant_mlx.drafters import parse_spec, uses_history
+    from olifant_mlx.drafters.history import check_path
     from olifant_mlx.engine import Session
     from olifant_mlx.verifier import load_verifier
 
@@ -40,8 +41,12 @@ def cmd_generate(args) -> int:
     if options.history and not uses_history(spec):
         raise ValueError("--history needs a hybrid drafter: --draft hybrid:PATH or "
                          "adaptive:hybrid:PATH")
+    if options.history:
+        check_path(options.history)       # a FIFO or a dangling link: refused before the verifier loads
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     session = Session(load_verifier(args.model), spec, options)
+    for warning in session.history.warnings if session.history is not None else ():
+        sys.stderr.write(f"warning: {warning}\n")
     stream = None if args.json else sys.stdout
     text, tokens, last = [], [], None
     for r in session.stream(prompt):
