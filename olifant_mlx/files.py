@@ -52,11 +52,27 @@ def open_regular(path, flags: int = os.O_RDONLY, mode: int = PRIVATE) -> int:
     return fd
 
 
-def open_regular_file(path, mode: str = "r", encoding: str | None = "utf-8"):
+def check_file_path(path, what: str = "file") -> None:
+    """For a file that will be read or created, before any slow work: a regular file, or
+    nothing yet in a folder that exists. A FIFO, device, folder or link to nothing is
+    NotARegularFile, naming `what` and the path; nothing is opened, so nothing blocks."""
+    path = os.fspath(path)
+    if os.path.islink(path) and not os.path.exists(path):
+        raise NotARegularFile(f"{what} {path} is a symbolic link to nothing: not followed "
+                              f"(remove it, or name another file)")
+    if os.path.exists(path):
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotARegularFile(f"{what} {path} is {_kind(mode)}, not a regular file")
+    elif not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        raise NotARegularFile(f"cannot create {what} {path}: its folder does not exist")
+
+
+def open_regular_file(path, mode: str = "r", encoding: str | None = "utf-8", errors: str | None = None):
     """`open(path, mode)` for reading, but a FIFO, device or folder is NotARegularFile."""
-    binary = "b" in mode
-    return os.fdopen(open_regular(path), "rb" if binary else "r",
-                     encoding=None if binary else encoding)
+    if "b" in mode:
+        return os.fdopen(open_regular(path), "rb")
+    return os.fdopen(open_regular(path), "r", encoding=encoding, errors=errors)
 
 
 def read_regular(path) -> bytes:

@@ -25,6 +25,23 @@ def draft_tokens(value: str) -> int:
     return k
 
 
+def whole_number(minimum: int):
+    """argparse type: a whole number >= minimum (a usage error naming the flag otherwise)."""
+    import argparse
+
+    def parse(value: str) -> int:
+        try:
+            n = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number, got {value!r}") from None
+        if n < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {n}")
+        return n
+
+    parse.__name__ = f"whole number >= {minimum}"
+    return parse
+
+
 def draft_help() -> str:
     return f"drafter: {help_text()}"
 

@@ -94,13 +94,13 @@ def cmd_demo(args) -> int:
     from olifant_mlx.engine import GenerationOptions, Session
     from olifant_mlx.verifier import EMBEDDED_DEFAULT, load_verifier
 
+    plain_opts = GenerationOptions(k=0, max_tokens=args.max_tokens)    # checked before any model loads
     verifier = load_verifier(args.model or EMBEDDED_DEFAULT)
     ours = verifier.identity
     draft_model = demo_draft_model(ours, verifier.name, args.corpus or [DEFAULT_CORPUS])
     draft_model.check_tokenizer(ours.name, ours.vocab_size, ours.digest)
     prompt = args.prompt or DEMO_PROMPT
     session = Session(verifier, OlifantDrafter(draft_model))
-    plain_opts = GenerationOptions(k=0, max_tokens=args.max_tokens)
     session.generate("Warm-up.", plain_opts.replace(max_tokens=4), NoDrafter())  # first-call costs
     plain = session.generate(prompt, plain_opts, NoDrafter())
     spec = session.generate(prompt, GenerationOptions(k=args.k, max_tokens=args.max_tokens))

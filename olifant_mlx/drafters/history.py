@@ -23,14 +23,13 @@ import contextlib
 import errno
 import fcntl
 import os
-import stat
 import struct
 
 import numpy as np
 
 from olifant_mlx.drafters.lookup import agreement, copy_signals
 from olifant_mlx.draftmodel.igtree import TokenizerMismatch
-from olifant_mlx.files import NotARegularFile, make_private, open_regular
+from olifant_mlx.files import NotARegularFile, check_file_path, make_private, open_regular
 
 MAGIC = b"OLIFHST1"
 VERSION = 1
@@ -86,15 +85,10 @@ def locked(fd: int, kind: int):
 def check_path(path) -> None:
     """The checks that need no tokenizer, for surfaces to run before any model loads: the path
     is a regular file, or nothing yet in a folder that exists; never a FIFO or a dangling link."""
-    path = os.fspath(path)
-    if os.path.islink(path) and not os.path.exists(path):
-        raise HistoryError(f"history {path} is a symbolic link to nothing: not followed "
-                           f"(remove it, or name another file)")
-    if os.path.exists(path):
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            raise HistoryError(f"history {path} is not a regular file")
-    elif not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-        raise HistoryError(f"cannot create history {path}: its folder does not exist")
+    try:
+        check_file_path(path, "history")
+    except NotARegularFile as e:
+        raise HistoryError(str(e)) from None
 
 
 class SessionHistory:

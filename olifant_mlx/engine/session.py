@@ -25,7 +25,12 @@ from olifant_mlx.engine.stats import Stats, Step
 
 
 class OptionsError(ValueError):
-    """A generation option out of range; the message names the option."""
+    """A generation option out of range; the message names the option, `option` is its field
+    (surfaces show their own spelling of it: the CLI its flag)."""
+
+    def __init__(self, message: str, option: str = ""):
+        super().__init__(message)
+        self.option = option
 
 
 @dataclass(frozen=True)
@@ -41,22 +46,23 @@ class GenerationOptions:
     history: str | None = None         # opt-in session history file (hybrid drafters)
 
     def __post_init__(self):
-        def bad(what):
-            raise OptionsError(what)
+        def bad(option, what):
+            raise OptionsError(what, option)
 
         if not isinstance(self.k, int) or not 0 <= self.k <= MAX_K:
-            bad(f"k (draft tokens per step) must be a whole number from 0 to {MAX_K}, got {self.k!r}")
+            bad("k", f"k (draft tokens per step) must be a whole number from 0 to {MAX_K}, got {self.k!r}")
         if not isinstance(self.max_tokens, int) or self.max_tokens < 0:
-            bad(f"max tokens must be a whole number >= 0, got {self.max_tokens!r}")
+            bad("max_tokens", f"max tokens must be a whole number >= 0, got {self.max_tokens!r}")
         if self.max_kv_size is not None and (not isinstance(self.max_kv_size, int)
                                              or self.max_kv_size < 1):
-            bad(f"max KV size must be a whole number of tokens >= 1 (or none), got {self.max_kv_size!r}")
+            bad("max_kv_size", f"max KV size must be a whole number of tokens >= 1 (or none), "
+                               f"got {self.max_kv_size!r}")
         if not isinstance(self.temperature, (int, float)) or not 0 <= self.temperature < float("inf"):
-            bad(f"temperature must be a number >= 0 (0 is greedy), got {self.temperature!r}")
+            bad("temperature", f"temperature must be a number >= 0 (0 is greedy), got {self.temperature!r}")
         if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
-            bad(f"top-p must be in (0, 1], got {self.top_p!r}")
+            bad("top_p", f"top-p must be in (0, 1], got {self.top_p!r}")
         if not isinstance(self.seed, int):
-            bad(f"seed must be a whole number, got {self.seed!r}")
+            bad("seed", f"seed must be a whole number, got {self.seed!r}")
 
     @property
     def sampling(self) -> Sampling | None:
@@ -138,7 +144,7 @@ class Session:
             spec = drafter if isinstance(drafter, DrafterSpec) else parse_spec(drafter)
             if self.history is not None and not uses_history(spec):
                 raise OptionsError("a session history is read only by a hybrid drafter: use "
-                                   "--draft hybrid:PATH or adaptive:hybrid:PATH")
+                                   "--draft hybrid:PATH or adaptive:hybrid:PATH", "history")
             self.spec = spec
             drafter = build_drafter(spec, self.verifier.identity, self.history)
         else:
