@@ -112,6 +112,18 @@ def fsync_dir(path) -> None:
         os.close(fd)
 
 
+def fsync_tree(root) -> None:
+    """fsync every file and folder under `root` (a folder about to be renamed into place)."""
+    for folder, _, names in os.walk(root):
+        for name in names:
+            fd = os.open(os.path.join(folder, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(folder)
+
+
 @contextlib.contextmanager
 def atomic_writer(path, mode: int = PRIVATE, binary: bool = True):
     """Write `path` all at once: yields a file object on a unique temporary file beside it;
