@@ -8,9 +8,9 @@ the reference tokens are stored with the plain row). A row is keyed by everythin
 defines it (`KEY_FIELDS`): the verifier and a digest of its weights and tokenizer, the
 prompt's text (a digest), max tokens, the drafter (its spec and its model file's size and
 time), k and the regime, so a rerun with anything changed runs again instead of showing
-old numbers as new. The results file holds generated token ids: it is created 0600. Energy comes from the meter when
-one is available (with its label); process CPU seconds per 100 tokens are always
-recorded, labelled as compute, never as energy.
+old numbers as new. The results file holds generated token ids: it is created 0600.
+Energy comes from the meter when one is available (with its label); process CPU seconds
+per 100 tokens are always recorded, labelled as compute, never as energy.
 """
 from __future__ import annotations
 
@@ -84,6 +84,11 @@ def open_results(path):
     return os.fdopen(fd, "a", encoding="utf-8")
 
 
+def file_stamp(path) -> str:
+    st = os.stat(path)
+    return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"
+
+
 WEIGHT_SAMPLE = 4096    # leading values of every weight array that go into its fingerprint
 
 
@@ -121,11 +126,6 @@ class Strategy:
     """A drafter and what defines its drafts (`spec_identity` of its spec)."""
     drafter: object
     identity: str
-
-
-def file_stamp(path) -> str:
-    st = os.stat(path)
-    return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"
 
 
 def spec_identity(spec) -> str:
