@@ -204,3 +204,43 @@ def test_progress_callback_and_cancel():
     b.add_documents(*flat(random_docs(8)))
     with pytest.raises(IGTreeError, match="cancelled"):
         b.build(lambda phase, done, total: phase == "sorting")
+
+
+BAD_IDS = [-1, 2**32 + 3, 1.7, float("nan"), float("inf"), 2**70, None]
+
+
+def entry_points(model):
+    """Every way ids enter the binding, each fed one row of ids."""
+    w = model.window
+    yield "predict", lambda ids: model.predict(ids)
+    yield "predict_token", lambda ids: model.predict_token(ids)
+    yield "draft", lambda ids: model.draft(ids, 2)
+    yield "draft_answers", lambda ids: model.draft_answers(ids, 2)
+    yield "predict_batch", lambda ids: model.predict_batch(np.array([ids]))
+    yield "add_instances", lambda ids: Builder(vocab_size=V, window=w - 1).add_instances([ids])
+    yield "add_documents", lambda ids: Builder(vocab_size=V).add_documents(ids, [0])
+
+
+@pytest.mark.parametrize("bad", BAD_IDS, ids=repr)
+def test_one_rule_for_ids_at_every_entry_point(model, bad):
+    """No entry point wraps, aliases, truncates or zeroes an id: each refuses it by name, from
+    a list and from a numpy array alike (numpy's cast made -1 into 4294967295 silently)."""
+    for name, call in entry_points(model):
+        for form in (list, np.array):
+            ids = [1, 2, 3, bad]
+            if form is np.array and bad is not None:
+                ids = np.array(ids)
+            with pytest.raises(ValueError, match="must be"):
+                call(ids)
+                pytest.fail(f"{name} accepted {bad!r} as an id ({form.__name__})")
+
+
+def test_whole_numbers_in_any_form_are_the_same_ids(model):
+    ctx = [1, 2, 3, 4]
+    want = model.predict(ctx)
+    for form in (np.array(ctx), np.array(ctx, dtype=np.uint64), np.array(ctx, dtype=float), tuple(ctx)):
+        assert model.predict(form) == want and model.predict_token(form) == want.token
+        assert model.draft(form, 3) == model.draft(ctx, 3)
+    assert (model.predict_batch(np.array([ctx], dtype=float)) == model.predict_batch([ctx])).all()
+    with pytest.raises(ValueError, match="sequence of token ids"):
+        model.predict(np.array([ctx]))

@@ -5,6 +5,7 @@ tokens) is one C call; Python only moves numpy buffers.
 """
 from __future__ import annotations
 
+import operator
 import os
 from dataclasses import dataclass
 
@@ -90,8 +91,43 @@ class Answer:
         return self.winner_count / self.total if self.total else 0.0
 
 
-def _u32(a) -> np.ndarray:
-    return np.ascontiguousarray(a, dtype=np.uint32)
+def _index(x, what: str) -> int:
+    try:
+        return operator.index(x)
+    except TypeError:
+        raise ValueError(f"{what} must be whole numbers, got {x!r}") from None
+
+
+def _whole_numbers(a, what: str, dtype=np.uint32) -> np.ndarray:
+    """`a` as a contiguous `dtype` array, refused (ValueError naming `what`) unless every value
+    is a whole number that dtype holds. The one rule of every entry point: numpy's own cast
+    would wrap -1 to 4294967295, alias id + 2**32 to id, truncate 1.7 and turn NaN into 0."""
+    arr = np.asarray(a)
+    if arr.dtype == object:                  # Python ints beyond int64, or not numbers at all
+        arr = np.array([_index(x, what) for x in arr.ravel()], dtype=object).reshape(arr.shape)
+    elif arr.dtype.kind == "f":              # whole floats (3.0) are exact; 1.7, NaN, inf are not
+        not_whole = ~np.isfinite(arr) | (arr != np.floor(arr))
+        if not_whole.any():
+            raise ValueError(f"{what} must be whole numbers, got {float(arr[not_whole][0])!r}")
+    elif arr.dtype.kind not in "iu" and arr.size:
+        raise ValueError(f"{what} must be whole numbers, got {arr.dtype} values")
+    top = int(np.iinfo(dtype).max)
+    if arr.size and (int(arr.min()) < 0 or int(arr.max()) > top):
+        bad = int(arr.min()) if int(arr.min()) < 0 else int(arr.max())
+        raise ValueError(f"{what} must be from 0 to {top}, got {bad}")
+    return np.ascontiguousarray(arr, dtype=dtype)
+
+
+def _u32(a, what: str = "token ids") -> np.ndarray:
+    return _whole_numbers(a, what)
+
+
+def _context(context, window: int) -> list:
+    """The last `window` ids of a context (oldest first), checked like every other input."""
+    ctx = _u32(context[-window:], "context")
+    if ctx.ndim != 1:
+        raise ValueError(f"a context is a sequence of token ids, got shape {ctx.shape}")
+    return ctx.tolist()
 
 
 class Builder:
@@ -133,7 +169,7 @@ class Builder:
 
     def add_instances(self, rows) -> None:
         """rows: (n, window+1) ids — context oldest first, then the class."""
-        rows = _u32(rows)
+        rows = _u32(rows, "instances")
         if rows.ndim != 2 or rows.shape[1] != self.window + 1:
             raise ValueError(f"instances must have shape (n, {self.window + 1}), got {rows.shape}")
         err = ffi.new("igt_error *")
@@ -142,8 +178,8 @@ class Builder:
 
     def add_documents(self, tokens, doc_starts) -> None:
         """tokens: all documents' ids concatenated; doc_starts: offset of each document."""
-        tokens = _u32(tokens)
-        starts = np.ascontiguousarray(doc_starts, dtype=np.uint64)
+        tokens = _u32(tokens, "document tokens")
+        starts = _whole_numbers(doc_starts, "document starts", np.uint64)
         err = ffi.new("igt_error *")
         _check(lib.igt_builder_add_documents(
             self._b, ffi.from_buffer("uint32_t[]", tokens), tokens.size,
@@ -222,21 +258,21 @@ class IGTree:
     # -- queries -----------------------------------------------------------
     def predict(self, context) -> Answer:
         """The answer for the ids after `context` (oldest first; last `window` used)."""
-        ctx = context[-self.window:]
+        ctx = _context(context, self.window)
         a = ffi.new("igt_answer *")          # per call: a model is queried from many threads
-        lib.igt_predict(self._m, ffi.new("uint32_t[]", list(ctx)), len(ctx), a)
+        lib.igt_predict(self._m, ffi.new("uint32_t[]", ctx), len(ctx), a)
         return Answer(a.token, a.depth, bool(a.leaf), a.node, a.winner_count, a.total, a.distance)
 
     def predict_token(self, context) -> int:
         """Fast path: only the predicted id."""
-        ctx = context[-self.window:]
+        ctx = _context(context, self.window)
         a = ffi.new("igt_answer *")
-        lib.igt_predict(self._m, ffi.new("uint32_t[]", list(ctx)), len(ctx), a)
+        lib.igt_predict(self._m, ffi.new("uint32_t[]", ctx), len(ctx), a)
         return a.token
 
     def predict_batch(self, rows) -> np.ndarray:
         """rows: (n, window) ids, oldest first. Returns a structured array (ANSWER_DTYPE)."""
-        rows = _u32(rows)
+        rows = _u32(rows, "queries")
         if rows.ndim != 2 or rows.shape[1] != self.window:
             raise ValueError(f"queries must have shape (n, {self.window}), got {rows.shape}")
         out = np.empty(rows.shape[0], dtype=ANSWER_DTYPE)
@@ -252,7 +288,7 @@ class IGTree:
         """
         if k < 0:
             raise ValueError(f"k must be >= 0, got {k}")
-        ctx = list(context[-self.window:])
+        ctx = _context(context, self.window)
         tokens = ffi.new("uint32_t[]", max(k, 1))
         n = lib.igt_draft(self._m, ffi.new("uint32_t[]", ctx), len(ctx), k, min_depth,
                           min_share, tokens, ffi.NULL)
@@ -260,7 +296,7 @@ class IGTree:
 
     def draft_answers(self, context, k: int, min_depth: int = 0, min_share: float = 0.0) -> np.ndarray:
         """Like draft, with the full answer (depth, counts) of every drafted id."""
-        ctx = list(context[-self.window:])
+        ctx = _context(context, self.window)
         tokens = ffi.new("uint32_t[]", max(k, 1))
         out = np.empty(max(k, 1), dtype=ANSWER_DTYPE)
         n = lib.igt_draft(self._m, ffi.new("uint32_t[]", ctx), len(ctx), k, min_depth,
