@@ -138,24 +138,87 @@ static void run_tasks(uint32_t n, task_fn fn, void *args, size_t arg_size) {
 
 /* Tens of megabytes read and written at random (the token stream, sort
  * offsets, grouped classes): on Linux ask for transparent huge pages, or
- * TLB misses and 4 KB page faults take a good part of the build. */
-static void hint_huge(void *p, size_t bytes) {
+ * TLB misses and 4 KB page faults take a good part of the build. Only for
+ * whole mappings of our own: advising part of one splits it, and mremap
+ * then fails on the split. */
+static void hint_huge(void *map, size_t bytes) {
 #if defined(MADV_HUGEPAGE)
-    if (p && bytes >= ((size_t)4 << 20)) {
-        uintptr_t a = ((uintptr_t)p + 4095) & ~(uintptr_t)4095;
-        uintptr_t z = ((uintptr_t)p + bytes) & ~(uintptr_t)4095;
-        if (z > a) (void)madvise((void *)a, z - a, MADV_HUGEPAGE);
-    }
+    if (map && bytes >= ((size_t)4 << 20)) (void)madvise(map, bytes, MADV_HUGEPAGE);
 #else
-    (void)p;
+    (void)map;
     (void)bytes;
 #endif
 }
 
+/* Large scratch gets its own anonymous mapping: freed, it goes back to the
+ * system at once instead of leaving a hole in the heap (glibc keeps blocks
+ * below a threshold that moves up as big blocks are freed, so a growing
+ * buffer's old copies stay resident). A 64-byte header holds the size. */
+#define BIG_HEADER ((size_t)64)
+#define BIG_MAPPED ((size_t)1 << 20)
+#if IGT_HAVE_THREADS && defined(MAP_ANONYMOUS)
+#define IGT_BIG_MAP 1
+#else
+#define IGT_BIG_MAP 0
+#endif
+
 static void *big_malloc(size_t count, size_t elem) {
-    void *p = igt__malloc(count, elem);
-    hint_huge(p, count * elem);
-    return p;
+    if (elem && count > (SIZE_MAX - BIG_HEADER) / elem) return NULL;
+    size_t bytes = count * elem + BIG_HEADER;
+    uint8_t *p;
+#if IGT_BIG_MAP
+    if (bytes >= BIG_MAPPED) {
+        void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED) return NULL;
+        p = m;
+        hint_huge(p, bytes);
+    } else
+#endif
+    {
+        p = malloc(bytes);
+        if (!p) return NULL;
+    }
+    memcpy(p, &bytes, sizeof bytes);
+    return p + BIG_HEADER;
+}
+
+static size_t big_size(const void *q) {
+    size_t bytes;
+    memcpy(&bytes, (const uint8_t *)q - BIG_HEADER, sizeof bytes);
+    return bytes;
+}
+
+static void big_free(void *q) {
+    if (!q) return;
+    uint8_t *p = (uint8_t *)q - BIG_HEADER;
+#if IGT_BIG_MAP
+    if (big_size(q) >= BIG_MAPPED) {
+        munmap(p, big_size(q));
+        return;
+    }
+#endif
+    free(p);
+}
+
+/* Grow a big buffer, keeping its first `keep` bytes (mremap on Linux: no copy). */
+static void *big_realloc(void *q, size_t keep, size_t count, size_t elem) {
+    if (!q) return big_malloc(count, elem);
+    if (elem && count > (SIZE_MAX - BIG_HEADER) / elem) return NULL;
+#if IGT_BIG_MAP && defined(MREMAP_MAYMOVE)
+    size_t bytes = count * elem + BIG_HEADER, old = big_size(q);
+    if (old >= BIG_MAPPED && bytes >= BIG_MAPPED) {
+        void *m = mremap((uint8_t *)q - BIG_HEADER, old, bytes, MREMAP_MAYMOVE);
+        if (m == MAP_FAILED) return NULL;
+        memcpy(m, &bytes, sizeof bytes);
+        hint_huge(m, bytes);
+        return (uint8_t *)m + BIG_HEADER;
+    }
+#endif
+    void *n = big_malloc(count, elem);
+    if (!n) return NULL;
+    memcpy(n, q, keep);
+    big_free(q);
+    return n;
 }
 
 /* ---- growable arrays ------------------------------------------------------------------ */
@@ -197,7 +260,7 @@ static ALWAYS_INLINE void tok_put(void *tok, int wide, uint64_t p, uint32_t v) {
 }
 
 static void chunk_free(chunk_t *c) {
-    free(c->tok);
+    big_free(c->tok);
     free(c->seg);
     memset(c, 0, sizeof *c);
 }
@@ -673,11 +736,10 @@ static igt_status grow_chunk(igt_builder *b, uint64_t tokens, uint64_t segs, igt
         if (b->chunk_cap && cap > b->chunk_cap) cap = b->chunk_cap;
         if (cap < c->n_tok + tokens) cap = c->n_tok + tokens;
         if (cap > SIZE_MAX / tw) return igt__fail(err, IGT_ERR_NOMEM, "instance buffer too large");
-        void *t = realloc(c->tok, (size_t)cap * tw);
+        void *t = big_realloc(c->tok, (size_t)c->n_tok * tw, (size_t)cap, tw);
         if (!t)
             return igt__fail(err, IGT_ERR_NOMEM, "cannot grow the token buffer to %llu tokens",
                              (unsigned long long)cap);
-        hint_huge(t, (size_t)cap * tw);
         c->tok = t;
         c->cap_tok = cap;
     }
@@ -916,23 +978,52 @@ static int summarise(const summarise_ctx *s, pair_t *entries, size_t n, uint32_t
 
 /* ---- the tree scan ---------------------------------------------------------------------- */
 
-/* Tree nodes as parallel arrays. A node's children are the `nchild` nodes
- * from `cstart` (in the same scan's kept nodes); with top_k, its stored
- * classes are the next `npairs` pairs. */
+/* Tree nodes in fixed-size blocks: appending never moves a node, so the
+ * arrays never reallocate (a growing array in the heap leaves holes the size
+ * of its old copies: 100 MB of heap for 54 MB of nodes at 10M tokens). A
+ * node's children are the `nchild` nodes from `cstart` (in the same scan's
+ * kept nodes); with top_k, its stored classes are the next `npairs` pairs. */
 typedef struct {
-    vec32 key, cls, win, tot, cstart, nchild, npairs;
+    uint32_t key, cls, win, tot, cstart, nchild, npairs;
+} node_rec;
+
+#define NODE_BLOCK_BITS 12u
+#define NODE_BLOCK ((size_t)1 << NODE_BLOCK_BITS)
+
+typedef struct {
+    node_rec **blocks;
+    size_t n_blocks, cap_blocks;
+    size_t n;                   /* nodes */
     vec32 pairs;                /* (class, count) interleaved */
 } nodes_t;
 
+static inline node_rec *node_at(const nodes_t *t, size_t i) {
+    return &t->blocks[i >> NODE_BLOCK_BITS][i & (NODE_BLOCK - 1)];
+}
+
+static int nodes_push(nodes_t *t, const node_rec *r) {
+    if (t->n == t->n_blocks * NODE_BLOCK) {
+        if (!igt__grow((void **)&t->blocks, &t->cap_blocks, t->n_blocks + 1, sizeof *t->blocks, 16))
+            return 0;
+        t->blocks[t->n_blocks] = malloc(NODE_BLOCK * sizeof(node_rec));
+        if (!t->blocks[t->n_blocks]) return 0;
+        t->n_blocks++;
+    }
+    *node_at(t, t->n++) = *r;
+    return 1;
+}
+
 static void nodes_free(nodes_t *t) {
-    free(t->key.v); free(t->cls.v); free(t->win.v); free(t->tot.v);
-    free(t->cstart.v); free(t->nchild.v); free(t->npairs.v); free(t->pairs.v);
+    for (size_t i = 0; i < t->n_blocks; i++) free(t->blocks[i]);
+    free(t->blocks);
+    free(t->pairs.v);
     memset(t, 0, sizeof *t);
 }
 
+/* Empty, keeping the blocks for reuse. */
 static void nodes_clear(nodes_t *t) {
-    t->key.n = t->cls.n = t->win.n = t->tot.n = t->cstart.n = t->nchild.n = 0;
-    t->npairs.n = t->pairs.n = 0;
+    t->n = 0;
+    t->pairs.n = 0;
 }
 
 /* Class-count accumulator for the open node of one level. */
@@ -991,16 +1082,13 @@ static int scan_init(scan_t *s, uint32_t F, uint32_t V, uint32_t top_k, const cl
 
 /* Append node i of src (with its stored pairs, read from *pair_at) to dst. */
 static int nodes_copy(nodes_t *dst, const nodes_t *src, size_t i, size_t *pair_at, int top_k) {
-    if (!vec_push(&dst->key, src->key.v[i]) || !vec_push(&dst->cls, src->cls.v[i]) ||
-        !vec_push(&dst->win, src->win.v[i]) || !vec_push(&dst->tot, src->tot.v[i]) ||
-        !vec_push(&dst->cstart, src->cstart.v[i]) || !vec_push(&dst->nchild, src->nchild.v[i]))
-        return 0;
+    const node_rec *r = node_at(src, i);
+    if (!nodes_push(dst, r)) return 0;
     if (!top_k) return 1;
-    uint32_t np = src->npairs.v[i];
-    if (!vec_push(&dst->npairs, np) || !vec_reserve(&dst->pairs, 2 * (size_t)np)) return 0;
-    memcpy(dst->pairs.v + dst->pairs.n, src->pairs.v + *pair_at, 2 * (size_t)np * sizeof(uint32_t));
-    dst->pairs.n += 2 * (size_t)np;
-    *pair_at += 2 * (size_t)np;
+    if (!vec_reserve(&dst->pairs, 2 * (size_t)r->npairs)) return 0;
+    memcpy(dst->pairs.v + dst->pairs.n, src->pairs.v + *pair_at, 2 * (size_t)r->npairs * sizeof(uint32_t));
+    dst->pairs.n += 2 * (size_t)r->npairs;
+    *pair_at += 2 * (size_t)r->npairs;
     return 1;
 }
 
@@ -1009,19 +1097,20 @@ static int nodes_copy(nodes_t *dst, const nodes_t *src, size_t i, size_t *pair_a
  * Survivors go to s->kept as one block; returns its start, count in *n. */
 static int flush_children(scan_t *s, nodes_t *children, uint32_t pdef, uint32_t *start,
                           uint32_t *n) {
-    *start = (uint32_t)s->kept.key.n;
+    *start = (uint32_t)s->kept.n;
     *n = 0;
     size_t pair_at = 0;
-    for (size_t i = 0; i < children->key.n; i++) {
-        if (children->cls.v[i] == pdef && children->nchild.v[i] == 0) {
-            if (s->top_k) pair_at += 2 * (size_t)children->npairs.v[i];
+    for (size_t i = 0; i < children->n; i++) {
+        const node_rec *r = node_at(children, i);
+        if (r->cls == pdef && r->nchild == 0) {
+            if (s->top_k) pair_at += 2 * (size_t)r->npairs;
             continue;
         }
         if (!nodes_copy(&s->kept, children, i, &pair_at, s->top_k != 0)) return 0;
         (*n)++;
     }
     nodes_clear(children);
-    return s->kept.key.n < UINT32_MAX;
+    return s->kept.n < UINT32_MAX;
 }
 
 /* Close the open node of level d: summarise it, prune its children, and
@@ -1039,10 +1128,8 @@ static int close_node(scan_t *s, uint32_t d) {
     uint32_t wc, wn, np, cstart = 0, nchild = 0;
     if (!summarise(&s->sc, s->scratch, n, &wc, &wn, &np, &p->pairs)) return 0;
     if (d + 1 < s->F && !flush_children(s, &s->pending[d + 1], wc, &cstart, &nchild)) return 0;
-    if (!vec_push(&p->key, a->key) || !vec_push(&p->cls, wc) || !vec_push(&p->win, wn) ||
-        !vec_push(&p->tot, a->total) || !vec_push(&p->cstart, cstart) ||
-        !vec_push(&p->nchild, nchild) || (s->top_k && !vec_push(&p->npairs, np)))
-        return 0;
+    const node_rec rec = {a->key, wc, wn, a->total, cstart, nchild, np};
+    if (!nodes_push(p, &rec)) return 0;
     a->n_touched = 0;
     a->total = 0;
     return 1;
@@ -1245,52 +1332,110 @@ typedef struct {
     igt_error err;
 } sort_task;
 
+/* Buckets above this many instances are first split by their second-level
+ * id, so that sort entries (16 bytes) are only ever needed for one
+ * (root, second) group at a time instead of a whole frequent root id. */
+#define SPLIT_BUCKET ((size_t)1 << 16)
+
+typedef struct {
+    entry_t *e, *tmp;
+    size_t cap;
+    uint32_t *hist16, *rows;
+    uint8_t *recbuf;
+} sort_scratch;
+
+/* Sort the instances at offs (equal on levels 0..from-1, whose ids are
+ * prefix[]) by the remaining levels and hand them to the task's sink. */
+static igt_status sort_group(sort_task *t, sort_scratch *ss, const uint32_t *offs, size_t n,
+                             uint32_t from, const uint32_t *prefix) {
+    const sort_ctx *sc = t->sc;
+    const uint32_t F = sc->F, W = F + 1;
+    const size_t tw = sc->wide ? 4 : 2;
+    if (n > ss->cap) {    /* rare: a (root, second) group above the first size */
+        big_free(ss->e);
+        big_free(ss->tmp);
+        ss->cap = n + n / 2;
+        ss->e = big_malloc(ss->cap, sizeof *ss->e);
+        ss->tmp = big_malloc(ss->cap, sizeof *ss->tmp);
+        if (!ss->e || !ss->tmp) {
+            ss->cap = 0;
+            return igt__fail(&t->err, IGT_ERR_NOMEM, "out of memory (sort entries)");
+        }
+    }
+    entry_t *e = ss->e;
+    for (size_t i = 0; i < n; i++) {
+        if (i + 16 < n)   /* the instances are scattered over the stream */
+            IGT_PREFETCH((const char *)sc->tok + (size_t)(offs[i + 16] - F) * tw);
+        e[i].off = offs[i];
+        e[i].cls = tok_at(sc->tok, sc->wide, offs[i]);
+        e[i].key = from < F ? pack_levels(sc, offs[i], from) : 0;
+    }
+    if (from < F) sort_by_levels(sc, e, ss->tmp, n, from, ss->hist16);
+    const int fast = F - from <= sc->per_key;   /* the rest in one key */
+    size_t fill = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t *r = ss->rows + fill * W;
+        for (uint32_t d = 0; d < from; d++) r[d] = prefix[d];
+        if (fast) {
+            for (uint32_t d = from; d < F; d++)
+                r[d] = (uint32_t)(e[i].key >> (64 - sc->bits * (d - from + 1))) & ((1u << sc->bits) - 1);
+        } else {
+            for (uint32_t d = from; d < F; d++) r[d] = tok_at(sc->tok, sc->wide, e[i].off - sc->back[d]);
+        }
+        r[F] = e[i].cls;
+        if (++fill == BATCH || i + 1 == n) {
+            igt_status st = sink_rows(&t->sink, F, ss->rows, fill, ss->recbuf, &t->err);
+            if (st) return st;
+            fill = 0;
+        }
+    }
+    return IGT_OK;
+}
+
 static void sort_task_run(void *arg) {
     sort_task *t = arg;
     const sort_ctx *sc = t->sc;
-    const uint32_t F = sc->F, W = F + 1;
-    const int fast = F - 1 <= sc->per_key;      /* every level in one key */
+    const uint32_t F = sc->F, W = F + 1, V1 = (uint32_t)(1u << sc->bits);
     size_t biggest = 0;
     for (uint32_t v = t->lo; v < t->hi; v++)
         if (t->start[v + 1] - t->start[v] > biggest) biggest = (size_t)(t->start[v + 1] - t->start[v]);
-    entry_t *e = big_malloc(biggest ? biggest : 1, sizeof *e);
-    entry_t *tmp = big_malloc(biggest ? biggest : 1, sizeof *tmp);
-    uint32_t *hist16 = igt__malloc(4 * 65536, sizeof *hist16);
-    uint32_t *rows = igt__malloc(BATCH, W * sizeof *rows);
-    uint8_t *recbuf = igt__malloc(BATCH, W * 4);
+    sort_scratch ss = {NULL, NULL, 0, igt__malloc(4 * 65536, sizeof(uint32_t)),
+                       igt__malloc(BATCH, W * sizeof(uint32_t)), igt__malloc(BATCH, W * 4)};
+    const int split = F > 1 && biggest > SPLIT_BUCKET;
+    ss.cap = biggest < SPLIT_BUCKET ? biggest : SPLIT_BUCKET;   /* sized once, mostly */
+    ss.e = big_malloc(ss.cap ? ss.cap : 1, sizeof *ss.e);
+    ss.tmp = big_malloc(ss.cap ? ss.cap : 1, sizeof *ss.tmp);
+    uint32_t *split_offs = split ? big_malloc(biggest, sizeof *split_offs) : NULL;
+    uint32_t *hist2 = split ? igt__malloc((size_t)V1 + 1, sizeof *hist2) : NULL;
     uint64_t done = 0, next_report = 0, next_poll = 0;
     t->st = IGT_OK;
-    if (!e || !tmp || !hist16 || !rows || !recbuf) {
-        t->st = igt__fail(&t->err, IGT_ERR_NOMEM, "out of memory (sort entries)");
+    if (!ss.e || !ss.tmp || !ss.hist16 || !ss.rows || !ss.recbuf || (split && (!split_offs || !hist2))) {
+        t->st = igt__fail(&t->err, IGT_ERR_NOMEM, "out of memory (sort)");
         goto out;
     }
     for (uint32_t v = t->lo; v < t->hi && !t->st; v++) {
         size_t n = (size_t)(t->start[v + 1] - t->start[v]);
         if (!n) continue;
         const uint32_t *offs = t->order + t->start[v];
-        const size_t tw = sc->wide ? 4 : 2;
-        for (size_t i = 0; i < n; i++) {
-            if (i + 16 < n)   /* the instances are scattered over the stream */
-                IGT_PREFETCH((const char *)sc->tok + (size_t)(offs[i + 16] - F) * tw);
-            e[i].off = offs[i];
-            e[i].cls = tok_at(sc->tok, sc->wide, offs[i]);
-            e[i].key = F > 1 ? pack_levels(sc, offs[i], 1) : 0;
-        }
-        if (F > 1) sort_by_levels(sc, e, tmp, n, 1, hist16);
-        size_t fill = 0;
-        for (size_t i = 0; i < n && !t->st; i++) {
-            uint32_t *r = rows + fill * W;
-            r[0] = v;
-            if (fast) {
-                for (uint32_t d = 1; d < F; d++)
-                    r[d] = (uint32_t)(e[i].key >> (64 - sc->bits * d)) & ((1u << sc->bits) - 1);
-            } else {
-                for (uint32_t d = 1; d < F; d++) r[d] = tok_at(sc->tok, sc->wide, e[i].off - sc->back[d]);
-            }
-            r[F] = e[i].cls;
-            if (++fill == BATCH || i + 1 == n) {
-                t->st = sink_rows(&t->sink, F, rows, fill, recbuf, &t->err);
-                fill = 0;
+        uint32_t prefix[2] = {v, 0};
+        if (n <= SPLIT_BUCKET || F == 1) {
+            t->st = sort_group(t, &ss, offs, n, 1, prefix);
+        } else {
+            /* counting sort by the second level's id, then each group */
+            memset(hist2, 0, ((size_t)V1 + 1) * sizeof *hist2);
+            for (size_t i = 0; i < n; i++) hist2[tok_at(sc->tok, sc->wide, offs[i] - sc->back[1]) + 1]++;
+            for (uint32_t k = 1; k <= V1; k++) hist2[k] += hist2[k - 1];
+            for (size_t i = 0; i < n; i++)
+                split_offs[hist2[tok_at(sc->tok, sc->wide, offs[i] - sc->back[1])]++] = offs[i];
+            /* hist2[k] is now the end of group k */
+            size_t a = 0;
+            for (uint32_t k = 0; k < V1 && a < n && !t->st; k++) {
+                size_t z = hist2[k];
+                if (z > a) {
+                    prefix[1] = k;
+                    t->st = sort_group(t, &ss, split_offs + a, z - a, 2, prefix);
+                }
+                a = z;
             }
         }
         done += n;
@@ -1300,15 +1445,17 @@ static void sort_task_run(void *arg) {
                 next_report = done + (1u << 20);
                 report(t->ctl, t->phase, t->progress_base + done, t->progress_total);
             }
-            if (is_cancelled(t->ctl)) t->st = igt__fail(&t->err, IGT_ERR_CANCELLED, "build cancelled");
+            if (!t->st && is_cancelled(t->ctl)) t->st = igt__fail(&t->err, IGT_ERR_CANCELLED, "build cancelled");
         }
     }
 out:
-    free(e);
-    free(tmp);
-    free(hist16);
-    free(rows);
-    free(recbuf);
+    big_free(ss.e);
+    big_free(ss.tmp);
+    free(ss.hist16);
+    free(ss.rows);
+    free(ss.recbuf);
+    big_free(split_offs);
+    free(hist2);
 }
 
 /* Split root ids 0..V into n ranges of about equal instance counts. */
@@ -1368,7 +1515,7 @@ static igt_status sort_chunk(igt_builder *b, const chunk_t *c, const uint32_t *p
         }
 done:
     free(start);
-    if (order != scratch) free(order);
+    if (order != scratch) big_free(order);
     free(tasks);
     return st;
 }
@@ -1453,7 +1600,7 @@ static igt_status close_chunk_stats(igt_builder *b, const chunk_t *c, entropy_t 
     }
     for (uint32_t t = 0; t < T; t++) {
         free(tasks[t].cs.hist);
-        if (!(t == 0 && scratch)) free(tasks[t].cs.grouped);
+        if (!(t == 0 && scratch)) big_free(tasks[t].cs.grouped);
         free(tasks[t].cs.dense);
     }
     free(pws);
@@ -1525,7 +1672,7 @@ static igt_status read_chunk(igt_builder *b, const raw_chunk *rc, chunk_t *c, ig
     const size_t tw = b->wide ? 4 : 2;
     const uint32_t F = b->F, V = b->V;
     memset(c, 0, sizeof *c);
-    c->tok = igt__malloc((size_t)rc->n_tok, tw);
+    c->tok = big_malloc((size_t)rc->n_tok, tw);
     c->seg = igt__malloc((size_t)rc->n_seg, 8);
     if (!c->tok || !c->seg) {
         chunk_free(c);
@@ -1757,13 +1904,13 @@ static void layout_get(void *ctx, uint32_t i, igt_node *o, uint32_t *scratch) {
     uint64_t g = c->src[i];
     uint32_t t = scan_of(c, g);
     const nodes_t *k = &c->scans[t].kept;
-    size_t j = (size_t)(g - c->base[t]);
-    o->key = k->key.v[j];
-    o->cls = k->cls.v[j];
-    o->winner = k->win.v[j];
-    o->total = k->tot.v[j];
-    o->n_children = k->nchild.v[j];
-    o->n_pairs = k->npairs.v ? k->npairs.v[j] : 0;
+    const node_rec *r = node_at(k, (size_t)(g - c->base[t]));
+    o->key = r->key;
+    o->cls = r->cls;
+    o->winner = r->win;
+    o->total = r->tot;
+    o->n_children = r->nchild;
+    o->n_pairs = r->npairs;
     o->pairs = k->pairs.v && c->pair_start ? k->pairs.v + c->pair_start[g] : NULL;
 }
 
@@ -1776,7 +1923,7 @@ static igt_status layout_model(igt_builder *b, scan_t *scans, uint32_t n_scans,
     igt_status st = IGT_OK;
     uint64_t base[IGT_MAX_THREADS + 1];
     base[0] = 0;
-    for (uint32_t t = 0; t < n_scans; t++) base[t + 1] = base[t] + scans[t].kept.key.n;
+    for (uint32_t t = 0; t < n_scans; t++) base[t + 1] = base[t] + scans[t].kept.n;
     const uint64_t n_nodes = base[n_scans] + 1;
     uint32_t *src = NULL, *pair_start = NULL;
     if (n_nodes >= UINT32_MAX)
@@ -1790,10 +1937,11 @@ static igt_status layout_model(igt_builder *b, scan_t *scans, uint32_t n_scans,
         if (!pair_start) NOMEM("layout");
         for (uint32_t t = 0; t < n_scans; t++) {
             uint64_t at = 0;
-            for (size_t j = 0; j < scans[t].kept.key.n; j++) {
+            for (size_t j = 0; j < scans[t].kept.n; j++) {
+                uint32_t np = node_at(&scans[t].kept, j)->npairs;
                 pair_start[base[t] + j] = (uint32_t)at;
-                at += 2 * (uint64_t)scans[t].kept.npairs.v[j];
-                n_pairs += scans[t].kept.npairs.v[j];
+                at += 2 * (uint64_t)np;
+                n_pairs += np;
             }
         }
     }
@@ -1811,9 +1959,8 @@ static igt_status layout_model(igt_builder *b, scan_t *scans, uint32_t n_scans,
         uint64_t g = src[i];
         uint32_t t = 0;
         while (t + 1 < n_scans && base[t + 1] <= g) t++;
-        const nodes_t *k = &scans[t].kept;
-        size_t j = (size_t)(g - base[t]);
-        for (uint32_t c = 0; c < k->nchild.v[j]; c++) src[next++] = (uint32_t)(base[t] + k->cstart.v[j] + c);
+        const node_rec *r = node_at(&scans[t].kept, (size_t)(g - base[t]));
+        for (uint32_t c = 0; c < r->nchild; c++) src[next++] = (uint32_t)(base[t] + r->cstart + c);
     }
     {
         igt_meta mt;
@@ -1956,7 +2103,7 @@ igt_status igt_builder_build(igt_builder *b, igt_model **out, igt_progress_fn pr
         for (uint32_t t = 0; t < T; t++) sinks[t] = (sink_t){&scans[t], NULL, 0};
         st = sort_chunk(b, &b->cur, perm, T, sinks, &ctl, "building", 0, b->n, chunk_scratch, err);
         chunk_free(&b->cur);
-        free(chunk_scratch);
+        big_free(chunk_scratch);
         chunk_scratch = NULL;
         if (st) goto done;
     } else {
@@ -2063,7 +2210,7 @@ done:
     free(scans);
     free(writers);
     free(inst_runs.v);
-    free(chunk_scratch);
+    big_free(chunk_scratch);
     free(root_pairs.v);
     chunk_free(&b->cur);
     free_stats(b);

@@ -437,16 +437,6 @@ static void meta_from_v2(const header_v2 *h, igt_meta *mt) {
     IGT_COPY_META(mt, h);
 }
 
-uint32_t igt__count_lookup(const uint8_t *small, const uint32_t *esc, uint64_t n_esc, uint32_t i) {
-    (void)small;
-    uint64_t lo = 0, hi = n_esc;    /* validated on load: node i is in the table */
-    while (lo < hi) {
-        uint64_t mid = lo + (hi - lo) / 2;
-        if (esc[2 * mid] < i) lo = mid + 1; else hi = mid;
-    }
-    return lo < n_esc && esc[2 * lo] == i ? esc[2 * lo + 1] : 0;
-}
-
 /* Rank over the KIDS bits, also at index n (= n_internal). */
 static uint32_t rank_at(const igt_model *m, uint64_t i) {
     if (i >= m->n_nodes) return (uint32_t)m->n_internal;
@@ -454,11 +444,13 @@ static uint32_t rank_at(const igt_model *m, uint64_t i) {
 }
 
 /* An escape table: nodes strictly ascending, each with a 255 byte and a value
- * of at least 255, and no 255 byte left without an entry. */
+ * of at least 255, and no 255 byte left without an entry. Fills dir[b] with
+ * the index of the first entry for node 64b or later (words + 1 of them). */
 static igt_status check_escapes(const igt_model *m, const uint8_t *small, const uint32_t *esc,
-                                uint64_t n_esc, const char *what, igt_error *err) {
+                                uint64_t n_esc, uint32_t *dir, const char *what, igt_error *err) {
     uint64_t e = 0;
     for (uint32_t i = 0; i < m->n_nodes; i++) {
+        if (i % 64 == 0) dir[i / 64] = (uint32_t)e;
         if (small[i] != 255) continue;
         if (e >= n_esc || esc[2 * e] != i)
             return igt__fail(err, IGT_ERR_CORRUPT, "%s of node %u is escaped but not in its table",
@@ -471,6 +463,7 @@ static igt_status check_escapes(const igt_model *m, const uint8_t *small, const 
     if (e != n_esc)
         return igt__fail(err, IGT_ERR_CORRUPT, "%s table has %llu entries for %llu escaped nodes",
                          what, (unsigned long long)n_esc, (unsigned long long)e);
+    dir[(m->n_nodes + 63) / 64] = (uint32_t)e;
     return IGT_OK;
 }
 
@@ -564,9 +557,14 @@ static igt_status open_v2(uint8_t *p, size_t size, uint32_t flags, igt_model **o
 #undef SEC
     const uint64_t words = (n + 63) / 64;
     m->rank = igt__malloc((size_t)words + 1, sizeof *m->rank);
-    if (!m->rank) {
+    m->total_dir = igt__malloc((size_t)words + 1, sizeof *m->total_dir);
+    m->winner_dir = igt__malloc((size_t)words + 1, sizeof *m->winner_dir);
+    if (!m->rank || !m->total_dir || !m->winner_dir) {
+        free(m->rank);
+        free(m->total_dir);
+        free(m->winner_dir);
         free(m);
-        return igt__fail(err, IGT_ERR_NOMEM, "cannot allocate the child rank directory");
+        return igt__fail(err, IGT_ERR_NOMEM, "cannot allocate the model's directories");
     }
 #define BAD(...) do { st = igt__fail(err, IGT_ERR_CORRUPT, __VA_ARGS__); goto bad; } while (0)
     /* KIDS: rank directory; no bits past the last node */
@@ -619,9 +617,10 @@ static igt_status open_v2(uint8_t *p, size_t size, uint32_t flags, igt_model **o
         r++;
     }
     /* TOTAL, WINNER */
-    st = check_escapes(m, m->total8, m->total_esc, m->n_total_esc, "total", err);
+    st = check_escapes(m, m->total8, m->total_esc, m->n_total_esc, m->total_dir, "total", err);
     if (st) goto bad;
-    st = check_escapes(m, m->winner8, m->winner_esc, m->n_winner_esc, "winner count", err);
+    st = check_escapes(m, m->winner8, m->winner_esc, m->n_winner_esc, m->winner_dir, "winner count",
+                       err);
     if (st) goto bad;
     if (igt__total(m, 0) != h.n_instances)
         BAD("root total %u, header says %llu instances", igt__total(m, 0),
@@ -671,6 +670,8 @@ static igt_status open_v2(uint8_t *p, size_t size, uint32_t flags, igt_model **o
     return IGT_OK;
 bad:
     free(m->rank);
+    free(m->total_dir);
+    free(m->winner_dir);
     free(m);
     return st;
 }
@@ -1005,6 +1006,8 @@ void igt_free(igt_model *m) {
     if (!m) return;
     free(m->image);
     free(m->rank);
+    free(m->total_dir);
+    free(m->winner_dir);
     free(m);
 }
 

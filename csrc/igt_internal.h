@@ -40,9 +40,9 @@ void *igt__calloc(size_t count, size_t elem);
 int igt__grow(void **v, size_t *cap, size_t need, size_t elem, size_t first);
 
 static inline uint32_t igt__popcount64(uint64_t x) {
-#if defined(__GNUC__)
+#if defined(__GNUC__) && defined(__POPCNT__)
     return (uint32_t)__builtin_popcountll(x);
-#else
+#else   /* SWAR: without -mpopcnt the builtin is a library call */
     x = x - ((x >> 1) & 0x5555555555555555ull);
     x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
     x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
@@ -120,6 +120,7 @@ struct igt_model {
     const uint8_t *total8, *winner8;       /* 255: see the escape tables */
     const uint32_t *total_esc, *winner_esc; /* (node, value) pairs, by node */
     uint64_t n_total_esc, n_winner_esc;
+    uint32_t *total_dir, *winner_dir;       /* first escape of each 64 nodes (made on load) */
     const uint32_t *dist;       /* first pair of each node, n_nodes+1; NULL: top_k 0 */
     const uint32_t *pair_count;
     double unmatched[IGT_MAX_WINDOW + 1]; /* distance for each match depth */
@@ -150,16 +151,20 @@ static inline uint32_t igt__kid_rank(const igt_model *m, uint32_t i) {
     return m->rank[i >> 6] + igt__popcount64(below);
 }
 
-uint32_t igt__count_lookup(const uint8_t *small, const uint32_t *esc, uint64_t n_esc, uint32_t i);
+/* The escaped count of node i: its entry lies between the first escapes of
+ * its 64-node block and of the next (validated on load to be there). */
+static inline uint32_t igt__count_lookup(const uint32_t *esc, const uint32_t *dir, uint32_t i) {
+    uint32_t lo = dir[i >> 6], hi = dir[(i >> 6) + 1];
+    while (lo < hi && esc[2 * (size_t)lo] < i) lo++;
+    return lo < hi && esc[2 * (size_t)lo] == i ? esc[2 * (size_t)lo + 1] : 0;
+}
 
 static inline uint32_t igt__total(const igt_model *m, uint32_t i) {
-    return m->total8[i] < 255 ? m->total8[i]
-                              : igt__count_lookup(m->total8, m->total_esc, m->n_total_esc, i);
+    return m->total8[i] < 255 ? m->total8[i] : igt__count_lookup(m->total_esc, m->total_dir, i);
 }
 
 static inline uint32_t igt__winner(const igt_model *m, uint32_t i) {
-    return m->winner8[i] < 255 ? m->winner8[i]
-                               : igt__count_lookup(m->winner8, m->winner_esc, m->n_winner_esc, i);
+    return m->winner8[i] < 255 ? m->winner8[i] : igt__count_lookup(m->winner_esc, m->winner_dir, i);
 }
 
 /* ---- formats (igt_file.c) ------------------------------------------------------ */

@@ -106,15 +106,23 @@ void igt_get_info(const igt_model *m, igt_info *o) {
 
 /* ---- queries -------------------------------------------------------------------- */
 
-/* Lower bound of v among the keys lo..hi-1 (ascending); hi if none. */
+/* Lower bound of v among the keys lo..hi-1 (ascending); hi if none. Most
+ * nodes have few children: a scan; else a branch-free binary search. */
 static inline uint32_t find_key(const igt_model *m, uint32_t lo, uint32_t hi, uint32_t v) {
     if (m->id_width == 2) {     /* the common case (vocabularies below 65,536) */
         const uint16_t *key = (const uint16_t *)(const void *)m->key;
-        while (lo < hi) {
-            uint32_t mid = lo + (hi - lo) / 2;
-            if (key[mid] < v) lo = mid + 1; else hi = mid;
+        if (hi - lo <= 8) {
+            while (lo < hi && key[lo] < v) lo++;
+            return lo;
         }
-        return lo;
+        uint32_t n = hi - lo;
+        const uint16_t *base = key + lo;
+        while (n > 1) {
+            uint32_t half = n / 2;
+            base = base[half - 1] < v ? base + half : base;
+            n -= half;
+        }
+        return (uint32_t)(base - key) + (*base < v);
     }
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
