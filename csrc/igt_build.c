@@ -232,12 +232,6 @@ static int vec_reserve(vec32 *a, size_t extra) {
     return igt__grow((void **)&a->v, &a->cap, a->n + extra, sizeof *a->v, 1024);
 }
 
-static inline int vec_push(vec32 *a, uint32_t x) {
-    if (a->n == a->cap && !vec_reserve(a, 1)) return 0;
-    a->v[a->n++] = x;
-    return 1;
-}
-
 /* ---- the token stream ----------------------------------------------------------------- */
 
 /* A chunk of the stream: segments of `window` context ids and their tokens.
@@ -2007,6 +2001,156 @@ static void level_order(const igt_builder *b, const double *gr, const double *ig
     for (uint32_t d = F; d < IGT_MAX_WINDOW; d++) perm[d] = d;
 }
 
+/* Runs merged at once: a block buffer (64 KB) per run, within the limit. */
+static uint32_t merge_fan_in(const igt_builder *b) {
+    uint64_t k = b->mem_limit / ((uint64_t)4 << 16);
+    return k < 2 ? 2 : k > 256 ? 256 : (uint32_t)k;
+}
+
+#define CANCEL_IF(cond)                                                           \
+    do {                                                                          \
+        if (cond) {                                                               \
+            st = igt__fail(err, IGT_ERR_CANCELLED, "build cancelled");            \
+            goto done;                                                            \
+        }                                                                         \
+    } while (0)
+
+/* Memory limit, steps 1-2: every chunk is on disk with its pair runs; merge
+ * each position's runs into its entropy sums. */
+static igt_status weights_from_runs(igt_builder *b, entropy_t *ent, control_t *ctl,
+                                    igt_error *err) {
+    igt_status st = spill_chunk(b, err);    /* the tail, so that every chunk is on disk */
+    if (st) return st;
+    chunk_free(&b->cur);
+    for (uint32_t j = 0; j < b->F; j++) {
+        CANCEL_IF(report(ctl, "statistics", j, b->F));
+        for (uint32_t t = 0; t < IGT_MAX_THREADS && !st; t++)
+            if (b->pair_store[t]) st = igt__store_sync(b->pair_store[t], err);
+        if (!st) st = reduce_runs(b, &b->pair_runs[j], merge_fan_in(b), ctl, err);
+        pair_merge pm = {&ent[j], b->nvals[j], b->n_classes, 0, 0, 0, 0};
+        if (!st)
+            st = igt__merge(b->pair_runs[j].v, NULL, NULL, (uint32_t)b->pair_runs[j].n,
+                            pair_merge_sink, &pm, err);
+        if (!st) st = pair_flush(&pm, err);
+        if (st) return st;
+    }
+done:
+    return st;
+}
+
+/* The root: the global distribution, classes in first-seen order. */
+static igt_status root_summary(const igt_builder *b, const class_order *order, uint32_t *cls,
+                               uint32_t *win, uint32_t *np, vec32 *pairs, igt_error *err) {
+    pair_t *dist = igt__malloc(b->n_classes, sizeof *dist), *tmp = igt__malloc(b->n_classes, sizeof *tmp);
+    int ok = dist && tmp;
+    for (uint32_t r = 0; ok && r < b->n_classes; r++) {
+        dist[r].cls = b->rank_to_class[r];
+        dist[r].count = (uint32_t)b->gcount[b->rank_to_class[r]];
+    }
+    summarise_ctx sc = {order, b->cfg.top_k, tmp};
+    ok = ok && summarise(&sc, dist, b->n_classes, cls, win, np, pairs);
+    free(dist);
+    free(tmp);
+    return ok ? IGT_OK : igt__fail(err, IGT_ERR_NOMEM, "out of memory (root)");
+}
+
+/* Threads' root-id ranges for the final merge, balanced on root ids sampled
+ * from the runs (64 per run): they only set how evenly the threads share
+ * the work, never the tree. */
+static igt_status merge_bounds(const igt_builder *b, const run_vec *runs, uint32_t T,
+                               uint32_t *bounds, igt_error *err) {
+    const uint32_t V = b->V, w = b->wide ? 4 : 2;
+    bounds[0] = 0;
+    bounds[T] = V + 1;
+    if (T == 1) return IGT_OK;
+    uint64_t *start = igt__calloc((size_t)V + 2, sizeof *start);
+    if (!start) return igt__fail(err, IGT_ERR_NOMEM, "out of memory (merge split)");
+    igt_status st = IGT_OK;
+    for (size_t r = 0; r < runs->n && !st; r++) {
+        const igt__run *run = &runs->v[r];
+        uint64_t step = run->count / 64 + 1;
+        for (uint64_t i = 0; i < run->count && !st; i += step) {
+            uint8_t rec[IGT__MAX_RECORD];
+            st = igt__run_record(run, i, rec, err);
+            uint32_t v = w == 2 ? (uint32_t)rec[0] << 8 | rec[1] : get_be32(rec);
+            if (!st && v <= V) start[v + 1] += step < run->count - i ? step : run->count - i;
+        }
+    }
+    if (!st) {
+        for (uint32_t v = 1; v <= V + 1; v++) start[v] += start[v - 1];
+        split_roots(start, V, T, bounds);
+    }
+    free(start);
+    return st;
+}
+
+/* Memory limit, steps 3-4: read each chunk back, sort it into runs of
+ * instance records (one per thread), merge runs down to the fan-in, then
+ * merge them straight into the threads' scans, one root-id range each. */
+static igt_status scan_from_runs(igt_builder *b, const uint32_t *perm, scan_t *scans,
+                                 control_t *ctl, igt_error *err) {
+    const uint32_t F = b->F, V = b->V, T = b->threads, w = b->wide ? 4 : 2, R = (F + 1) * w;
+    igt__run_writer *writers = calloc(T, sizeof *writers);
+    merge_task *mt = calloc(T, sizeof *mt);
+    igt__store *stores[IGT_MAX_THREADS];
+    sink_t sinks[IGT_MAX_THREADS];
+    run_vec runs = {NULL, 0, 0};
+    igt_status st = IGT_OK;
+    uint64_t done_n = 0;
+    if (!writers || !mt) NOMEM("runs");
+    for (uint32_t t = 0; t < T; t++)
+        if ((st = add_store(b, &stores[t], err)) != IGT_OK) goto done;
+    for (size_t k = 0; k < b->n_raws; k++) {
+        chunk_t c;
+        st = read_chunk(b, &b->raws[k], &c, err);
+        if (st) goto done;
+        uint32_t begun = 0;
+        for (; begun < T && !st; begun++) {
+            st = igt__run_begin(&writers[begun], stores[begun], R, F * w, err);
+            sinks[begun] = (sink_t){NULL, &writers[begun], w};
+        }
+        if (!st) st = sort_chunk(b, &c, perm, T, sinks, ctl, "sorting", done_n, b->n, NULL, err);
+        done_n += c.n;
+        chunk_free(&c);
+        for (uint32_t t = 0; t < begun; t++) {
+            igt__run run;
+            if (st) {
+                igt__run_abandon(&writers[t]);
+            } else if ((st = igt__run_end(&writers[t], &run, err)) == IGT_OK && run.count) {
+                st = push_run(&runs, &run, err);
+            }
+        }
+        if (st) goto done;
+    }
+    drop_store(b, b->raw);      /* every chunk is in runs now */
+    b->raw = NULL;
+    for (uint32_t t = 0; t < T && !st; t++) st = igt__store_sync(stores[t], err);
+    if (!st) st = reduce_runs(b, &runs, merge_fan_in(b), ctl, err);
+    for (size_t r = 0; r < runs.n && !st; r++) st = igt__store_sync(runs.v[r].store, err);
+    uint32_t bounds[IGT_MAX_THREADS + 1];
+    if (!st) st = merge_bounds(b, &runs, T, bounds, err);
+    if (st) goto done;
+    CANCEL_IF(report(ctl, "building", 0, b->n));
+    for (uint32_t t = 0; t < T; t++) {
+        mt[t].b = b;
+        mt[t].runs = &runs;
+        mt[t].lo = bounds[t];
+        mt[t].hi = bounds[t + 1];
+        mt[t].rm = (rec_merge){&scans[t], F, V, w, NULL, ctl, t == 0, 0, b->n};
+    }
+    run_tasks(T, merge_task_run, mt, sizeof *mt);
+    for (uint32_t t = 0; t < T && !st; t++)
+        if (mt[t].st) {
+            st = mt[t].st;
+            if (err) *err = mt[t].err;
+        }
+done:
+    free(writers);
+    free(mt);
+    free(runs.v);
+    return st;
+}
+
 igt_status igt_builder_build(igt_builder *b, igt_model **out, igt_progress_fn progress,
                              void *user, igt_error *err) {
     igt__clear_error(err);
@@ -2017,9 +2161,8 @@ igt_status igt_builder_build(igt_builder *b, igt_model **out, igt_progress_fn pr
     if (b->n == 0) return igt__fail(err, IGT_ERR_EMPTY, "no training instances were added");
     b->consumed = 1;
 
-    const uint32_t F = b->F, V = b->V;
+    const uint32_t F = b->F, V = b->V, T = b->threads;
     const int spilled = b->n_raws > 0;
-    const uint32_t T = b->threads;
     control_t ctl;
     memset(&ctl, 0, sizeof ctl);
     ctl.fn = progress;
@@ -2029,171 +2172,46 @@ igt_status igt_builder_build(igt_builder *b, igt_model **out, igt_progress_fn pr
 #endif
     entropy_t ent[IGT_MAX_WINDOW];
     memset(ent, 0, sizeof ent);
-    scan_t *scans = calloc(T, sizeof *scans);
-    sink_t sinks[IGT_MAX_THREADS];
-    igt__run_writer *writers = NULL;
-    run_vec inst_runs = {NULL, 0, 0};
-    uint32_t *chunk_scratch = NULL;
-    vec32 root_pairs = {NULL, 0, 0};
-    double gr[IGT_MAX_WINDOW] = {0}, ig[IGT_MAX_WINDOW] = {0};
-    uint32_t perm[IGT_MAX_WINDOW];
-    if (!scans) NOMEM("scans");
     for (uint32_t j = 0; j < F; j++) {
         ent[j].N = b->n;
         ent[j].cur = UNSEEN;
     }
+    scan_t *scans = calloc(T, sizeof *scans);
+    uint32_t *chunk_scratch = NULL;     /* grouped classes, then sort offsets */
+    vec32 root_pairs = {NULL, 0, 0};
+    double gr[IGT_MAX_WINDOW] = {0}, ig[IGT_MAX_WINDOW] = {0};
+    uint32_t perm[IGT_MAX_WINDOW], root_cls = 0, root_win = 0, root_np = 0;
+    if (!scans) NOMEM("scans");
 
     /* 1-2: statistics and weights */
-#define CANCEL_IF(cond) do { if (cond) { st = igt__fail(err, IGT_ERR_CANCELLED, "build cancelled"); goto done; } } while (0)
     CANCEL_IF(report(&ctl, "statistics", 0, F));
     if (!spilled) {
         chunk_scratch = big_malloc((size_t)b->cur.n, sizeof *chunk_scratch);
         if (!chunk_scratch) NOMEM("statistics");
         st = close_chunk_stats(b, &b->cur, ent, chunk_scratch, err);
-        if (st) goto done;
     } else {
-        st = spill_chunk(b, err);   /* the tail, so that every chunk is on disk */
-        if (st) goto done;
-        chunk_free(&b->cur);
-        const uint32_t fan_in = (uint32_t)(b->mem_limit / ((uint64_t)4 << 16)) < 2 ? 2
-                                : b->mem_limit / ((uint64_t)4 << 16) > 256 ? 256
-                                : (uint32_t)(b->mem_limit / ((uint64_t)4 << 16));
-        for (uint32_t j = 0; j < F; j++) {
-            CANCEL_IF(report(&ctl, "statistics", j, F));
-            for (uint32_t t = 0; t < IGT_MAX_THREADS; t++)
-                if (b->pair_store[t] && (st = igt__store_sync(b->pair_store[t], err)) != IGT_OK) goto done;
-            st = reduce_runs(b, &b->pair_runs[j], fan_in, &ctl, err);
-            if (st) goto done;
-            pair_merge pm = {&ent[j], b->nvals[j], b->n_classes, 0, 0, 0, 0};
-            st = igt__merge(b->pair_runs[j].v, NULL, NULL, (uint32_t)b->pair_runs[j].n,
-                            pair_merge_sink, &pm, err);
-            if (!st) st = pair_flush(&pm, err);
-            if (st) goto done;
-        }
+        st = weights_from_runs(b, ent, &ctl, err);
     }
+    if (st) goto done;
     finish_weights(b, ent, gr, ig);
     level_order(b, gr, ig, perm);
-
     class_order order = {b->gcount, b->crank};
-    /* the root: the global distribution, classes in first-seen order */
-    uint32_t root_cls, root_win, root_np;
-    {
-        pair_t *dist = igt__malloc(b->n_classes, sizeof *dist), *tmp = igt__malloc(b->n_classes, sizeof *tmp);
-        if (!dist || !tmp) {
-            free(dist);
-            free(tmp);
-            NOMEM("root");
-        }
-        for (uint32_t r = 0; r < b->n_classes; r++) {
-            dist[r].cls = b->rank_to_class[r];
-            dist[r].count = (uint32_t)b->gcount[b->rank_to_class[r]];
-        }
-        summarise_ctx sc = {&order, b->cfg.top_k, tmp};
-        int ok = summarise(&sc, dist, b->n_classes, &root_cls, &root_win, &root_np, &root_pairs);
-        free(dist);
-        free(tmp);
-        if (!ok) NOMEM("root");
-    }
+    st = root_summary(b, &order, &root_cls, &root_win, &root_np, &root_pairs, err);
+    if (st) goto done;
 
     /* 3-4: sort and scan */
     for (uint32_t t = 0; t < T; t++)
         if (!scan_init(&scans[t], F, V, b->cfg.top_k, &order)) NOMEM("accumulators");
     CANCEL_IF(report(&ctl, "sorting", 0, 1));
     if (!spilled) {
+        sink_t sinks[IGT_MAX_THREADS];
         for (uint32_t t = 0; t < T; t++) sinks[t] = (sink_t){&scans[t], NULL, 0};
         st = sort_chunk(b, &b->cur, perm, T, sinks, &ctl, "building", 0, b->n, chunk_scratch, err);
         chunk_free(&b->cur);
-        big_free(chunk_scratch);
-        chunk_scratch = NULL;
-        if (st) goto done;
     } else {
-        const uint32_t w = b->wide ? 4 : 2, R = (F + 1) * w;
-        writers = calloc(T, sizeof *writers);
-        igt__store *stores[IGT_MAX_THREADS];
-        if (!writers) NOMEM("runs");
-        for (uint32_t t = 0; t < T; t++)
-            if ((st = add_store(b, &stores[t], err)) != IGT_OK) goto done;
-        uint64_t done_n = 0;
-        for (size_t k = 0; k < b->n_raws; k++) {
-            chunk_t c;
-            st = read_chunk(b, &b->raws[k], &c, err);
-            if (st) goto done;
-            for (uint32_t t = 0; t < T && !st; t++) {
-                st = igt__run_begin(&writers[t], stores[t], R, F * w, err);
-                sinks[t] = (sink_t){NULL, &writers[t], w};
-            }
-            if (!st) st = sort_chunk(b, &c, perm, T, sinks, &ctl, "sorting", done_n, b->n, NULL, err);
-            done_n += c.n;
-            chunk_free(&c);
-            for (uint32_t t = 0; t < T; t++) {
-                if (st) {
-                    igt__run_abandon(&writers[t]);
-                    continue;
-                }
-                igt__run run;
-                st = igt__run_end(&writers[t], &run, err);
-                if (st) continue;
-                if (run.count) st = push_run(&inst_runs, &run, err);
-            }
-            if (st) goto done;
-        }
-        /* the raw chunks are sorted now */
-        drop_store(b, b->raw);
-        b->raw = NULL;
-        for (uint32_t t = 0; t < T; t++)
-            if ((st = igt__store_sync(stores[t], err)) != IGT_OK) goto done;
-        const uint32_t fan_in = (uint32_t)(b->mem_limit / ((uint64_t)4 << 16)) < 2 ? 2
-                                : b->mem_limit / ((uint64_t)4 << 16) > 256 ? 256
-                                : (uint32_t)(b->mem_limit / ((uint64_t)4 << 16));
-        st = reduce_runs(b, &inst_runs, fan_in, &ctl, err);
-        if (st) goto done;
-        for (size_t r = 0; r < inst_runs.n; r++)
-            if ((st = igt__store_sync(inst_runs.v[r].store, err)) != IGT_OK) goto done;
-        /* the final merge, one range of root ids per thread; the ranges are
-         * balanced on root ids sampled from the runs (they only affect how
-         * evenly the threads share the work, never the tree) */
-        uint32_t bounds[IGT_MAX_THREADS + 1];
-        bounds[0] = 0;
-        bounds[T] = V + 1;
-        if (T > 1) {
-            uint64_t *start = igt__calloc((size_t)V + 2, sizeof *start);
-            if (!start) NOMEM("merge split");
-            for (size_t r = 0; r < inst_runs.n && !st; r++) {
-                const igt__run *run = &inst_runs.v[r];
-                uint64_t step = run->count / 64 + 1;
-                for (uint64_t i = 0; i < run->count && !st; i += step) {
-                    uint8_t rec[IGT__MAX_RECORD];
-                    st = igt__run_record(run, i, rec, err);
-                    uint32_t v = w == 2 ? (uint32_t)rec[0] << 8 | rec[1] : get_be32(rec);
-                    if (!st && v <= V) start[v + 1] += step < run->count - i ? step : run->count - i;
-                }
-            }
-            if (!st) {
-                for (uint32_t v = 1; v <= V + 1; v++) start[v] += start[v - 1];
-                split_roots(start, V, T, bounds);
-            }
-            free(start);
-            if (st) goto done;
-        }
-        CANCEL_IF(report(&ctl, "building", 0, b->n));
-        merge_task *mt = calloc(T, sizeof *mt);
-        if (!mt) NOMEM("merge");
-        for (uint32_t t = 0; t < T; t++) {
-            mt[t].b = b;
-            mt[t].runs = &inst_runs;
-            mt[t].lo = bounds[t];
-            mt[t].hi = bounds[t + 1];
-            mt[t].rm = (rec_merge){&scans[t], F, V, w, NULL, &ctl, t == 0, 0, b->n};
-        }
-        run_tasks(T, merge_task_run, mt, sizeof *mt);
-        for (uint32_t t = 0; t < T && !st; t++)
-            if (mt[t].st) {
-                st = mt[t].st;
-                if (err) *err = mt[t].err;
-            }
-        free(mt);
-        if (st) goto done;
+        st = scan_from_runs(b, perm, scans, &ctl, err);
     }
+    if (st) goto done;
     CANCEL_IF(is_cancelled(&ctl));
     for (uint32_t t = 0; t < T; t++)
         if (!scan_finish(&scans[t], root_cls)) NOMEM("nodes");
@@ -2208,8 +2226,6 @@ done:
     if (scans)
         for (uint32_t t = 0; t < T; t++) scan_free(&scans[t]);
     free(scans);
-    free(writers);
-    free(inst_runs.v);
     big_free(chunk_scratch);
     free(root_pairs.v);
     chunk_free(&b->cur);

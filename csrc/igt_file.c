@@ -448,10 +448,15 @@ static uint32_t rank_at(const igt_model *m, uint64_t i) {
  * the index of the first entry for node 64b or later (words + 1 of them). */
 static igt_status check_escapes(const igt_model *m, const uint8_t *small, const uint32_t *esc,
                                 uint64_t n_esc, uint32_t *dir, const char *what, igt_error *err) {
+    const uint32_t n = m->n_nodes, blocks = (n + 63) / 64;
     uint64_t e = 0;
-    for (uint32_t i = 0; i < m->n_nodes; i++) {
-        if (i % 64 == 0) dir[i / 64] = (uint32_t)e;
-        if (small[i] != 255) continue;
+    uint32_t next_block = 0;
+    for (const uint8_t *p = small;; p++) {     /* memchr: the 255s are rare */
+        p = memchr(p, 255, (size_t)(small + n - p));
+        uint32_t i = p ? (uint32_t)(p - small) : n;
+        for (; next_block < blocks && (uint64_t)next_block * 64 <= i; next_block++)
+            dir[next_block] = (uint32_t)e;
+        if (!p) break;
         if (e >= n_esc || esc[2 * e] != i)
             return igt__fail(err, IGT_ERR_CORRUPT, "%s of node %u is escaped but not in its table",
                              what, i);
@@ -463,7 +468,7 @@ static igt_status check_escapes(const igt_model *m, const uint8_t *small, const 
     if (e != n_esc)
         return igt__fail(err, IGT_ERR_CORRUPT, "%s table has %llu entries for %llu escaped nodes",
                          what, (unsigned long long)n_esc, (unsigned long long)e);
-    dir[(m->n_nodes + 63) / 64] = (uint32_t)e;
+    dir[blocks] = (uint32_t)e;
     return IGT_OK;
 }
 
@@ -582,14 +587,8 @@ static igt_status open_v2(uint8_t *p, size_t size, uint32_t flags, igt_model **o
     if (h.n_internal ? !(igt__has_kids(m, 0) && m->child[0] == 1) : n != 1)
         BAD("the root's children are not nodes 1..");
     if (m->child[h.n_internal] != n) BAD("child index ends at %u, not at %u", m->child[h.n_internal], n);
-    /* CHILD: blocks in order, after their parent; levels breadth-first and no
-     * deeper than the window */
-    for (uint32_t i = 0, r = 0; i < n; i++) {
-        if (!igt__has_kids(m, i)) continue;
-        if (m->child[r] <= i || m->child[r + 1] <= m->child[r])
-            BAD("child index of node %u is out of order", i);
-        r++;
-    }
+    /* levels breadth-first, each the children of the one before, no deeper
+     * than the window */
     uint64_t lo = 0, hi = 1;
     for (uint32_t depth = 0;; depth++) {
         uint32_t r0 = rank_at(m, lo), r1 = rank_at(m, hi);
@@ -602,21 +601,7 @@ static igt_status open_v2(uint8_t *p, size_t size, uint32_t flags, igt_model **o
         lo = hi;
         hi = m->child[r1];
     }
-    /* KEY, CLASS */
-    if (igt__read_id(m->key, 0, w) != 0) BAD("root key is not 0");
-    for (uint32_t i = 0; i < n; i++) {
-        uint32_t c = igt__read_id(m->cls, i, w), k = igt__read_id(m->key, i, w);
-        if (c >= V) BAD("node %u: class %u is not below vocab_size %u", i, c, V);
-        if (k > V) BAD("node %u: key %u exceeds the padding id %u", i, k, V);
-    }
-    for (uint32_t i = 0, r = 0; i < n; i++) {
-        if (!igt__has_kids(m, i)) continue;
-        for (uint32_t c = m->child[r] + 1; c < m->child[r + 1]; c++)
-            if (igt__read_id(m->key, c, w) <= igt__read_id(m->key, c - 1, w))
-                BAD("children of node %u are not sorted", i);
-        r++;
-    }
-    /* TOTAL, WINNER */
+    /* TOTAL_ESC, WINNER_ESC: one entry per 255 byte, in node order */
     st = check_escapes(m, m->total8, m->total_esc, m->n_total_esc, m->total_dir, "total", err);
     if (st) goto bad;
     st = check_escapes(m, m->winner8, m->winner_esc, m->n_winner_esc, m->winner_dir, "winner count",
@@ -625,15 +610,40 @@ static igt_status open_v2(uint8_t *p, size_t size, uint32_t flags, igt_model **o
     if (igt__total(m, 0) != h.n_instances)
         BAD("root total %u, header says %llu instances", igt__total(m, 0),
             (unsigned long long)h.n_instances);
-    for (uint32_t i = 0, r = 0; i < n; i++) {
-        uint32_t tot = igt__total(m, i), win = igt__winner(m, i);
-        if (win < 1 || win > tot) BAD("node %u: winner count %u of total %u", i, win, tot);
-        if (!igt__has_kids(m, i)) continue;
-        uint64_t below = 0;
-        for (uint32_t c = m->child[r]; c < m->child[r + 1]; c++) below += igt__total(m, c);
-        if (below > tot) BAD("children of node %u hold %llu instances, it holds %u", i,
-                             (unsigned long long)below, tot);
-        r++;
+    /* every node in one pass: class, key, counts; for a node with children
+     * its block (in order, after it), their keys ascending and their totals
+     * within its own. Counts are read through cursors into the escape
+     * tables, which advance with the node (children come in node order too) */
+    if (igt__read_id(m->key, 0, w) != 0) BAD("root key is not 0");
+    {
+        const uint16_t *k16 = (const uint16_t *)(const void *)m->key;
+        const uint16_t *c16 = (const uint16_t *)(const void *)m->cls;
+#define ID_AT(base16, base, i) (w == 2 ? (uint32_t)(base16)[i] : igt__read_id((base), (i), w))
+        /* escape cursors: node totals, winners, and child totals (children are
+         * nodes 1.. in order, so that cursor starts past the root's entry) */
+        uint64_t te = 0, we = 0, ce = m->total8[0] == 255;
+        for (uint32_t i = 0, r = 0; i < n; i++) {
+            uint32_t c = ID_AT(c16, m->cls, i), k = ID_AT(k16, m->key, i);
+            if (c >= V) BAD("node %u: class %u is not below vocab_size %u", i, c, V);
+            if (k > V) BAD("node %u: key %u exceeds the padding id %u", i, k, V);
+            uint32_t tot = m->total8[i] < 255 ? m->total8[i] : m->total_esc[2 * te++ + 1];
+            uint32_t win = m->winner8[i] < 255 ? m->winner8[i] : m->winner_esc[2 * we++ + 1];
+            if (win < 1 || win > tot) BAD("node %u: winner count %u of total %u", i, win, tot);
+            if (!igt__has_kids(m, i)) continue;
+            const uint32_t a = m->child[r], z = m->child[r + 1];
+            if (a <= i || z <= a) BAD("child index of node %u is out of order", i);
+            uint64_t below = 0;
+            for (uint32_t j = a; j < z; j++) {
+                if (j > a && ID_AT(k16, m->key, j) <= ID_AT(k16, m->key, j - 1))
+                    BAD("children of node %u are not sorted", i);
+                below += m->total8[j] < 255 ? m->total8[j] : m->total_esc[2 * ce++ + 1];
+            }
+            if (below > tot)
+                BAD("children of node %u hold %llu instances, it holds %u", i,
+                    (unsigned long long)below, tot);
+            r++;
+        }
+#undef ID_AT
     }
     /* DIST, PAIR_CLASS, PAIR_COUNT: each node's winner first, counts
      * non-increasing, never more than the node holds */
