@@ -976,9 +976,10 @@ static int summarise(const summarise_ctx *s, pair_t *entries, size_t n, uint32_t
  * arrays never reallocate (a growing array in the heap leaves holes the size
  * of its old copies: 100 MB of heap for 54 MB of nodes at 10M tokens). A
  * node's children are the `nchild` nodes from `cstart` (in the same scan's
- * kept nodes); with top_k, its stored classes are the next `npairs` pairs. */
+ * kept nodes). With top_k, each node's stored classes follow in `pairs`, in
+ * node order, as a count and then that many (class, count) pairs. */
 typedef struct {
-    uint32_t key, cls, win, tot, cstart, nchild, npairs;
+    uint32_t key, cls, win, tot, cstart, nchild;
 } node_rec;
 
 #define NODE_BLOCK_BITS 12u
@@ -988,7 +989,7 @@ typedef struct {
     node_rec **blocks;
     size_t n_blocks, cap_blocks;
     size_t n;                   /* nodes */
-    vec32 pairs;                /* (class, count) interleaved */
+    vec32 pairs;                /* per node: n, then n (class, count) pairs */
 } nodes_t;
 
 static inline node_rec *node_at(const nodes_t *t, size_t i) {
@@ -1074,15 +1075,18 @@ static int scan_init(scan_t *s, uint32_t F, uint32_t V, uint32_t top_k, const cl
     return ok;
 }
 
-/* Append node i of src (with its stored pairs, read from *pair_at) to dst. */
+/* Words of a node's stored classes at `at` in a pairs stream. */
+static size_t pair_words(const vec32 *pairs, size_t at) { return 1 + 2 * (size_t)pairs->v[at]; }
+
+/* Append node i of src (with its stored classes, at *pair_at) to dst. */
 static int nodes_copy(nodes_t *dst, const nodes_t *src, size_t i, size_t *pair_at, int top_k) {
-    const node_rec *r = node_at(src, i);
-    if (!nodes_push(dst, r)) return 0;
+    if (!nodes_push(dst, node_at(src, i))) return 0;
     if (!top_k) return 1;
-    if (!vec_reserve(&dst->pairs, 2 * (size_t)r->npairs)) return 0;
-    memcpy(dst->pairs.v + dst->pairs.n, src->pairs.v + *pair_at, 2 * (size_t)r->npairs * sizeof(uint32_t));
-    dst->pairs.n += 2 * (size_t)r->npairs;
-    *pair_at += 2 * (size_t)r->npairs;
+    size_t words = pair_words(&src->pairs, *pair_at);
+    if (!vec_reserve(&dst->pairs, words)) return 0;
+    memcpy(dst->pairs.v + dst->pairs.n, src->pairs.v + *pair_at, words * sizeof(uint32_t));
+    dst->pairs.n += words;
+    *pair_at += words;
     return 1;
 }
 
@@ -1097,7 +1101,7 @@ static int flush_children(scan_t *s, nodes_t *children, uint32_t pdef, uint32_t 
     for (size_t i = 0; i < children->n; i++) {
         const node_rec *r = node_at(children, i);
         if (r->cls == pdef && r->nchild == 0) {
-            if (s->top_k) pair_at += 2 * (size_t)r->npairs;
+            if (s->top_k) pair_at += pair_words(&children->pairs, pair_at);
             continue;
         }
         if (!nodes_copy(&s->kept, children, i, &pair_at, s->top_k != 0)) return 0;
@@ -1120,9 +1124,15 @@ static int close_node(scan_t *s, uint32_t d) {
         a->count[c] = 0;
     }
     uint32_t wc, wn, np, cstart = 0, nchild = 0;
+    size_t count_at = p->pairs.n;       /* the count goes before the pairs */
+    if (s->top_k) {
+        if (!vec_reserve(&p->pairs, 1)) return 0;
+        p->pairs.n++;
+    }
     if (!summarise(&s->sc, s->scratch, n, &wc, &wn, &np, &p->pairs)) return 0;
+    if (s->top_k) p->pairs.v[count_at] = np;
     if (d + 1 < s->F && !flush_children(s, &s->pending[d + 1], wc, &cstart, &nchild)) return 0;
-    const node_rec rec = {a->key, wc, wn, a->total, cstart, nchild, np};
+    const node_rec rec = {a->key, wc, wn, a->total, cstart, nchild};
     if (!nodes_push(p, &rec)) return 0;
     a->n_touched = 0;
     a->total = 0;
@@ -1904,8 +1914,13 @@ static void layout_get(void *ctx, uint32_t i, igt_node *o, uint32_t *scratch) {
     o->winner = r->win;
     o->total = r->tot;
     o->n_children = r->nchild;
-    o->n_pairs = r->npairs;
-    o->pairs = k->pairs.v && c->pair_start ? k->pairs.v + c->pair_start[g] : NULL;
+    if (c->pair_start) {
+        o->n_pairs = k->pairs.v[c->pair_start[g]];
+        o->pairs = k->pairs.v + c->pair_start[g] + 1;
+    } else {
+        o->n_pairs = 0;
+        o->pairs = NULL;
+    }
 }
 
 /* Join the scans' partial trees breadth-first (root ids ascending across
@@ -1931,11 +1946,14 @@ static igt_status layout_model(igt_builder *b, scan_t *scans, uint32_t n_scans,
         if (!pair_start) NOMEM("layout");
         for (uint32_t t = 0; t < n_scans; t++) {
             uint64_t at = 0;
-            for (size_t j = 0; j < scans[t].kept.n; j++) {
-                uint32_t np = node_at(&scans[t].kept, j)->npairs;
+            for (size_t j = 0; j < scans[t].kept.n; j++) {   /* pairs are in node order */
+                if (at >= UINT32_MAX) {
+                    st = igt__fail(err, IGT_ERR_LIMIT, "tree too large: over 2^32 stored-class words");
+                    goto done;
+                }
                 pair_start[base[t] + j] = (uint32_t)at;
-                at += 2 * (uint64_t)np;
-                n_pairs += np;
+                n_pairs += scans[t].kept.pairs.v[at];
+                at += pair_words(&scans[t].kept.pairs, (size_t)at);
             }
         }
     }

@@ -142,10 +142,16 @@ uint64_t igt_builder_count(const igt_builder *b);
  * instances go to temporary files in `tmpdir` (NULL: $TMPDIR, else /tmp),
  * sorted in runs and merged straight into the tree build, so the corpus is
  * limited by disk rather than memory. The model (the tree being built)
- * comes on top of the bound. The files are created exclusively (mode 0600)
- * and unlinked at once, so nothing remains after success, failure, cancel
- * or a crash. The model is byte-identical to an unbounded build. Call
- * before adding instances; bytes below IGT_MIN_MEMORY_LIMIT are refused. */
+ * comes on top of the bound (about 28 bytes a node while building). The
+ * files are created exclusively (mode 0600) and unlinked at once, so nothing
+ * remains after success, failure, cancel or a crash; they are checksummed
+ * and checked as they are read back. The model is byte-identical to an
+ * unbounded build. Call before adding instances; bytes below
+ * IGT_MIN_MEMORY_LIMIT are refused. With a limit, adding instances may
+ * spill to disk: if that fails (IGT_ERR_IO, e.g. a full disk) the builder
+ * keeps refusing with that error and can only be freed. Without a limit, a
+ * builder holds at most 2^32 - 2 stored ids (tokens plus window ids per
+ * document) and beyond that refuses with IGT_ERR_LIMIT. */
 #define IGT_MIN_MEMORY_LIMIT (1u << 16)
 igt_status igt_builder_set_memory_limit(igt_builder *b, uint64_t bytes, const char *tmpdir,
                                         igt_error *err);
