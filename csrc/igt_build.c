@@ -1849,7 +1849,7 @@ static void merge_task_run(void *arg) {
     const run_vec *rv = t->runs;
     const uint32_t w = t->rm.w;
     uint64_t *begin = igt__malloc(rv->n, sizeof *begin), *end = igt__malloc(rv->n, sizeof *end);
-    t->rm.rows = igt__malloc(256, (t->rm.F + 1) * sizeof *t->rm.rows);
+    t->rm.rows = igt__malloc(IGT__MERGE_BATCH, (t->rm.F + 1) * sizeof *t->rm.rows);
     t->st = IGT_OK;
     if (!begin || !end || !t->rm.rows) {
         t->st = igt__fail(&t->err, IGT_ERR_NOMEM, "out of memory (merge)");

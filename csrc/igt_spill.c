@@ -472,7 +472,7 @@ igt_status igt__merge(const igt__run *runs, const uint64_t *begin, const uint64_
             return igt__fail(err, IGT_ERR_ARG, "internal error: merging runs of different records");
     igt__cursor *cs = calloc(n_runs, sizeof *cs);
     uint32_t *heap = igt__malloc(n_runs, sizeof *heap);
-    enum { BATCH = 256 };
+    enum { BATCH = IGT__MERGE_BATCH };
     uint8_t *batch = igt__malloc(BATCH, R);
     igt_status st = IGT_OK;
     uint32_t open = 0, n = 0, fill = 0;

@@ -79,7 +79,8 @@ igt_status igt__cursor_next(igt__cursor *c, igt_error *err);
 void igt__cursor_close(igt__cursor *c);
 
 /* Merge records [begin[i], end[i]) of runs (NULL: whole runs) in key order,
- * handing them to sink in batches. */
+ * handing them to sink in batches of at most IGT__MERGE_BATCH. */
+#define IGT__MERGE_BATCH 256
 typedef igt_status (*igt__merge_sink)(void *ctx, const uint8_t *recs, size_t n, igt_error *err);
 igt_status igt__merge(const igt__run *runs, const uint64_t *begin, const uint64_t *end,
                       uint32_t n_runs, igt__merge_sink sink, void *ctx, igt_error *err);
