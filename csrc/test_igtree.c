@@ -1725,6 +1725,63 @@ static void test_id_widths(T *t) {
     }
 }
 
+/* 4-byte ids (vocabularies from 2^24): building one needs vocab-sized
+ * arrays, so take a small model's version-1 image and give it a huge
+ * vocabulary; converting it yields a version-2 image with 4-byte ids. */
+static void test_id_width_4(T *t) {
+    uint32_t *rows = NULL;
+    igt_model *m = random_model(t, 69, 4, 24, 800, 3, &rows);
+    if (!m) { free(rows); return; }
+    size_t s1 = 0;
+    uint8_t *v1 = model_bytes_v(t, m, 1, &s1);
+    const uint32_t BIG = (1u << 24) + 3;
+    put32(v1, OFF_VOCAB, BIG);
+    put32(v1, OFF_PADDING, BIG);
+    reseal(v1, s1);
+    igt_model *x = NULL, *y = NULL;
+    igt_error err;
+    CHECK_STATUS(t, igt_load_buffer(v1, s1, 0, &x, &err), IGT_OK, &err, "version 1 with a huge vocabulary");
+    if (x) {
+        size_t s2 = 0;
+        uint8_t *v2 = model_bytes(t, x, &s2);
+        CHECK(t, v2 && get32(v2, V2_OFF_IDW) == 4 && get32(v2, OFF_VOCAB) == BIG, "id width %u",
+              v2 ? get32(v2, V2_OFF_IDW) : 0);
+        CHECK_STATUS(t, igt_load_buffer(v2, s2, 0, &y, &err), IGT_OK, &err, "reload with 4-byte ids");
+        rng_t r = rng_seed(70);
+        unsigned long bad = 0;
+        for (int q = 0; q < 2000 && y; q++) {   /* full windows: padding is not involved */
+            uint32_t ctx[4];
+            if (q & 1) memcpy(ctx, rows + rng_below(&r, 800) * 5, sizeof ctx);
+            else for (int i = 0; i < 4; i++) ctx[i] = rng_below(&r, 26);
+            igt_answer a, b, c;
+            igt_predict(m, ctx, 4, &a);
+            igt_predict(x, ctx, 4, &b);
+            igt_predict(y, ctx, 4, &c);
+            bad += !same_answer(&a, &b) || !same_answer(&a, &c);
+            uint32_t ca[4], cb[4], na[4], nb[4];
+            size_t ka = igt_node_classes(m, a.node, ca, na, 4), kb = igt_node_classes(y, c.node, cb, nb, 4);
+            bad += ka != kb || memcmp(ca, cb, 4 * (ka < 4 ? ka : 4)) || memcmp(na, nb, 4 * (ka < 4 ? ka : 4));
+        }
+        CHECK(t, bad == 0, "%lu answers differ with 4-byte ids", bad);
+        if (y) CHECK(t, exercise(y, &r, 500) == 0, "4-byte ids: guarantees broken");
+        uint8_t *copy = v2 ? dup_bytes(v2, s2) : NULL;
+        if (copy) {             /* an id beyond the vocabulary in a 4-byte key is refused */
+            put32(copy, section2(copy, S2_KEY) + 4, BIG + 1);
+            reseal(copy, s2);
+            igt_model *z = NULL;
+            CHECK_STATUS(t, igt_load_buffer(copy, s2, 0, &z, &err), IGT_ERR_CORRUPT, &err, "4-byte key too big");
+            igt_free(z);
+            free(copy);
+        }
+        free(v2);
+    }
+    igt_free(x);
+    igt_free(y);
+    free(v1);
+    free(rows);
+    igt_free(m);
+}
+
 /* A version-1 file loads into the same model, answers and all. */
 static void test_v1_compat(T *t) {
     const struct { uint32_t F, V, top_k; size_t n; } cfgs[] = {
@@ -2617,6 +2674,7 @@ int main(int argc, char **argv) {
         {"byte_flips", test_byte_flips},
         {"file_layout_v2", test_file_layout_v2},
         {"id_widths", test_id_widths},
+        {"id_width_4", test_id_width_4},
         {"v1_compat", test_v1_compat},
         {"header_fields_v2", test_header_fields_v2},
         {"structure_edits_v2", test_structure_edits_v2},
