@@ -21,14 +21,16 @@ except ImportError as _e:  # pragma: no cover - depends on how the package was i
         f"directory, or build in place with `pip install -e .`.") from _e
 
 TOPK_ALL = 0xFFFFFFFF
+ORDERS = {"gain_ratio": lib.IGT_ORDER_GAIN_RATIO, "info_gain": lib.IGT_ORDER_INFO_GAIN}
+LIBRARY_VERSION = ffi.string(lib.igt_version()).decode()   # the C library's "MAJOR.MINOR.PATCH"
+FORMAT_VERSION = lib.IGT_FORMAT_VERSION                     # what save() writes
 
 
 def library_version() -> dict:
-    """The C library's identity: the model file format version it writes and reads."""
-    return {"format_version": int(lib.IGT_FORMAT_VERSION), "max_window": int(lib.IGT_MAX_WINDOW)}
+    """The C library's identity: its version, the model file format it writes, the widest window."""
+    return {"version": LIBRARY_VERSION, "format_version": int(FORMAT_VERSION),
+            "max_window": int(lib.IGT_MAX_WINDOW)}
 
-
-ORDERS = {"gain_ratio": lib.IGT_ORDER_GAIN_RATIO, "info_gain": lib.IGT_ORDER_INFO_GAIN}
 
 ANSWER_DTYPE = np.dtype(
     [("token", "<u4"), ("depth", "<u4"), ("leaf", "<u4"), ("node", "<u4"),
@@ -131,10 +133,16 @@ def _context(context, window: int) -> list:
 
 
 class Builder:
-    """Collects training instances, then builds an IGTree."""
+    """Collects training instances, then builds an IGTree.
+
+    memory_limit (bytes, optional) bounds the memory for instances and their sorting:
+    beyond it they go to temporary files in tmpdir (default $TMPDIR or /tmp), removed
+    however the build ends; the model is the same as without a limit. threads: 1 (default),
+    n, or 0 for one per CPU; the model does not depend on it."""
 
     def __init__(self, vocab_size: int, window: int = 4, order="gain_ratio", top_k: int = 0,
-                 tokenizer_name: str = "", tokenizer_digest: bytes = b""):
+                 tokenizer_name: str = "", tokenizer_digest: bytes = b"",
+                 memory_limit: int | None = None, tmpdir=None, threads: int = 1):
         cfg = ffi.new("igt_config *")
         lib.igt_config_init(cfg, vocab_size)
         cfg.window = window
@@ -163,6 +171,14 @@ class Builder:
         out = ffi.new("igt_builder **")
         _check(lib.igt_builder_new(cfg, out, err), err)
         self._b = ffi.gc(out[0], lib.igt_builder_free)
+        if threads < 0:
+            raise ValueError(f"threads must be >= 0, got {threads}")
+        _check(lib.igt_builder_set_threads(self._b, threads, err), err)
+        if memory_limit is not None:
+            if memory_limit < 0:
+                raise ValueError(f"memory_limit must be >= 0, got {memory_limit}")
+            tmp = os.fsencode(tmpdir) if tmpdir is not None else ffi.NULL
+            _check(lib.igt_builder_set_memory_limit(self._b, memory_limit, tmp, err), err)
 
     def __len__(self) -> int:
         return int(lib.igt_builder_count(self._b))
@@ -221,7 +237,7 @@ class IGTree:
         self.n_dist_entries = int(info.n_dist_entries)
         self.file_size = int(info.file_size)
         self.default_class = int(info.default_class)
-        self.memory_mapped = bool(info.memory_mapped)
+        self.memory_mapped = bool(info.memory_mapped)  # always False: loads are private copies
         self.format_version = int(info.format_version)
         self.order = {v: k for k, v in ORDERS.items()}.get(int(info.order), "explicit")
         self.tokenizer_name = ffi.string(info.tokenizer_name).decode("utf-8", "replace")
@@ -230,7 +246,9 @@ class IGTree:
     # -- files -------------------------------------------------------------
     @classmethod
     def load(cls, path, verify_checksum: bool = True) -> IGTree:
-        """Memory-map a model file; a bad file raises ModelFileError naming the problem."""
+        """Read a model file (format 1 or 2) into private memory and validate it; a bad
+        file raises ModelFileError naming the problem. The model never reads the file
+        again, so replacing or truncating it cannot affect the model."""
         err = ffi.new("igt_error *")
         out = ffi.new("igt_model **")
         flags = 0 if verify_checksum else lib.IGT_LOAD_SKIP_CHECKSUM
@@ -251,9 +269,10 @@ class IGTree:
         _check(lib.igt_load_buffer(data, len(data), flags, out, err), err)
         return cls(out[0])
 
-    def save(self, path) -> None:
+    def save(self, path, format_version: int = FORMAT_VERSION) -> None:
+        """Write atomically (mode 0600); format_version=1 for readers older than version 2."""
         err = ffi.new("igt_error *")
-        _check(lib.igt_save(self._m, os.fsencode(path), err), err)
+        _check(lib.igt_save_version(self._m, os.fsencode(path), format_version, err), err)
 
     # -- queries -----------------------------------------------------------
     def predict(self, context) -> Answer:
