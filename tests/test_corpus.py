@@ -136,6 +136,26 @@ def test_a_file_that_turns_binary_is_refused_where_it_does(tmp_path):
         list(iter_documents(str(path)))
 
 
+def test_replacement_characters_are_valid_utf8_text(tmp_path):
+    """EUR-Lex-Sum's train split holds a JPEG that became U+FFFD characters: valid UTF-8, text."""
+    from olifant_mlx.draftmodel.corpus import check_corpora
+
+    path = tmp_path / "c.txt"
+    path.write_text("\ufffd\ufffdJFIF\ufffd" * 30_000 + "\n\n" + TEXT * 2000)
+    check_corpora([str(path)])
+    docs = list(iter_documents(str(path)))
+    assert docs[0].startswith("\ufffd\ufffdJFIF") and docs[-1] == "Third doc"
+
+
+def test_undecodable_text_later_on_is_refused(tmp_path):
+    from olifant_mlx.draftmodel.corpus import NotTextError
+
+    path = tmp_path / "c.txt"
+    path.write_bytes(TEXT.encode() * 20_000 + ("\u00e9t\u00e9 \u00e0 " * 50_000).encode("latin-1"))
+    with pytest.raises(NotTextError, match="not valid UTF-8"):
+        list(iter_documents(str(path)))
+
+
 def test_text_with_a_stray_bad_byte_and_utf8_is_text(tmp_path):
     from olifant_mlx.draftmodel.corpus import check_corpora
 
@@ -230,3 +250,14 @@ def test_ordered_map_keeps_order_and_stops_early():
         list(ordered_map(lambda x: 1 // (x - 3), range(10), workers=2))
     assert not [t for t in threading.enumerate() if t.name.startswith("olifant-map") and t.is_alive()
                 and time.sleep(0.2) is None and t.is_alive()]
+
+
+@pytest.mark.slow
+def test_every_shared_corpus_is_text(shared):
+    """The text check never refuses the real corpora (EUR-Lex-Sum holds a stretch of U+FFFD)."""
+    from olifant_mlx.draftmodel.corpus import check_corpora
+
+    files = sorted((shared / "corpora").glob("*/*.txt.xz"))
+    check_corpora([str(f) for f in files])
+    for f in files:
+        assert sum(1 for _ in iter_documents(str(f))) > 10, f

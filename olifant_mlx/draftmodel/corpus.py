@@ -115,10 +115,9 @@ def binary_reason(head: bytes) -> str | None:
         return "it is a tar archive"
     if b"\0" in head:
         return "it holds NUL bytes (binary data, or UTF-16 text: convert it to UTF-8)"
-    text = _decode_head(head)
-    bad = text.count("\ufffd")
-    if bad > BAD_SHARE * len(text):
-        return (f"{bad / len(text):.0%} of its first characters are not valid UTF-8 (binary data, "
+    bad = _invalid_utf8(head)
+    if bad > BAD_SHARE * len(head):
+        return (f"{bad / len(head):.0%} of its first bytes are not valid UTF-8 (binary data, "
                 f"or text in another encoding: convert it, e.g. iconv -f latin1 -t utf-8)")
     controls = len(head) - len(head.translate(None, _CONTROLS))
     if controls > BAD_SHARE * len(head):
@@ -126,9 +125,29 @@ def binary_reason(head: bytes) -> str | None:
     return None
 
 
-def _decode_head(head: bytes) -> str:
-    # final=False: a character cut at the end of the sample is not an error
-    return codecs.getincrementaldecoder("utf-8")("replace").decode(head, final=False)
+def _invalid_utf8(head: bytes) -> int:
+    """Bytes of head that are not UTF-8 (a character cut at its end is not counted; a U+FFFD
+    in the text is valid UTF-8, as a corpus may hold)."""
+    decoder = codecs.getincrementaldecoder("utf-8")("ignore")
+    valid = decoder.decode(head, final=False)
+    pending = decoder.getstate()[0]       # the start of a character cut at the end
+    return len(head) - len(valid.encode("utf-8", "surrogatepass")) - len(pending)
+
+
+class _Undecodable(threading.local):
+    """Bytes the reading thread's decoder replaced so far (the 'olifant-count' handler)."""
+    count = 0
+
+
+_UNDECODABLE = _Undecodable()
+
+
+def _count_and_replace(e: UnicodeDecodeError):
+    _UNDECODABLE.count += e.end - e.start
+    return "\ufffd", e.end
+
+
+codecs.register_error("olifant-count", _count_and_replace)
 
 
 def _refuse(path, reason: str) -> NotTextError:
@@ -221,22 +240,24 @@ def _lines(path: Path, progress: Progress | None, limit: int, check: bool) -> It
         if reason:
             raise _refuse(path, reason)
         text = io.TextIOWrapper(io.BufferedReader(_Prefixed(head, stream)), encoding="utf-8",
-                                errors="replace", newline="\n")
+                                errors="olifant-count", newline="\n")
+        undecodable = _UNDECODABLE.count
         bad = chars = since = 0
         while line := text.readline(limit):
             if check:
-                bad += line.count("\0") + line.count("\ufffd")
+                bad += line.count("\0")
                 chars += len(line)
                 if chars >= SNIFF_BYTES:
+                    bad += _UNDECODABLE.count - undecodable
                     _check_window(path, bad, chars, raw)
-                    bad = chars = 0
+                    undecodable, bad, chars = _UNDECODABLE.count, 0, 0
             since += len(line)
             if progress is not None and since >= SNIFF_BYTES:
                 since = 0
                 progress.update(done=raw.tell(), total=total)
             yield line
         if check and chars:
-            _check_window(path, bad, chars, raw)
+            _check_window(path, bad + _UNDECODABLE.count - undecodable, chars, raw)
     except READ_ERRORS as e:
         raise CorpusError(f"{path}: cannot decompress or read it ({type(e).__name__}: {e}); "
                           f"is the file complete?") from e
