@@ -36,20 +36,25 @@ from olifant_mlx.draftmodel.igtree import Builder
 from olifant_mlx.verifier import load_tokenizer
 spec, tokenizer = sys.argv[1], sys.argv[2]
 tok = load_tokenizer(tokenizer)
-t = time.perf_counter(); docs = list(iter_documents(spec)); read = time.perf_counter() - t
+out = {}
+def phase(name, fn):
+    t, c = time.perf_counter(), time.process_time()   # CPU of all threads: load-independent
+    r = fn()
+    out[name + "_s"] = round(time.perf_counter() - t, 2)
+    out[name + "_cpu_s"] = round(time.process_time() - c, 2)
+    return r
+docs = phase("read", lambda: list(iter_documents(spec)))
 try:
     from olifant_mlx.draftmodel.corpus import text_batches
     batches = list(text_batches(docs))
 except ImportError:                       # before the streaming pipeline: 256 documents a batch
     batches = [docs[i:i + 256] for i in range(0, len(docs), 256)]
-t = time.perf_counter(); ids = [i for b in batches for i in tok.encode_batch(b)]
-tokenise = time.perf_counter() - t
+ids = phase("tokenise", lambda: [i for b in batches for i in tok.encode_batch(b)])
 b = Builder(vocab_size=tok.vocab_size)
 for i in ids:
     b.add_document(i)
-t = time.perf_counter(); b.build(); build = time.perf_counter() - t
-print(json.dumps({"documents": len(docs), "tokens": sum(map(len, ids)), "read_s": read,
-                  "tokenise_s": tokenise, "build_s": build}))
+phase("build", b.build)
+print(json.dumps({"documents": len(docs), "tokens": sum(map(len, ids)), **out}))
 """
 
 TOKENISE = r"""

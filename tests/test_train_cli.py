@@ -237,6 +237,7 @@ def test_binary_corpus_is_refused_naming_the_file_unless_forced(tmp_path):
     r = run("train", "--tokenizer", "mistral", "--corpus", str(bad), "--out", str(out), "--quiet", check=False)
     assert r.returncode == 1 and f"{bad} is not a text corpus" in r.stderr and "--force" in r.stderr
     assert "Traceback" not in r.stderr and not out.exists()
+    assert "training for tokenizer" not in r.stderr, "refused before the tokenizer loads"
     run("train", "--tokenizer", "mistral", "--corpus", str(bad), "--out", str(out), "--quiet", "--force")
     assert out.exists()
 

@@ -77,11 +77,10 @@ def train_tokenizer(args):
     from olifant_mlx.verifier import default_model, load_tokenizer
 
     if args.tokenizer:
-        return load_tokenizer(args.tokenizer), "--tokenizer"
+        return load_tokenizer(args.tokenizer), "as --tokenizer says"
     if args.model:
-        return load_tokenizer(args.model), f"verifier {args.model}"
-    spec = default_model()
-    return load_tokenizer(spec), f"the default verifier {spec}; --model or --tokenizer to change"
+        return load_tokenizer(args.model), f"verifier {args.model}'s"
+    return load_tokenizer(default_model()), "the default verifier's; --model or --tokenizer to change"
 
 
 def verifier_of(tokenizer_name: str) -> str | None:
@@ -129,13 +128,15 @@ def model_tokenizer(model, path, spec: str | None = None):
 # ---- commands ------------------------------------------------------------------------------
 
 def cmd_train(args) -> int:
-    from olifant_mlx.draftmodel.train import train
+    from olifant_mlx.draftmodel.train import preflight, train
 
     order = permutation(args.permutation, args.window) if args.permutation else args.order
+    corpora = args.corpus or [DEFAULT_CORPUS]
+    preflight(corpora, args.out, args.eval or (), args.text_field, args.force)  # before the tokenizer loads
     tok, why = train_tokenizer(args)
     if not args.quiet:
-        sys.stderr.write(f"training for tokenizer {tok.name} (vocab {tok.vocab_size:,}: {why})\n")
-    s = train(args.corpus or [DEFAULT_CORPUS], tok, args.out, window=args.window, order=order,
+        sys.stderr.write(f"training for tokenizer {tok.name}, vocab {tok.vocab_size:,} ({why})\n")
+    s = train(corpora, tok, args.out, window=args.window, order=order,
               top_k=args.top_k, max_tokens=args.max_tokens, holdout=args.holdout,
               eval_specs=args.eval or (), eval_max=args.eval_max, text_field=args.text_field,
               show_progress=not args.quiet, workers=args.workers, force=args.force)

@@ -93,6 +93,15 @@ def check_output(out) -> None:
         raise ValueError(f"cannot write the model to {out}: {folder} is not a writable directory")
 
 
+def preflight(corpora, out, eval_specs=(), text_field="text", force=False) -> None:
+    """What can be checked of a run's inputs and output before any slow work (loading a
+    tokenizer included): CorpusError or ValueError naming the problem."""
+    if not corpora:
+        raise CorpusError("no training corpus given")
+    check_output(out)
+    check_corpora([*corpora, *eval_specs], text_field, force)
+
+
 @dataclass
 class EvalResult:
     instances: int = 0
@@ -345,10 +354,7 @@ def train(corpora, tokenizer, out, window: int = 4, order="gain_ratio", top_k: i
     (TrainingCancelled); so does Ctrl-C (KeyboardInterrupt). Either way no file is left."""
     workers = default_workers() if workers is None else workers
     check_options(window, top_k, max_tokens, holdout, eval_max, workers)
-    if not corpora:
-        raise CorpusError("no training corpus given")
-    check_output(out)
-    check_corpora([*corpora, *eval_specs], text_field, force)
+    preflight(corpora, out, eval_specs, text_field, force)
     cancel = cancel if cancel is not None else threading.Event()
     builder = Builder(vocab_size=tokenizer.vocab_size, window=window, order=order, top_k=top_k,
                       tokenizer_name=tokenizer.name, tokenizer_digest=tokenizer.digest)
