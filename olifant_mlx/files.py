@@ -13,6 +13,7 @@ import contextlib
 import errno
 import os
 import stat
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -151,3 +152,27 @@ def write_atomic(path, data: bytes | str, mode: int = PRIVATE) -> Path:
     with atomic_writer(path, mode, binary=binary) as f:
         f.write(data)
     return Path(path)
+
+
+@contextlib.contextmanager
+def private_output(path, mode: int = PRIVATE):
+    """For writers that take a path rather than a file object (the C library's igt_save):
+    yields a path inside a fresh folder (0700) beside `path`. On success the file written
+    there is fsynced, given `mode` and renamed over `path`; on any error, Ctrl-C included,
+    the folder goes — `path` is the old file or the whole new one, never readable by others."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    folder = tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    tmp = Path(folder) / target.name
+    try:
+        yield tmp
+        os.chmod(tmp, mode)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    fsync_dir(target.parent)

@@ -331,14 +331,14 @@ class IGTree:
 
     # -- identity ----------------------------------------------------------
     def check_tokenizer(self, name: str, vocab_size: int, digest: bytes, fix: str | None = None) -> None:
-        """Raise TokenizerMismatch unless the model was trained with this tokenizer; `fix`
-        says what to do instead (default: train one for this tokenizer)."""
+        """Raise TokenizerMismatch unless the model was trained with this tokenizer; the
+        message ends with `fix` (default: retrain for the verifier `name`)."""
         if self.vocab_size != vocab_size or self.tokenizer_digest != digest[:32].ljust(32, b"\0"):
+            fix = fix or f"retrain the draft model for this verifier: `train --model {name}`"
             raise TokenizerMismatch(
                 f"draft model was trained for tokenizer {self.tokenizer_name!r} "
                 f"(vocab {self.vocab_size}, digest {self.tokenizer_digest.hex()[:12]}) but the "
-                f"verifier uses {name!r} (vocab {vocab_size}, digest {digest.hex()[:12]}); "
-                f"{fix or f'train one for it with `train --model {name}`'}")
+                f"verifier uses {name!r} (vocab {vocab_size}, digest {digest.hex()[:12]}); {fix}")
 
     def describe(self) -> dict:
         return {
