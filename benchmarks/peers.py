@@ -213,7 +213,7 @@ def head_to_head(runner, drafters, cells, task, regime, prompts, max_tokens, rou
 
 
 COLS = ["mode", "task", "regime", "strategy", "k", "prompts", "acceptance", "mean_accepted_length",
-        "tokens_per_pass", "speedup", "speedup_vs_mlx_lm", "predicted_speedup", "exact_match",
+        "tokens_per_pass", "speedup", "speedup_vs_mlx_lm", "modelled_speedup", "exact_match",
         "reproposals", "partial_steps", "verifier_tokens_per_token", "tokens_per_s"]
 
 
@@ -222,7 +222,7 @@ def fmt(key, v):
         return "—"
     if key in ("acceptance", "exact_match"):
         return f"{v:.1%}"
-    if key.startswith("speedup") or key == "predicted_speedup":
+    if key.startswith("speedup") or key.endswith("_speedup"):
         return f"{v:.2f}x"
     if isinstance(v, float):
         return f"{v:.3f}"
@@ -239,8 +239,8 @@ def write(out, cells, duels):
     lines = ["| " + " | ".join(COLS) + " |", "|" + "---|" * len(COLS)]
     lines += ["| " + " | ".join(fmt(k, c.get(k)) for k in COLS) + " |" for c in cells]
     (out / "cells.md").write_text("\n".join(lines) + "\n")
-    comps = compare(cells, "mean_accepted_length") + compare([c for c in cells if c["mode"] == "model"],
-                                                             "speedup")
+    comps = compare(cells, "mean_accepted_length") + compare(cells, "modelled_speedup") + \
+        compare([c for c in cells if c["mode"] == "model"], "speedup")
     s = ["The adaptive hybrid against the best single strategy of ours at the same k (mlx-lm's aside): "
          "ratio above 1 means the adaptive hybrid is ahead.", "",
          "| mode | task | regime | k | measure | adaptive hybrid | best single | its value | ratio |",

@@ -172,3 +172,22 @@ def test_plain_decoding_is_mlx_lms_token_for_token(model):
         ours, _ = generate(model, prompt, max_tokens=30)
         theirs = [int(t) for t, _ in generate_step(mx.array(prompt), model, max_tokens=30)]
         assert ours == theirs
+
+
+@pytest.mark.slow
+def test_bench_runs_mlx_lms_stream_generate_as_strategies(tmp_path):
+    """mlx-lm plain (the second reference) and with a draft model, on SmolLM2, KV only."""
+    from olifant_mlx.measure.bench import MlxLm, ModelRunner, aggregate, sweep
+    from olifant_mlx.verifier import load_verifier
+
+    v = load_verifier("smollm2-135m")
+    strategies = {"lookup": LookupDrafter(), "self-draft": MlxLm("smollm2-135m").load(v.identity.digest)}
+    rows = sweep(ModelRunner(v), {"legal": ["The Member States shall adopt the measures"]}, strategies,
+                 [3], ["kv", "uncached"], 12, tmp_path / "r.jsonl", mlx_lm=True)
+    names = {(r["strategy"], r["regime"]) for r in rows}
+    assert ("mlx-lm", "kv") in names and ("self-draft", "kv") in names
+    assert ("mlx-lm", "uncached") not in names and ("self-draft", "uncached") not in names
+    assert all(r["exact_match"] for r in rows)          # mlx-lm's output is the plain output
+    cells = {(c["strategy"], c["regime"]): c for c in aggregate(rows)}
+    assert all(c["speedup_vs_mlx_lm"] for c in cells.values())
+    assert cells[("self-draft", "kv")]["acceptance"] > 0.9     # the verifier drafting for itself

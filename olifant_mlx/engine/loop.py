@@ -88,11 +88,11 @@ class CachedVerification:
         if self.led:
             return self._led_pass(seq, drafts)
         if not drafts and room > 1 and self._next_int is None and self.pick.lazy_ok:
-            # plain step: queue the next pass on the token before reading it (mlx-lm's overlap)
+            # plain step: queue the next pass on the token before reading it (mlx-lm's overlap;
+            # no logits processor here, so the pick needs no context)
             y_lazy = self._next
-            logits = self.model(y_lazy.reshape(1, 1), cache=self.cache)[0, -1]
-            y = self.next_token
-            self._set_next(logits, len(seq) + 1, seq + [y])
+            self._set_next(self.model(y_lazy.reshape(1, 1), cache=self.cache)[0, -1], len(seq) + 1, ())
+            y = int(y_lazy.item())
             return Verdict([y], 0, y, False, 1)
         y = self.next_token
         if not drafts or drafts[0] != y:
