@@ -3,7 +3,7 @@ step's free check (the older KV rule) against the correction leading the next pa
 
     python benchmarks/lead.py [--verifiers smollm2-135m gemma3-270m] [--task legal] [--prompts 6]
         [--max-tokens 80] [-k 3] [--drafters olifant hybrid lookup] [--rounds 3]
-        [--reference-prompts 20] [--reference-tokens 100] [--out benchmarks/out/lead]
+        [--reference-prompts 20] [--reference-tokens 100] [--reference-only] [--out benchmarks/out/lead]
 
 Per verifier (KV cache, the task's dev prompts, the draft model trained for that verifier on
 the task's train split): for each drafter and rule, one generation per prompt counting partial
@@ -86,23 +86,26 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reference-prompts", type=int, default=20)
     ap.add_argument("--reference-tokens", type=int, default=100)
+    ap.add_argument("--reference-only", action="store_true", help="only the reference-text counts")
+    ap.add_argument("--no-counts", action="store_true", help="only the speed rounds")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "lead"))
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     prompts = read_prompts(str(C / args.task / "prompts.dev.jsonl"))
     result = {"task": args.task, "k": args.k, "prompts": args.prompts, "max_tokens": args.max_tokens,
+              "reference_prompts": args.reference_prompts, "reference_tokens": args.reference_tokens,
               "verifiers": {}, "reference": {}}
-    for name in args.verifiers:
+    for name in [] if args.reference_only else args.verifiers:
         v = load_verifier(name)
         runner = RuleRunner(ModelRunner(v))
         runner.run("Warm-up text.", None, 0, True, 4)
         path = draft_model(args.task, v.identity, v.name)
         ds = {d: build_drafter(specs(path)[d], v.identity) for d in args.drafters}
         ps = prompts[: args.prompts]
-        plain = [runner.run(p, None, 0, True, args.max_tokens)[0] for p in ps]
-        res = {}
-        for d, drafter in ds.items():
+        plain = [runner.run(p, None, 0, True, args.max_tokens)[0] for p in ps] if not args.no_counts else []
+        res = {d: {} for d in ds}
+        for d, drafter in ds.items() if not args.no_counts else ():
             res[d] = {rule: counts(runner, ps, drafter, args.k, args.max_tokens, rule == "led", plain)
                       for rule in ("held", "led")}
             print(name, d, json.dumps(res[d]), file=sys.stderr, flush=True)
@@ -137,14 +140,15 @@ def main():
 def markdown(r) -> str:
     lines = [f"Task {r['task']}, k = {r['k']}, KV cache; {r['prompts']} dev prompts x {r['max_tokens']} "
              "tokens on the offline verifiers; held = the correction held back for the next step's free "
-             "check (the older rule), led = the correction leads the next pass.", "",
+             "check (the older rule), led = the correction leads the next pass; reference text: "
+             f"{r.get('reference_prompts', 0)} prompts x {r.get('reference_tokens', 0)} tokens.", "",
              "| verifier | drafter | rule | partial passes | re-proposals | led passes | passes | "
              "tokens per pass | MAL | acceptance | identical | speedup over plain (min / median / max) |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     rows = [(v, d, x) for v, res in r["verifiers"].items() for d, x in res.items()]
     rows += [("reference text", d, x) for d, x in r["reference"].items()]
     for v, d, x in rows:
-        for rule in ("held", "led"):
+        for rule in ("held", "led") if "held" in x else ():
             c = x[rule]
             sp = x.get("speed", {}).get(f"{rule}_vs_plain")
             sp = f"{sp['min']:.3f} / {sp['median']:.3f} / {sp['max']:.3f}" if sp else "—"
