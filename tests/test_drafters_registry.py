@@ -46,9 +46,9 @@ def test_specs_parse_and_build(model_file):
     assert parse_spec(f"adaptive:hybrid:{model_file}").model_file == str(model_file)
     assert parse_spec("plain").text == "none" and not parse_spec("none").drafts
     assert uses_history(parse_spec(f"adaptive:hybrid:{model_file}")) and not uses_history(parse_spec("ngram"))
-    # the hybrid's gate is set by its constructor, not patched in afterwards
+    # the hybrid weighs the IGTree's whole chain by its learnt estimates: no fixed gate
     h = build_drafter(f"hybrid:{model_file}", Ident())
-    assert (h.olifant.min_depth, h.olifant.min_share) == (2, 0.2)
+    assert (h.olifant.min_depth, h.olifant.min_share) == (0, 0.0) and h.sources == []
     assert set(KINDS) == {"auto", "none", "olifant", "ngram", "ngram-words", "lookup", "neural", "hybrid",
                           "adaptive"}
     alone = build_drafter("hybrid")                      # no draft model: the session's text only
@@ -114,3 +114,21 @@ def test_duck_typed_drafters_get_the_optional_methods():
 def test_signals_are_values():
     assert Signal("igtree", 3, 2) == Signal("igtree", 3, 2) and len({Signal("a"), Signal("a")}) == 1
     assert Signal("lookup", 4).share == 0
+
+
+def test_hybrid_takes_extra_candidate_sources(model_file):
+    spec = parse_spec(f"hybrid:{model_file}+lookup:2+ngram")
+    assert spec.model_file == str(model_file) and [s.text for s in spec.sources] == ["lookup:2", "ngram"]
+    assert parse_spec(spec.text) == spec and parse_spec(f"adaptive:{spec.text}").inner == spec
+    h = build_drafter(spec, Ident())
+    assert [type(s) for s in h.sources] == [LookupDrafter, NgramDrafter] and h.olifant is not None
+    h.start([5, 6, 7, 5, 6])
+    names = {sig.source for c in h.candidates([5, 6, 7, 5, 6], 3) for sig in c.signals}
+    assert {"lookup", "igtree", "ngram4"} <= names       # every source offers its candidates
+    alone = build_drafter("hybrid:+ngram")                # sources without a draft model
+    assert alone.olifant is None and len(alone.sources) == 1
+    for bad, msg in {"hybrid:+adaptive:ngram": "cannot be a hybrid's source",
+                     "hybrid:+hybrid": "cannot be a hybrid's source", "hybrid:+": "empty source",
+                     "hybrid:+foo": "unknown drafter", "hybrid:nowhere.olif+ngram": "cannot be read"}.items():
+        with pytest.raises(DrafterSpecError, match=msg):
+            parse_spec(bad)

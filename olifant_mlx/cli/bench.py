@@ -54,6 +54,7 @@ def cmd_bench(args) -> int:
     from olifant_mlx.files import check_file_path, write_atomic
     from olifant_mlx.measure.bench import (
         ModelRunner,
+        baseline,
         ReferenceRunner,
         Strategy,
         _fmt,
@@ -85,7 +86,8 @@ def cmd_bench(args) -> int:
         raise ValueError(f"--n-prompts (prompts in --config) must be a whole number >= 1, got {n_prompts!r}")
     for k in ks:                      # every argument checked before any model loads
         GenerationOptions(k=k, max_tokens=max_tokens)
-    specs = {name: parse_spec(spec) for name, spec in strategies.items()}
+    baselines = {name: baseline(spec) for name, spec in strategies.items() if baseline(spec)}
+    specs = {name: parse_spec(spec) for name, spec in strategies.items() if name not in baselines}
     texts = {t: read_prompts(p)[:n_prompts] for t, p in tasks.items()}
     results = Path(args.results)
     results.parent.mkdir(parents=True, exist_ok=True)
@@ -110,6 +112,15 @@ def cmd_bench(args) -> int:
         runner = ModelRunner(verifier, open_meter(args.energy))
     name, label = runner.name, runner.label
     drafters = {sname: Strategy(build_drafter(spec, ours), spec_identity(spec)) for sname, spec in specs.items()}
+    plain_mlx = [n for n, b in baselines.items() if not b.draft]   # the reference, run once
+    if reference and baselines:
+        Console(stderr=True).print(f"mlx-lm strategies need a real verifier: skipping "
+                                   f"{', '.join(baselines)}")
+    elif not reference:
+        for b in baselines.values():
+            b.load(ours.digest)
+        drafters.update({n: Strategy(b, b.name) for n, b in baselines.items() if n not in plain_mlx})
+    mlx_lm = not reference and (not args.no_mlx_lm or bool(plain_mlx))
     con = Console(stderr=True)
     skipped = read_results(results)[1]
     if skipped:
@@ -123,7 +134,7 @@ def cmd_bench(args) -> int:
         task = bar.add_task("bench", total=None)
         try:
             rows = sweep(runner, texts, drafters, ks, regimes, max_tokens, results,
-                         n_prompts=n_prompts,
+                         n_prompts=n_prompts, mlx_lm=mlx_lm,
                          on_progress=lambda done, total: bar.update(task, completed=done, total=total))
         except KeyboardInterrupt:
             con.print("interrupted: the results file is consistent; run again to resume")
@@ -138,7 +149,7 @@ def cmd_bench(args) -> int:
     paths.update(write_plots(cells, args.out_dir, note=label if reference else ""))
     t = Table(title=f"bench, verifier {name} ({label})")
     shown = ["task", "regime", "strategy", "k", "prompts", "tokens_per_s", "speedup",
-             "predicted_speedup", "acceptance", "mean_accepted_length", "rouge_l", "exact_match",
+             "speedup_vs_mlx_lm", "predicted_speedup", "acceptance", "mean_accepted_length", "rouge_l", "exact_match",
              "compute_cpu_s_per_100_tokens", "j_per_100_tokens", "tokens_per_joule"]
     for c in shown:
         t.add_column(c.replace("_", " "), justify="left" if c in ("task", "regime", "strategy") else "right")
@@ -169,8 +180,13 @@ def add_parsers(sub):
                    help="held-out corpus whose documents the task's prompts begin")
     b.add_argument("--prompts", nargs="+", metavar="TASK=FILE", help="prompt files per task")
     b.add_argument("--strategy", nargs="+", metavar="NAME=SPEC",
-                   help=f"drafters by name, SPEC one of {help_text()}; e.g. "
-                        "olifant=olifant:models/legal.olif ngram=ngram lookup=lookup")
+                   help=f"drafters by name, SPEC one of {help_text()}, or mlx-lm[:MODEL] "
+                        "(mlx-lm's own stream_generate, with MODEL as its draft_model; KV regime "
+                        "only); e.g. olifant=olifant:models/legal.olif ngram=ngram lookup=lookup "
+                        "mlx-draft=mlx-lm:smollm2-135m")
+    b.add_argument("--no-mlx-lm", action="store_true",
+                   help="do not also run mlx-lm's plain stream_generate on every prompt (the "
+                        "second reference of every speedup: the speedup vs mlx-lm column)")
     b.add_argument("--config", help="TOML with model, [tasks], [strategies], ks, regimes, prompts, max_tokens")
     b.add_argument("-k", nargs="+", type=draft_tokens, help="draft lengths to sweep")
     b.add_argument("--regimes", nargs="+", choices=["kv", "uncached"])

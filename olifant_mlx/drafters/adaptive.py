@@ -12,9 +12,13 @@ the draft that maximises expected tokens emitted per unit of verifier time:
     KV cache (the first draft is checked for free against the token the previous pass
     already gave: the rejection fast path; a plain step is a 1-token pass):
         E(j) = 1 + p_1 sum_{2<=i<=j} prod_{2<=m<=i} p_m  cost(j) = (1 - p_1)(a + b) + p_1 (a + b j)
+    KV cache, a pass led by the previous pass's correction (fed first, the drafts after it):
+        E(j) = 1 + sum_{i<=j} prod_{m<=i} p_m            cost(j) = a + b (1 + j)
 
-A drafter with several candidate drafts (the hybrid: session, history, IGTree) gets the one
-with the best rate. So weak IGTree answers (shallow match, low share) are cut, a run of rejections lowers the
+A drafter with several candidate drafts (the hybrid: session, history, IGTree, extra sources)
+gets the one with the best rate. The estimates learn from every candidate offered, scored
+against the verifier's tokens as far as each pass made them known, not only from the one
+proposed. So weak IGTree answers (shallow match, low share) are cut, a run of rejections lowers the
 estimates until drafting stops, long drafts are kept only while the session's own text keeps
 being accepted, and the estimates decay back to the prior when unused (which is how a paused
 drafter probes again). The draft is unchanged, only shortened: output stays exactly the
@@ -142,9 +146,62 @@ def best_rate(p, cost, kv_cache: bool, context_len: int = 0):
     return best, best_j
 
 
+def known_outcome(step, tokens, i):
+    """Whether a draft's i-th token (its first i all right) is the verifier's, as far as a
+    Step shows: True, False, or None when the verifier's token there is not known."""
+    if i < len(step.emitted):
+        return tokens[i] == step.emitted[i]
+    n = len(step.drafted)
+    if not step.finished and i == step.accepted < n and list(tokens[:i + 1]) == list(step.drafted[:i + 1]):
+        return False      # the rejected draft whose correction was held back (not emitted)
+    return None
+
+
+class CandidateLearner:
+    """Per-signal acceptance estimates learnt from every candidate a drafter offered, not only
+    the one proposed: after each pass the verifier's tokens are known as far as it emitted,
+    so each candidate's tokens are scored against them up to its first miss (a candidate's
+    token counts only once the ones before it are right, like a verified draft's)."""
+
+    def __init__(self, prior: float = 0.5, half_life: float = 48.0):
+        self.acceptance = AcceptanceEstimate(prior, half_life=half_life)
+        self.offered = []
+
+    def p(self, signals) -> list:
+        return [self.acceptance.p(s) for s in signals]
+
+    def expected(self, signals) -> float:
+        """Expected accepted tokens of a whole draft: sum over i of prod_{m<=i} p_m."""
+        total, run = 0.0, 1.0
+        for q in self.p(signals):
+            run *= q
+            total += run
+        return total
+
+    def learn(self, step):
+        seen = set()
+        for tokens, signals in self.offered:
+            key = (tuple(tokens), tuple(signals))
+            if key in seen:
+                continue
+            seen.add(key)
+            for i, sig in enumerate(signals):
+                ok = known_outcome(step, tokens, i)
+                if ok is None:
+                    break
+                self.acceptance.update(sig, ok)
+                if not ok:
+                    break
+        self.offered = []
+        self.acceptance.tick()
+
+
 class AdaptiveDrafter(DrafterBase):
     """Any drafter, with a per-step draft length chosen as above, at most the requested k.
-    The engine reports each verifier pass through `observe(step, kv_cache)`."""
+    The engine reports each verifier pass through `observe(step, kv_cache)`; a step whose
+    `next_led` is set says the next pass is led by its correction (KV cache), so no draft of
+    that pass is checked for free: it then feeds 1 + j tokens and the uncached formula applies
+    with a context of one token (j = 0 just feeds the correction)."""
 
     def __init__(self, inner, prior: float = 0.5, half_life: float = 48.0,
                  rel_slope: float = 0.1):
@@ -154,36 +211,40 @@ class AdaptiveDrafter(DrafterBase):
         self.wants_bos = inner.wants_bos
         self.cost = PassCost(rel_slope)   # the verifier's speed outlives one generation
         self.kv_cache = True              # until the engine says otherwise
+        self.led = False                  # the next pass is led by a correction
 
     def start(self, prompt):
         self.inner.start(prompt)
-        self.acceptance = AcceptanceEstimate(self.prior, half_life=self.half_life)
+        self.learner = CandidateLearner(self.prior, self.half_life)
+        self.acceptance = self.learner.acceptance
         self.signals = []
+        self.led = False
         self.lengths = []                 # kept draft length per step, for inspection
 
     def draft_scored(self, context, k):
         # a drafter with several candidates (the hybrid) lets the estimates choose among them
         best, tokens, signals, j = -1.0, [], [], 0
-        for drafts, sigs in self.inner.candidates(context, k):
-            p = [self.acceptance.p(s) for s in sigs]
-            # uncached, a pass feeds the verifier's whole sequence (about the context: BOS aside)
-            rate, n = best_rate(p, self.cost, self.kv_cache, len(context))
+        offered = self.inner.candidates(context, k)
+        for drafts, sigs in offered:
+            p = self.learner.p(sigs)
+            if self.kv_cache and self.led:
+                rate, n = best_rate(p, self.cost, False, 1)     # a pass of 1 + j tokens
+            else:
+                # uncached, a pass feeds the verifier's whole sequence (about the context: BOS aside)
+                rate, n = best_rate(p, self.cost, self.kv_cache, len(context))
             if rate > best:
                 best, tokens, signals, j = rate, drafts, sigs, n
+        self.learner.offered = [(list(d), list(s)) for d, s in offered]
         self.signals = signals[:j]
         self.lengths.append(j)
         return Draft(tokens[:j], self.signals)
 
     def observe(self, step, kv_cache: bool):
         self.kv_cache = kv_cache
+        self.led = kv_cache and step.next_led
         self.cost.observe(step.forward_tokens, step.verify_s)
-        n = len(step.drafted)
-        # drafts up to the first rejection were tested; after a cut at EOS / max_tokens only
-        # the accepted ones are known
-        tested = step.accepted if step.finished or step.accepted == n else step.accepted + 1
-        for i in range(min(tested, len(self.signals))):
-            self.acceptance.update(self.signals[i], i < step.accepted)
-        self.acceptance.tick()
+        self.learner.learn(step)
+        self.inner.observe(step, kv_cache)
 
     def accept(self, tokens):
         self.inner.accept(tokens)

@@ -1,30 +1,53 @@
-"""The hybrid drafter: the session's own text first, then earlier sessions, then the IGTree."""
+"""The hybrid drafter: a choice among candidate drafts, made per step by expected accepted tokens.
+
+Candidates: the session's own text (the continuation after the latest earlier occurrence of the
+context's last 4..2 tokens), earlier sessions (an opt-in history), any extra sources given to
+it (a drafter that offers `candidates` or `draft_scored` with Signals, e.g. a corpus index),
+the IGTree's chain, and the continuation after a one-token match. Each drafted token carries a
+Signal (how it was found); per signal, a recency-weighted acceptance estimate is learnt from
+every candidate, scored against the verifier's tokens after each pass (CandidateLearner). The
+hybrid proposes the candidate with the most expected accepted tokens; `adaptive:hybrid`
+chooses among the same candidates by expected tokens per verifier second, and its length too.
+"""
 from __future__ import annotations
 
+from olifant_mlx.drafters.adaptive import CandidateLearner
 from olifant_mlx.drafters.base import EMPTY, Draft, DrafterBase
 from olifant_mlx.drafters.lookup import LookupDrafter
 from olifant_mlx.drafters.olifant import OlifantDrafter
 
 
 class HybridDrafter(DrafterBase):
-    """In order of preference: the continuation of the session's own text after a match of at
-    least `min_match` tokens (prompt lookup; a continuation that reaches the end of the
-    session repeats itself); with a `history`, what followed the same three tokens in an
-    earlier session (extended by the IGTree when short); the IGTree, each answer gated by
-    match depth and winner share; the continuation after a one-token match. `draft` takes the
-    first of these `candidates`; the adaptive drafter weighs them all. Without a draft model
-    (`olifant` None) it drafts from the session (and history) alone."""
+    """Candidates (see the module docstring): the session's own continuation after a match of
+    `min_match`..`max_match` tokens (a continuation that reaches the end of the session repeats
+    itself); with a `history`, what followed the same three tokens in an earlier session
+    (extended by the IGTree when short); every extra source's candidates; the IGTree chain; the
+    continuation after a one-token match. `draft` takes the one with the most expected accepted
+    tokens under the learnt estimates (ties: the earlier in that order). Without a draft model
+    (`olifant` None) it drafts from the session, history and sources alone."""
 
     def __init__(self, olifant: OlifantDrafter | None, min_match: int = 2, max_match: int = 4,
-                 name="hybrid", history=None):
+                 name="hybrid", history=None, sources=(), prior: float = 0.5,
+                 half_life: float = 48.0):
         self.olifant = olifant
         self.history = history    # an opt-in SessionHistory: earlier sessions, after this one
+        self.sources = list(sources)
         self.lookup = LookupDrafter(max_ngram=max_match, min_ngram=min_match, repeat=True)
         self.short_lookup = LookupDrafter(max_ngram=min_match - 1, min_ngram=1, repeat=True)
         self.name = name
+        self.prior, self.half_life = prior, half_life
+        self.learner = CandidateLearner(prior, half_life)
+
+    def start(self, prompt):
+        for s in self.sources:
+            s.start(prompt)
+        self.learner = CandidateLearner(self.prior, self.half_life)
+
+    def accept(self, tokens):
+        for s in self.sources:
+            s.accept(tokens)
 
     def _candidates(self, context, k):
-        """Drafts in order of preference, each computed only when asked for."""
         yield self.lookup.draft_scored(context, k)
         if self.history is not None:
             tokens, signals = self.history.continuation(context, k)
@@ -32,14 +55,29 @@ class HybridDrafter(DrafterBase):
                 more = self.olifant.draft_scored(list(context) + tokens, k - len(tokens))
                 tokens, signals = tokens + more.tokens, signals + more.signals
             yield Draft(tokens, signals)
+        for s in self.sources:
+            yield from s.candidates(context, k)
         if self.olifant is not None:
             yield self.olifant.draft_scored(context, k)
         if self.short_lookup.max_ngram >= 1:
             yield self.short_lookup.draft_scored(context, k)
 
     def candidates(self, context, k):
-        """Every non-empty draft the hybrid could propose, in order of preference."""
-        return [c for c in self._candidates(context, k) if c.tokens]
+        """Every non-empty draft the hybrid could propose, in the order above."""
+        return [Draft(list(c.tokens[:k]), list(c.signals[:k])) for c in self._candidates(context, k)
+                if c.tokens]
 
     def draft_scored(self, context, k):
-        return next((c for c in self._candidates(context, k) if c.tokens), EMPTY)
+        offered = self.candidates(context, k)
+        self.learner.offered = offered
+        best, choice = -1.0, EMPTY
+        for c in offered:
+            e = self.learner.expected(c.signals)
+            if e > best:
+                best, choice = e, c
+        return choice
+
+    def observe(self, step, kv_cache: bool):
+        self.learner.learn(step)
+        for s in self.sources:
+            s.observe(step, kv_cache)

@@ -3,7 +3,8 @@ loaded, and writes the help text every surface shows (the energy backends' patte
 
 A spec is `KIND` or `KIND:ARG`: `auto` (the default everywhere: the best drafter available
 for the verifier), `none`, `olifant:PATH`, `ngram[:N]`, `ngram-words[:N]`, `lookup[:N]`,
-`neural:MODEL`, `hybrid[:PATH]`, `adaptive:SPEC` (any other spec, its length chosen per step).
+`neural:MODEL`, `hybrid[:PATH][+SPEC...]` (extra candidate sources after the draft model),
+`adaptive:SPEC` (any other spec, its length chosen per step).
 """
 from __future__ import annotations
 
@@ -23,16 +24,19 @@ class DrafterSpecError(ValueError):
 
 @dataclass(frozen=True)
 class DrafterSpec:
-    """A parsed, validated spec. `inner` is the wrapped spec of `adaptive:`."""
+    """A parsed, validated spec. `inner` is the wrapped spec of `adaptive:`; `sources` the
+    extra candidate sources of `hybrid:PATH+SPEC+...`."""
     kind: str
     arg: str = ""
     inner: DrafterSpec | None = None
+    sources: tuple = ()
 
     @property
     def text(self) -> str:
         if self.inner is not None:
             return f"{self.kind}:{self.inner.text}"
-        return f"{self.kind}:{self.arg}" if self.arg else self.kind
+        arg = "+".join([self.arg] + [s.text for s in self.sources]) if self.sources else self.arg
+        return f"{self.kind}:{arg}" if arg else self.kind
 
     @property
     def model_file(self) -> str | None:
@@ -56,12 +60,13 @@ class DrafterKind:
     summary: str
     build: Callable          # (spec, tokenizer, history) -> Drafter
     default: int | None = None
+    more: str = ""           # what may follow the argument, for the usage (hybrid: +SPEC...)
 
     @property
     def usage(self) -> str:
         return {"": self.name, "int": f"{self.name}[:N]", "file": f"{self.name}:PATH",
                 "optfile": f"{self.name}[:PATH]", "model": f"{self.name}:MODEL",
-                "spec": f"{self.name}:SPEC"}[self.arg]
+                "spec": f"{self.name}:SPEC"}[self.arg] + self.more
 
 
 KINDS: dict[str, DrafterKind] = {}
@@ -110,6 +115,8 @@ def parse_spec(text: str, check_files: bool = True) -> DrafterSpec:
         if not arg.isdigit() or not 1 <= int(arg) <= 16:
             raise DrafterSpecError(f"drafter {text!r}: N must be a whole number from 1 to 16")
         return DrafterSpec(kind, arg)
+    if kind == "hybrid" and "+" in arg:
+        return _parse_hybrid(text, arg, check_files)
     if k.arg == "optfile" and not arg:
         return DrafterSpec(kind)
     if not arg:
@@ -122,6 +129,28 @@ def parse_spec(text: str, check_files: bool = True) -> DrafterSpec:
     if k.arg in ("file", "optfile") and check_files:
         _check_model_file(arg, text)
     return DrafterSpec(kind, arg)
+
+
+# drafters that cannot be a hybrid's extra source: they choose among candidates themselves
+NOT_SOURCES = ("auto", "none", "hybrid", "adaptive")
+
+
+def _parse_hybrid(text: str, arg: str, check_files: bool) -> DrafterSpec:
+    """`hybrid:PATH+SPEC+...`: the draft model (PATH may be empty), then extra candidate
+    sources, each any drafter spec but auto, none, hybrid and adaptive."""
+    path, *rest = arg.split("+")
+    if path and check_files:
+        _check_model_file(path, text)
+    sources = []
+    for item in rest:
+        if not item:
+            raise DrafterSpecError(f"drafter {text!r}: an empty source after '+'")
+        src = parse_spec(item, check_files)
+        if src.kind in NOT_SOURCES:
+            raise DrafterSpecError(f"drafter {text!r}: {src.kind} cannot be a hybrid's source "
+                                   f"(use a drafter that proposes drafts itself)")
+        sources.append(src)
+    return DrafterSpec("hybrid", path, sources=tuple(sources))
 
 
 def build_drafter(spec, tokenizer=None, history=None) -> Drafter:
@@ -201,13 +230,14 @@ def _build_neural(spec, tokenizer, history):
 
 
 def _build_hybrid(spec, tokenizer, history):
+    from olifant_mlx.drafters.base import as_drafter
     from olifant_mlx.drafters.hybrid import HybridDrafter
     from olifant_mlx.drafters.olifant import OlifantDrafter
 
-    # weak IGTree answers are not worth verifying when the session's text is there instead
-    olifant = (OlifantDrafter(_olifant_model(spec.arg, tokenizer), min_depth=2, min_share=0.2)
-               if spec.arg else None)
-    return HybridDrafter(olifant, history=history)
+    # the whole IGTree chain: the learnt per-signal estimates, not a fixed gate, weigh it
+    olifant = OlifantDrafter(_olifant_model(spec.arg, tokenizer)) if spec.arg else None
+    sources = [as_drafter(build_drafter(s, tokenizer)) for s in spec.sources]
+    return HybridDrafter(olifant, history=history, sources=sources)
 
 
 def resolve_auto(tokenizer, dirs=None) -> DrafterSpec:
@@ -243,8 +273,9 @@ for _kind in (
     DrafterKind("lookup", "int", "prompt lookup: copy what followed the last N tokens (default 3)",
                 _build_lookup, 3),
     DrafterKind("neural", "model", "a small mlx-lm model with the verifier's tokenizer", _build_neural),
-    DrafterKind("hybrid", "optfile", "the session's own text first, then the IGTree if given",
-                _build_hybrid),
+    DrafterKind("hybrid", "optfile", "a per-step choice by expected accepted tokens among the "
+                                     "session's own text, the IGTree if given and any +SPEC sources",
+                _build_hybrid, more="[+SPEC...]"),
     DrafterKind("adaptive", "spec", "any drafter, its draft length chosen per step by cost",
                 _build_adaptive),
 ):

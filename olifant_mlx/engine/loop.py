@@ -4,13 +4,22 @@
 token is accepted only if it equals the verifier's own choice at its position, so the output
 is token for token the verifier's plain output. Two regimes, one class each:
 
-- `CachedVerification`: prefill once; the verifier's next token is already known from the
-  previous pass, so the first draft is checked against it for free (rejection fast path: a
-  rejected step costs one 1-token pass, like plain decoding); only an accepted first draft
-  pays for the k-token pass, after which the cache is rolled back to the accepted prefix.
+- `CachedVerification`: prefill once. After every pass the verifier's next token is known. When
+  the drafter has not yet guessed at that position, it is held back and the first draft is
+  checked against it for free (the rejection fast path: a wrong first draft costs one 1-token
+  pass, like plain decoding; only a right one pays for the k-token pass). When the drafter's
+  guess there was just rejected — a partially accepted pass ends with the verifier's correction
+  — a second guess would be the same rejected token, so the correction is emitted at once and
+  leads the next pass, with the drafts that follow it (as mlx-lm does): a "led" pass. After a
+  multi-token pass the cache is rolled back to the accepted prefix.
 - `UncachedVerification`: every step feeds the whole sequence (context + k drafts) in one
   pass; the logits at positions ctx-1 .. ctx+k-1 decide the accepted prefix and give one
   more token (k+1 predictions per pass).
+
+Where the next pass does not depend on the result of the current one, it is queued before that
+result is read (`mx.async_eval`, as mlx-lm's generate_step does): plain steps queue the next
+1-token pass on the still-unevaluated token, and the 1-token pass after a fast-path rejection
+runs while the drafter drafts the next step.
 """
 from __future__ import annotations
 
@@ -72,30 +81,68 @@ def _check_prompt(prompt, vocab_size):
 @dataclass
 class Verdict:
     """What one pass decided: the tokens to emit, how many drafts were accepted, the
-    verifier's own emitted token (correction or bonus), and the pass's size."""
+    verifier's own emitted token (correction or bonus), the pass's size, whether it was led by
+    the previous pass's correction and whether the next one will be, and the draft the
+    verifier rejected, as (position, token), if any."""
     emitted: list
     accepted: int
     own: int | None
     fast_path: bool
     forward_tokens: int
+    led: bool = False
+    next_led: bool = False
+    rejected: tuple | None = None
 
 
 class CachedVerification:
-    """KV-cached regime with the rejection fast path (see the module docstring)."""
+    """KV-cached regime with the rejection fast path and correction-led passes (see the module
+    docstring). The cache always holds the whole sequence but, after a led pass's correction,
+    its last token; `lead` False is the older rule (every correction held back for a free
+    check of the next draft, which the drafter then usually re-proposes), kept to measure
+    against."""
 
-    def __init__(self, model, prompt, pick, max_kv_size=None, on_prefill=None):
-        self.model, self.pick = model, pick
+    def __init__(self, model, prompt, pick, max_kv_size=None, on_prefill=None, lead: bool = True):
+        self.model, self.pick, self.lead = model, pick, lead
         self.cache = kv.make_cache(model, max_kv_size)
-        self.next_token = pick(kv.prefill(model, self.cache, prompt, on_progress=on_prefill),
-                               len(prompt), prompt)
-        self.pending = None        # the verifier's token after the accepted run, not yet emitted
+        logits = kv.prefill(model, self.cache, prompt, on_progress=on_prefill)
+        self._set_next(logits, len(prompt), prompt)
+        self.led = False          # the sequence's last token is an emitted correction, not yet fed
+        self.to_feed = False      # the token just emitted must be fed to know the next one
 
-    def verify(self, seq, drafts) -> Verdict:
+    # the verifier's next token: lazily computed (mx array) until read
+    def _set_next(self, logits, position, context):
+        lazy = self.pick.lazy(logits, position, context)
+        if lazy is None:
+            self._next, self._next_int = None, self.pick(logits, position, context)
+        else:
+            mx.async_eval(lazy)
+            self._next, self._next_int = lazy, None
+
+    @property
+    def next_token(self) -> int:
+        if self._next_int is None:
+            self._next_int = int(self._next.item())
+        return self._next_int
+
+    def _hold(self, token: int):
+        self._next, self._next_int = None, int(token)
+
+    def verify(self, seq, drafts, room: int) -> Verdict:
+        if self.led:
+            return self._led_pass(seq, drafts)
+        if not drafts and room > 1 and self._next_int is None and self.pick.lazy_ok:
+            # plain step: queue the next pass on the token before reading it (mlx-lm's overlap;
+            # no logits processor here, so the pick needs no context)
+            y_lazy = self._next
+            self._set_next(self.model(y_lazy.reshape(1, 1), cache=self.cache)[0, -1], len(seq) + 1, ())
+            y = int(y_lazy.item())
+            return Verdict([y], 0, y, False, 1)
         y = self.next_token
         if not drafts or drafts[0] != y:
             # plain step, or the fast path: the first draft is already known to be wrong
-            self.pending = None
-            return Verdict([y], 0, y, bool(drafts), 0)
+            rejected = (len(seq), drafts[0]) if drafts else None
+            self.to_feed = True
+            return Verdict([y], 0, y, bool(drafts), 0, rejected=rejected)
         snap = kv.snapshot(self.cache)
         preds = self.pick(self.model(mx.array(drafts)[None], cache=self.cache)[0], len(seq) + 1,
                           seq + drafts)
@@ -103,33 +150,65 @@ class CachedVerification:
         while a < len(drafts) and preds[a - 1] == drafts[a]:
             a += 1
         kv.rollback(self.model, self.cache, len(drafts), drafts[:a], snap)
-        self.pending = preds[a - 1]
-        return Verdict(drafts[:a], a, None, False, len(drafts))
+        c = preds[a - 1]
+        if a == len(drafts):                       # all accepted: the bonus token is held back
+            self._hold(c)
+            return Verdict(drafts, a, None, False, len(drafts))
+        rejected = (len(seq) + a, drafts[a])
+        if not self.lead:                          # the older rule: hold the correction too
+            self._hold(c)
+            return Verdict(drafts[:a], a, None, False, len(drafts), rejected=rejected)
+        self.led = True
+        return Verdict(drafts[:a] + [c], a, c, False, len(drafts), next_led=True, rejected=rejected)
+
+    def _led_pass(self, seq, drafts) -> Verdict:
+        """The correction (seq's last token, not yet fed) and the drafts that follow it, in one
+        pass; a pass without drafts just feeds the correction and holds the token after it."""
+        feed = [seq[-1]] + drafts
+        snap = kv.snapshot(self.cache) if drafts else None
+        preds = self.pick(self.model(mx.array(feed)[None], cache=self.cache)[0], len(seq), seq + drafts)
+        a = 0
+        while a < len(drafts) and preds[a] == drafts[a]:
+            a += 1
+        if drafts:
+            kv.rollback(self.model, self.cache, len(feed), feed[:a + 1], snap)
+        c = preds[a]
+        if a == len(drafts):                       # all accepted (or none drafted): hold it
+            self.led = False
+            self._hold(c)
+            return Verdict(drafts, a, None, False, len(feed), led=True)
+        return Verdict(drafts[:a] + [c], a, c, False, len(feed), led=True, next_led=True,
+                       rejected=(len(seq) + a, drafts[a]))
 
     def advance(self, seq, verdict: Verdict) -> None:
-        """Know the next token before the next step: from the accepted pass, or by feeding
-        the token just emitted (a 1-token pass, counted in the verdict)."""
-        if self.pending is not None:
-            self.next_token, self.pending = self.pending, None
+        """Know the next token before the next step: from the pass just made, or by feeding
+        the token just emitted (a 1-token pass, counted in the verdict; queued, not awaited,
+        so that the next draft is made while it runs)."""
+        if not self.to_feed:
             return
-        self.next_token = self.pick(
-            self.model(mx.array(verdict.emitted[-1:])[None], cache=self.cache)[0, -1], len(seq), seq)
+        self.to_feed = False
+        logits = self.model(mx.array(seq[-1:])[None], cache=self.cache)[0, -1]
+        self._set_next(logits, len(seq), seq)
         verdict.forward_tokens = 1
 
 
 class UncachedVerification:
     """Uncached regime: the whole sequence and the drafts in one pass, every step."""
 
+    led = False
+
     def __init__(self, model, prompt, pick):
         self.model, self.pick = model, pick
 
-    def verify(self, seq, drafts) -> Verdict:
+    def verify(self, seq, drafts, room: int) -> Verdict:
         logits = self.model(mx.array(seq + drafts)[None])[0, len(seq) - 1:]
         preds = self.pick(logits, len(seq), seq + drafts)
         a = 0
         while a < len(drafts) and preds[a] == drafts[a]:
             a += 1
-        return Verdict(drafts[:a] + [preds[a]], a, preds[a], False, len(seq) + len(drafts))
+        rejected = (len(seq) + a, drafts[a]) if a < len(drafts) else None
+        return Verdict(drafts[:a] + [preds[a]], a, preds[a], False, len(seq) + len(drafts),
+                       rejected=rejected)
 
     def advance(self, seq, verdict: Verdict) -> None:
         pass
@@ -149,13 +228,14 @@ def generate_steps(model, prompt, drafter=None, k: int = 3, max_tokens: int = 10
                    kv_cache: bool = True, eos_ids=(), max_kv_size: int | None = None,
                    bos_id: int | None = None, stats: Stats | None = None,
                    sampling: Sampling | None = None, on_prefill=None, processors=(),
-                   vocab_size: int | None = None):
+                   vocab_size: int | None = None, lead: bool = True):
     """Yield a Step per verifier pass until max_tokens or an EOS token (not emitted).
     Greedy by default; with `sampling`, the verifier samples (see Sampling); `processors`
     (mlx-lm logits processors: processor(tokens, logits) -> logits) shape every choice. The
     drafter sees the prompt without a leading BOS unless it `wants_bos`. `vocab_size`
     (default: found on the model) bounds the ids: a prompt id outside it is refused, drafts are
-    cut before one."""
+    cut before one. `lead` False keeps the older KV rule (corrections held back for the next
+    step's free check), for measuring."""
     if not 0 <= k <= MAX_K:
         raise ValueError(f"k must be between 0 and {MAX_K}, got {k}")
     if max_tokens < 0:
@@ -175,28 +255,33 @@ def generate_steps(model, prompt, drafter=None, k: int = 3, max_tokens: int = 10
     pick = picker(sampling, processors)
     t0 = time.perf_counter()
     if kv_cache:
-        verifier = CachedVerification(model, prompt, pick, max_kv_size, on_prefill)
+        verifier = CachedVerification(model, prompt, pick, max_kv_size, on_prefill, lead)
         stats.prefill_s = time.perf_counter() - t0
     else:
         verifier = UncachedVerification(model, prompt, pick)
-    produced, index = 0, 0
+    produced, index, rejected = 0, 0, None
     while True:
         ts = time.perf_counter()
+        led = verifier.led
         drafts = [int(t) for t in drafter.draft(seq[skip:], k)[:k]] if k else []
         drafts = _in_vocabulary(drafts, vocab_size)
         td = time.perf_counter()
-        verdict = verifier.verify(seq, drafts)
+        # the first draft is the token the verifier just rejected at this very position
+        reproposed = bool(drafts) and rejected == (len(seq), drafts[0])
+        verdict = verifier.verify(seq, drafts, max_tokens - produced)
         kept, reason = _cut(verdict.emitted, eos, max_tokens - produced)
         seq.extend(kept)
         produced += len(kept)
         if not reason:
             verifier.advance(seq, verdict)
         te = time.perf_counter()
+        rejected = verdict.rejected
         step = Step(index=index, drafted=drafts, accepted=min(verdict.accepted, len(kept)),
                     emitted=kept, verifier_token=verdict.own if verdict.own in kept else None,
                     fast_path=verdict.fast_path, forward_tokens=verdict.forward_tokens,
                     draft_s=td - ts, verify_s=te - td, step_s=te - ts,
-                    finished=bool(reason), stop_reason=reason)
+                    finished=bool(reason), stop_reason=reason, led=led,
+                    next_led=verdict.next_led and not reason, reproposed=reproposed)
         stats.add(step)
         drafter.accept(kept)
         drafter.observe(step, kv_cache)

@@ -26,8 +26,8 @@ class Sampling:
     top_k: int = 0            # 0: off
     min_p: float = 0.0        # 0: off
 
-    def pick(self, logits, first_position: int) -> list:
-        """One token per row of logits; row i is the token at first_position + i."""
+    def filtered(self, logits):
+        """Logits (rows, vocab) scaled by the temperature, filtered by top-k, top-p, min-p."""
         logits = logits.reshape(-1, logits.shape[-1]).astype(mx.float32) / self.temperature
         if 0 < self.top_k < logits.shape[-1]:
             kth = mx.sort(logits, axis=-1)[:, -self.top_k][:, None]
@@ -43,11 +43,21 @@ class Sampling:
             probs = mx.softmax(logits, axis=-1)
             floor = self.min_p * mx.max(probs, axis=-1, keepdims=True)
             logits = mx.where(probs >= floor, logits, -mx.inf)
-        out = []
-        for i in range(logits.shape[0]):
-            key = mx.random.key((self.seed * 1_000_003 + first_position + i) % (1 << 63))
-            out.append(int(mx.random.categorical(logits[i], key=key).item()))
-        return out
+        return logits
+
+    def draw(self, row, position: int):
+        """The token at `position` from one filtered row, as a lazy 0-d array."""
+        key = mx.random.key((self.seed * 1_000_003 + position) % (1 << 63))
+        return mx.random.categorical(row, key=key)
+
+    def pick(self, logits, first_position: int) -> list:
+        """One token per row of logits; row i is the token at first_position + i."""
+        logits = self.filtered(logits)
+        return [int(self.draw(logits[i], first_position + i).item()) for i in range(logits.shape[0])]
+
+    def pick_lazy(self, logits, position: int):
+        """The token at `position` from one row of logits, not yet evaluated."""
+        return self.draw(self.filtered(logits)[0], position)
 
 
 def picker(sampling: Sampling | None, processors=()):
@@ -75,4 +85,16 @@ def picker(sampling: Sampling | None, processors=()):
             return mx.argmax(logits, axis=-1).tolist()
         out = sampling.pick(logits, position)
         return out[0] if logits.ndim == 1 else out
+
+    def lazy(logits, position, context=()):
+        """One position's token as an unevaluated 0-d array (mx.async_eval can start it while
+        Python goes on); None where a logits processor needs the tokens themselves."""
+        if processors:
+            return None
+        if sampling is None:
+            return mx.argmax(logits, axis=-1)
+        return sampling.pick_lazy(logits, position)
+
+    pick.lazy = lazy
+    pick.lazy_ok = not processors
     return pick

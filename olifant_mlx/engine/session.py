@@ -235,7 +235,10 @@ class Result:
 
 
 class Session:
-    """A verifier, a drafter and default options, turning prompts into streams of Responses."""
+    """A verifier, a drafter and default options, turning prompts into streams of Responses.
+    `lead` False keeps the engine's older KV rule (a correction held back for the next step's
+    free check), for measuring against it."""
+    lead = True
 
     def __init__(self, verifier, drafter="none", options: GenerationOptions | None = None,
                  meter=None):
@@ -366,7 +369,8 @@ class Session:
                               kv_cache=opts.kv_cache, eos_ids=eos_ids,
                               max_kv_size=opts.max_kv_size, bos_id=v.bos_id, stats=stats,
                               sampling=opts.sampling, on_prefill=on_prefill,
-                              processors=opts.processors(), vocab_size=self.vocab_size)
+                              processors=opts.processors(), vocab_size=self.vocab_size,
+                              lead=self.lead)
 
     def _finish(self, ids, tokens, stats, drafter, start):
         """Energy of the generation; the opt-in history remembers prompt and output."""

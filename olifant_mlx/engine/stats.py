@@ -18,6 +18,9 @@ class Step:
     step_s: float
     finished: bool = False
     stop_reason: str = ""       # "eos" | "max_tokens" when finished
+    led: bool = False           # KV regime: the pass was led by the previous step's correction
+    next_led: bool = False      # ... and the next one will be (its drafts follow this correction)
+    reproposed: bool = False    # the first draft is the token the verifier just rejected there
 
 
 @dataclass
@@ -34,6 +37,9 @@ class Stats:
     verify_s: float = 0.0
     fast_path_steps: int = 0
     forward_tokens: int = 0         # tokens fed to the verifier after the prefill
+    partial_steps: int = 0          # passes that verified drafts and rejected one
+    led_steps: int = 0              # KV passes led by the previous pass's correction
+    reproposals: int = 0            # first drafts that re-proposed a token just rejected there
     stop_reason: str = ""
     extra: dict = field(default_factory=dict)
 
@@ -47,6 +53,9 @@ class Stats:
         self.verify_s += s.verify_s
         self.fast_path_steps += s.fast_path
         self.forward_tokens += s.forward_tokens
+        self.partial_steps += bool(s.drafted) and not s.fast_path and s.accepted < len(s.drafted)
+        self.led_steps += s.led
+        self.reproposals += s.reproposed
         if s.finished:
             self.stop_reason = s.stop_reason
 

@@ -154,38 +154,144 @@ def as_strategy(drafter) -> Strategy:
     return drafter if isinstance(drafter, Strategy) else Strategy(drafter, drafter_identity(drafter))
 
 
-class ModelRunner:
-    """Generations on a loaded verifier, through the Session API (energy from `meter`)."""
+MLX_LM = "mlx-lm"
 
-    def __init__(self, verifier, meter=None):
+
+class MlxLm:
+    """The user's alternative as a strategy: mlx-lm's own `stream_generate`, plain, or with a
+    `draft_model` (an mlx-lm model with the verifier's tokenizer, `num_draft_tokens` = k).
+    Spec: `mlx-lm` or `mlx-lm:MODEL` (a verifier spec, e.g. the verifier itself). It has only
+    the KV regime; its rows carry what its responses show (tokens from the draft model count as
+    accepted; a verifier pass ends with each token that is not)."""
+
+    def __init__(self, draft: str | None = None):
+        self.draft = draft or None
+        self.name = f"{MLX_LM}:{self.draft}" if self.draft else MLX_LM
+        self.draft_model = None
+
+    def load(self, tokenizer_digest=None):
+        """Load the draft model once (checked against the verifier's vocabulary digest)."""
+        if self.draft and self.draft_model is None:
+            from olifant_mlx.draftmodel.igtree import TokenizerMismatch
+            from olifant_mlx.verifier import load_verifier
+
+            v = load_verifier(self.draft)
+            if tokenizer_digest is not None and v.identity.digest != tokenizer_digest:
+                raise TokenizerMismatch(f"mlx-lm draft model {v.name!r} does not share the "
+                                        f"verifier's tokenizer")
+            self.draft_model = v.model
+        return self
+
+    def run(self, verifier, prompt_ids, k, max_tokens, eos_ids=None):
+        """(tokens, Stats) of one stream_generate; time is until the last response."""
+        from mlx_lm.generate import generation_stream, stream_generate
+
+        from olifant_mlx.engine import Stats
+        from olifant_mlx.mlx_setup import mx
+
+        kw = {"draft_model": self.draft_model, "num_draft_tokens": max(k, 1)} if self.draft else {}
+        tokens, drafted_tokens, passes = [], 0, 0
+        t0 = time.perf_counter()
+        last = None
+        for r in stream_generate(verifier.model, verifier.tokenizer, list(prompt_ids),
+                                 max_tokens=max_tokens, **kw):
+            last = r
+            if r.finish_reason is None or r.finish_reason == "length":
+                tokens.append(int(r.token))
+                drafted_tokens += bool(r.from_draft)
+                passes += not r.from_draft
+        seconds = time.perf_counter() - t0
+        mx.synchronize(generation_stream)   # a pass queued past the end: not anyone's time
+        st = Stats(tokens=len(tokens), steps=passes if self.draft else len(tokens),
+                   prompt_tokens=len(prompt_ids), stop_reason="eos" if last and last.finish_reason == "stop"
+                   else "max_tokens")
+        prompt_s = last.prompt_tokens / last.prompt_tps if last and last.prompt_tps else 0.0
+        st.prefill_s, st.decode_s = prompt_s, max(seconds - prompt_s, 0.0)
+        if self.draft:
+            st.accepted, st.drafted = drafted_tokens, passes * max(k, 1)
+            st.forward_tokens = passes * (max(k, 1) + 1)
+        else:
+            st.forward_tokens = len(tokens)
+        st.extra.update(verifier=verifier.name, drafter=self.name)
+        return tokens, st
+
+
+def baseline(spec: str) -> MlxLm | None:
+    """An mlx-lm strategy for a bench spec `mlx-lm[:MODEL]`, else None (a drafter spec)."""
+    kind, _, arg = (spec or "").partition(":")
+    return MlxLm(arg) if kind == MLX_LM else None
+
+
+class ModelRunner:
+    """Generations on a loaded verifier, through the Session API (energy from `meter`); an
+    `MlxLm` strategy runs mlx-lm's stream_generate on the same verifier instead."""
+
+    def __init__(self, verifier, meter=None, lead: bool = True):
         self.verifier = verifier
         self.name = verifier.name
         self.identity = verifier_identity(verifier)
         self.meter = meter
         self.label = meter.info.label if meter is not None else "not measured"
+        self.lead = lead
 
     def prompt_id(self, prompt) -> str:
         return digest(prompt)
 
     def run(self, prompt, drafter, k, kv, max_tokens):
         """(tokens, Stats, energy window or None, CPU seconds) of one generation."""
+        if isinstance(drafter, MlxLm):
+            if not kv:
+                raise ValueError("mlx-lm's stream_generate has only the KV regime")
+            ids = self.verifier.encode(prompt) if isinstance(prompt, str) else list(prompt)
+            start = self.meter.mark() if self.meter is not None else None
+            cpu0 = time.process_time()
+            tokens, st = drafter.load(self.verifier.identity.digest).run(self.verifier, ids, k, max_tokens)
+            energy = self.meter.between(start, self.meter.mark()) if self.meter is not None else None
+            return tokens, st, energy, time.process_time() - cpu0
         session = Session(self.verifier, drafter, GenerationOptions(k=k, max_tokens=max_tokens,
                                                                     kv_cache=kv), self.meter)
+        session.lead = self.lead
         cpu0 = time.process_time()
         r = session.generate(prompt)
         return r.tokens, r.stats, r.energy, time.process_time() - cpu0
 
 
+class FixedCost:
+    """A verifier's pass time as a + b * tokens, fixed: what a cost-aware drafter plans with
+    when the passes it sees are not a real verifier's (reference-text mode)."""
+
+    def __init__(self, a: float = 1.0, b: float = 0.075):
+        self.a, self.b = a, b
+
+    def observe(self, tokens, seconds):
+        pass
+
+    def coefficients(self):
+        return self.a, self.b
+
+    def __call__(self, tokens):
+        return self.a + self.b * tokens
+
+
+# SmolLM2-135M on this project's CPU: a KV pass of 9 new tokens costs 1.65 one-token passes
+# (docs/bench-reference/calibration.json), about 1 + 0.075 per extra token
+REFERENCE_COST = FixedCost(1.0, 0.075)
+
+
 class ReferenceRunner:
     """`--verifier reference`: each held-out document's real continuation plays the
     verifier's output, through the same engine loop (olifant_mlx.engine.reference). Nothing
-    is timed as a verifier, so rows carry no compute and no energy."""
+    is timed as a verifier, so rows carry no compute and no energy. A cost-aware drafter (one
+    with a `cost` model, the adaptive drafter) plans with `cost`, a real verifier's cost curve,
+    since the stand-in's own pass times are no verifier's."""
     name = "reference"
     label = reference.LABEL
+    lead = True         # False: the engine's older KV rule (see Session.lead)
 
-    def __init__(self, tokenizer, continuations: dict):
+    def __init__(self, tokenizer, continuations: dict, cost=REFERENCE_COST):
         self.tokenizer = tokenizer          # our Tokenizer (encode without BOS)
         self.continuations = continuations  # prompt text -> the document's continuation text
+        self.cost = cost
         self.identity = digest("reference", tokenizer.name, tokenizer.vocab_size,
                                getattr(tokenizer, "digest", b"").hex())
 
@@ -194,11 +300,15 @@ class ReferenceRunner:
         return digest(prompt, self.continuations[prompt])
 
     def run(self, prompt, drafter, k, kv, max_tokens):
+        if hasattr(drafter, "cost") and hasattr(drafter.cost, "observe"):
+            drafter.cost = self.cost
         ids = self.tokenizer.encode(prompt)
         truth = self.tokenizer.encode(self.continuations[prompt])[:max_tokens]
         verifier = reference.ReferenceVerifier(self.tokenizer, ids, truth)
         options = GenerationOptions(k=k, max_tokens=len(truth), kv_cache=kv)
-        r = Session(verifier, drafter, options).generate(ids)
+        session = Session(verifier, drafter, options)
+        session.lead = self.lead
+        r = session.generate(ids)
         st = r.stats            # the stand-in verifier's time is no verifier's: only drafting counts
         st.prefill_s = st.decode_s = st.verify_s = 0.0
         return r.tokens, st, None, None
@@ -225,12 +335,15 @@ def alternating_rounds(runner, prompts, runners, rounds, max_tokens, kv) -> list
 
 
 def sweep(runner, tasks: dict, strategies: dict, ks, regimes, max_tokens: int, results,
-          n_prompts=None, on_progress=None):
+          n_prompts=None, on_progress=None, mlx_lm: bool = False):
     """Run every missing cell; append rows to `results`; return this sweep's rows (the file
     may hold others: other settings, verifiers or prompts).
 
     runner: a ModelRunner or a ReferenceRunner; tasks: {name: [prompt texts]}; strategies:
-    {name: drafter or Strategy} (a drafter resets itself in start(), so one serves every run).
+    {name: drafter, MlxLm or Strategy} (a drafter resets itself in start(), so one serves every
+    run; an MlxLm strategy runs in the KV regime only). With `mlx_lm` (a ModelRunner), mlx-lm's
+    plain stream_generate also runs on every prompt, right after our plain, as strategy
+    "mlx-lm" (k 0), the second reference of every speedup.
     """
     strategies = {name: as_strategy(s) for name, s in strategies.items()}
     fixed = {"verifier": runner.name, "verifier_id": runner.identity, "max_tokens": max_tokens}
@@ -239,12 +352,18 @@ def sweep(runner, tasks: dict, strategies: dict, ks, regimes, max_tokens: int, r
         return {**fixed, "task": task, "regime": regime, "strategy": strategy, "drafter": drafter,
                 "k": k, "prompt": i, "prompt_sha256": prompt_id}
 
+    def applies(s, regime):
+        return regime == "kv" or not isinstance(s.drafter, MlxLm)
+
+    refs = {MLX_LM: Strategy(MlxLm(), MLX_LM)} if mlx_lm else {}
+    later = [(name, s, 0) for name, s in refs.items()] + \
+        [(name, s, k) for name, s in strategies.items() for k in ks]
     done = {row_key(r): r for r in load_rows(results)}
     plan = [(task, regime, i, text, runner.prompt_id(text)) for task, texts in tasks.items()
             for regime in regimes for i, text in enumerate(texts[:n_prompts])]
     planned = [cell(task, regime, i, pid, "plain", "none", 0) for task, regime, i, _, pid in plan]
     planned += [cell(task, regime, i, pid, name, s.identity, k) for task, regime, i, _, pid in plan
-                for name, s in strategies.items() for k in ks]
+                for name, s, k in later if applies(s, regime)]
     total, finished = len(planned), sum(row_key(c) in done for c in planned)
     with open_results(results) as out:
         def record(row):
@@ -263,14 +382,13 @@ def sweep(runner, tasks: dict, strategies: dict, ks, regimes, max_tokens: int, r
                 ref, st, w, cpu = runner.run(text, None, 0, kv, max_tokens)
                 record(make_row(plain, ref, ref, st, w, cpu))
             ref_row = done[row_key(plain)]
-            for name, s in strategies.items():
-                for k in ks:
-                    c = cell(task, regime, i, pid, name, s.identity, k)
-                    if row_key(c) in done:
-                        continue
-                    out_tokens, st, w, cpu = runner.run(text, s.drafter, k, kv, max_tokens)
-                    record(make_row(c, out_tokens, ref_row["tokens"], st, w, cpu,
-                                    plain_s=ref_row["seconds"]))
+            for name, s, k in later:
+                c = cell(task, regime, i, pid, name, s.identity, k)
+                if row_key(c) in done or not applies(s, regime):
+                    continue
+                out_tokens, st, w, cpu = runner.run(text, s.drafter, k, kv, max_tokens)
+                record(make_row(c, out_tokens, ref_row["tokens"], st, w, cpu,
+                                plain_s=ref_row["seconds"]))
     return [done[row_key(c)] for c in planned]
 
 
@@ -309,6 +427,8 @@ def make_row(cell: dict, tokens, ref, stats, window, cpu_s, plain_s=None):
         "rouge_l": rouge_l(ref, tokens), "exact_match": tokens == ref,
         "plain_seconds": plain_s if plain_s is not None else d["seconds"],
         "tokens_per_step": n / d["steps"] if d["steps"] else None,
+        "partial_steps": d["partial_steps"], "led_steps": d["led_steps"],
+        "reproposals": d["reproposals"],
         "compute_cpu_s_per_100_tokens": 100.0 * cpu_s / n if n and cpu_s is not None else None,
         "energy_j": energy.get("energy_j"), "j_per_100_tokens": energy.get("j_per_100_tokens"),
         "tokens_per_joule": energy.get("tokens_per_joule"), "mean_power_w": energy.get("mean_power_w"),
@@ -323,21 +443,43 @@ def _mean(xs):
 
 
 def aggregate(rows) -> list:
-    """One dict per (verifier, task, regime, strategy, k): the paper's table cells."""
+    """One dict per (verifier, task, regime, strategy, k): the paper's table cells.
+    `speedup_vs_mlx_lm` is the cell's throughput over mlx-lm's plain stream_generate (KV
+    cache) on the same prompts, where that ran."""
     cells = defaultdict(list)
+    mlx, plain = {}, {}
     for r in rows:
         cells[(r["verifier"], r["task"], r["regime"], r["strategy"], r["k"])].append(r)
+        if r["strategy"] == MLX_LM and r["regime"] == "kv":
+            mlx[(r["verifier"], r["task"], r["prompt"])] = r
+        if r["strategy"] == "plain":
+            plain[(r["verifier"], r["task"], r["regime"], r["prompt"])] = r
     out = []
     for (v, task, regime, s, k), rs in sorted(cells.items()):
         secs = sum(r["seconds"] for r in rs)
         plain_secs = sum(r["plain_seconds"] for r in rs)
         n = sum(r["n_tokens"] for r in rs)
+        base = [mlx.get((v, task, r["prompt"])) for r in rs]
+        vs_mlx = None
+        if all(base) and secs and n:
+            b_secs, b_n = sum(b["seconds"] for b in base), sum(b["n_tokens"] for b in base)
+            vs_mlx = (n / secs) / (b_n / b_secs) if b_secs and b_n else None
         energy = [r["energy_j"] for r in rs]
         measured = all(e is not None for e in energy)
+        refs = [plain.get((v, task, regime, r["prompt"])) for r in rs]
+        modelled = None
+        if all(refs) and all("forward_tokens" in r for r in rs + refs):
+            ours_cost = sum(REFERENCE_COST.a * r["steps"] + REFERENCE_COST.b * r["forward_tokens"] for r in rs)
+            plain_cost = sum(REFERENCE_COST.a * r["steps"] + REFERENCE_COST.b * r["forward_tokens"] for r in refs)
+            modelled = plain_cost / ours_cost if ours_cost else None
         out.append({
             "verifier": v, "task": task, "regime": regime, "strategy": s, "k": k, "prompts": len(rs),
+            # verifier time modelled from the passes: each costs a + b * tokens fed (REFERENCE_COST)
+            "modelled_speedup": modelled,
             "tokens_per_s": n / secs if secs else None,
             "speedup": plain_secs / secs if secs and plain_secs else None,   # same prompts
+            "speedup_vs_mlx_lm": vs_mlx,
+            "tokens_per_pass": n / sum(r["steps"] for r in rs) if sum(r["steps"] for r in rs) else None,
             "acceptance": _mean(r["acceptance"] for r in rs),
             "mean_accepted_length": _mean(r["mean_accepted_length"] for r in rs),
             "rouge_l": _mean(r["rouge_l"] for r in rs),
@@ -347,6 +489,9 @@ def aggregate(rows) -> list:
             # verifier work: positions computed per output token (rows from older runs lack it)
             "verifier_tokens_per_token": (sum(r["forward_tokens"] for r in rs) / n
                                           if n and all("forward_tokens" in r for r in rs) else None),
+            # passes that rejected a draft, and first drafts re-proposing a token just rejected
+            "partial_steps": sum(r.get("partial_steps") or 0 for r in rs),
+            "reproposals": sum(r.get("reproposals") or 0 for r in rs),
             "j_per_100_tokens": 100.0 * sum(energy) / n if measured and n else None,
             "tokens_per_joule": n / sum(energy) if measured and sum(energy) else None,
             "mean_power_w": sum(energy) / secs if measured and secs else None,
@@ -356,18 +501,20 @@ def aggregate(rows) -> list:
 
 
 COLUMNS = ["verifier", "task", "regime", "strategy", "k", "prompts", "tokens_per_s", "speedup",
-           "predicted_speedup", "acceptance", "mean_accepted_length", "rouge_l", "exact_match",
+           "speedup_vs_mlx_lm", "predicted_speedup", "modelled_speedup", "acceptance", "mean_accepted_length",
+           "tokens_per_pass", "rouge_l", "exact_match",
            "compute_cpu_s_per_100_tokens", "overhead_ms_per_step", "verifier_tokens_per_token",
-           "j_per_100_tokens",
+           "partial_steps", "reproposals", "j_per_100_tokens",
            "tokens_per_joule", "mean_power_w", "energy_label"]
 
 
 PAPER_TABLES = (   # the paper's tables, each a view of the same cells
-    ("Throughput and speedup (Tables 1/2)", ["tokens_per_s", "speedup", "predicted_speedup",
-                                             "rouge_l", "exact_match", "compute_cpu_s_per_100_tokens"]),
+    ("Throughput and speedup (Tables 1/2)", ["tokens_per_s", "speedup", "speedup_vs_mlx_lm",
+                                             "predicted_speedup", "modelled_speedup", "rouge_l", "exact_match",
+                                             "compute_cpu_s_per_100_tokens"]),
     ("Energy (Tables 3/4)", ["j_per_100_tokens", "tokens_per_joule", "mean_power_w", "energy_label"]),
     ("Acceptance and mean accepted length (Tables 6/7)", ["acceptance", "mean_accepted_length",
-                                                          "overhead_ms_per_step",
+                                                          "tokens_per_pass", "overhead_ms_per_step",
                                                           "verifier_tokens_per_token"]),
 )
 
@@ -377,7 +524,7 @@ def _fmt(key, v):
         return "not measured" if key in ("j_per_100_tokens", "tokens_per_joule", "mean_power_w") else "—"
     if key in ("acceptance", "exact_match"):
         return f"{v:.1%}"
-    if key in ("speedup", "predicted_speedup"):
+    if key in ("speedup", "predicted_speedup", "speedup_vs_mlx_lm", "modelled_speedup"):
         return f"{v:.2f}x"
     if isinstance(v, float):
         return f"{v:.3f}"

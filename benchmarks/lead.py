@@ -1,0 +1,169 @@
+"""The step after a partial acceptance, before and after: the correction held back for the next
+step's free check (the older KV rule) against the correction leading the next pass.
+
+    python benchmarks/lead.py [--verifiers smollm2-135m gemma3-270m] [--task legal] [--prompts 6]
+        [--max-tokens 80] [-k 3] [--drafters olifant hybrid lookup] [--rounds 3]
+        [--reference-prompts 20] [--reference-tokens 100] [--reference-only] [--out benchmarks/out/lead]
+
+Per verifier (KV cache, the task's dev prompts, the draft model trained for that verifier on
+the task's train split): for each drafter and rule, one generation per prompt counting partial
+passes (a draft rejected after a verified pass), re-proposals (a first draft that is the token
+the verifier just rejected at that position), led passes, tokens per verifier pass and mean
+accepted length; every output checked against plain. Then speed: `--rounds` rounds over the
+prompts, plain / held / led in alternating order (`bench.alternating_rounds`), speedups over
+plain per round (min, median, max). Finally reference-text mode (the real continuations of the
+task's validation documents, the first verifier's tokens): the same counts under both rules.
+Writes OUT/lead.json and OUT/lead.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from olifant_mlx.drafters import build_drafter  # noqa: E402
+from olifant_mlx.measure.bench import (ModelRunner, ReferenceRunner, alternating_rounds,  # noqa: E402
+                                       continuations_of, read_prompts)
+from olifant_mlx.verifier import load_tokenizer, load_verifier  # noqa: E402
+from peers import SHARED, TRAIN, VALID, draft_model  # noqa: E402  (benchmarks/peers.py)
+
+C = SHARED / "corpora"
+
+
+def specs(path):
+    return {"olifant": f"olifant:{path}", "hybrid": f"hybrid:{path}", "lookup": "lookup",
+            "ngram": "ngram", "adaptive-hybrid": f"adaptive:hybrid:{path}"}
+
+
+class RuleRunner:
+    """A runner whose 'drafter' is (drafter, lead): the same runner under either KV rule."""
+
+    def __init__(self, inner):
+        self.inner, self.name, self.label = inner, inner.name, inner.label
+
+    def run(self, prompt, drafter, k, kv, max_tokens):
+        d, self.inner.lead = drafter if isinstance(drafter, tuple) else (drafter, True)
+        return self.inner.run(prompt, d, k, kv, max_tokens)
+
+
+def counts(runner, prompts, drafter, k, max_tokens, lead, ref_tokens=None):
+    """One generation per prompt under one rule: the loop's counters, summed."""
+    t = dict(partial=0, reproposed=0, led=0, steps=0, tokens=0, accepted=0, drafted=0, identical=0)
+    for i, p in enumerate(prompts):
+        out, st, _, _ = runner.run(p, (drafter, lead), k, True, max_tokens)
+        t["partial"] += st.partial_steps
+        t["reproposed"] += st.reproposals
+        t["led"] += st.led_steps
+        t["steps"] += st.steps
+        t["tokens"] += st.tokens
+        t["accepted"] += st.accepted
+        t["drafted"] += st.drafted
+        t["identical"] += ref_tokens is None or out == ref_tokens[i]
+    t["tokens_per_pass"] = round(t["tokens"] / t["steps"], 3)
+    t["mal"] = round(t["accepted"] / t["steps"], 3)
+    t["acceptance"] = round(t["accepted"] / t["drafted"], 4) if t["drafted"] else 0.0
+    return t
+
+
+def summary(xs):
+    return {"min": round(min(xs), 3), "median": round(statistics.median(xs), 3),
+            "max": round(max(xs), 3), "rounds": [round(x, 3) for x in xs]}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--verifiers", nargs="+", default=["smollm2-135m", "gemma3-270m"])
+    ap.add_argument("--task", default="legal", choices=sorted(TRAIN))
+    ap.add_argument("--prompts", type=int, default=6)
+    ap.add_argument("--max-tokens", type=int, default=80)
+    ap.add_argument("-k", type=int, default=3)
+    ap.add_argument("--drafters", nargs="+", default=["olifant", "hybrid", "lookup"])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--reference-prompts", type=int, default=20)
+    ap.add_argument("--reference-tokens", type=int, default=100)
+    ap.add_argument("--reference-only", action="store_true", help="only the reference-text counts")
+    ap.add_argument("--no-counts", action="store_true", help="only the speed rounds")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "lead"))
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    prompts = read_prompts(str(C / args.task / "prompts.dev.jsonl"))
+    result = {"task": args.task, "k": args.k, "prompts": args.prompts, "max_tokens": args.max_tokens,
+              "reference_prompts": args.reference_prompts, "reference_tokens": args.reference_tokens,
+              "verifiers": {}, "reference": {}}
+    for name in [] if args.reference_only else args.verifiers:
+        v = load_verifier(name)
+        runner = RuleRunner(ModelRunner(v))
+        runner.run("Warm-up text.", None, 0, True, 4)
+        path = draft_model(args.task, v.identity, v.name)
+        ds = {d: build_drafter(specs(path)[d], v.identity) for d in args.drafters}
+        ps = prompts[: args.prompts]
+        plain = [runner.run(p, None, 0, True, args.max_tokens)[0] for p in ps] if not args.no_counts else []
+        res = {d: {} for d in ds}
+        for d, drafter in ds.items() if not args.no_counts else ():
+            res[d] = {rule: counts(runner, ps, drafter, args.k, args.max_tokens, rule == "led", plain)
+                      for rule in ("held", "led")}
+            print(name, d, json.dumps(res[d]), file=sys.stderr, flush=True)
+        for d, drafter in ds.items():
+            if not args.rounds:
+                break
+            secs = alternating_rounds(runner, ps, [("plain", None, 0), ("held", (drafter, False), args.k),
+                                                   ("led", (drafter, True), args.k)],
+                                      args.rounds, args.max_tokens, True)
+            res[d]["speed"] = {"held_vs_plain": summary([s["plain"] / s["held"] for s in secs]),
+                               "led_vs_plain": summary([s["plain"] / s["led"] for s in secs]),
+                               "led_vs_held": summary([s["held"] / s["led"] for s in secs])}
+            print(name, d, json.dumps(res[d]["speed"]), file=sys.stderr, flush=True)
+        result["verifiers"][v.name] = res
+        (out / "lead.json").write_text(json.dumps(result, indent=2) + "\n")
+    if args.reference_prompts:
+        tok = load_tokenizer(args.verifiers[0])
+        ps = prompts[: args.reference_prompts]
+        conts = continuations_of(ps, str(C / VALID[args.task]))
+        runner = RuleRunner(ReferenceRunner(tok, conts))
+        path = draft_model(args.task, tok, args.verifiers[0])
+        for d in args.drafters:
+            drafter = build_drafter(specs(path)[d], tok)
+            result["reference"][d] = {rule: counts(runner, ps, drafter, args.k, args.reference_tokens,
+                                                   rule == "led") for rule in ("held", "led")}
+            print("reference", d, json.dumps(result["reference"][d]), file=sys.stderr, flush=True)
+    (out / "lead.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out / "lead.md").write_text(markdown(result) + "\n")
+    print(markdown(result))
+
+
+def markdown(r) -> str:
+    lines = [f"Task {r['task']}, k = {r['k']}, KV cache; {r['prompts']} dev prompts x {r['max_tokens']} "
+             "tokens on the offline verifiers; held = the correction held back for the next step's free "
+             "check (the older rule), led = the correction leads the next pass; reference text: "
+             f"{r.get('reference_prompts', 0)} prompts x {r.get('reference_tokens', 0)} tokens.", "",
+             "| verifier | drafter | rule | partial passes | re-proposals | led passes | passes | "
+             "tokens per pass | MAL | acceptance | identical | speedup over plain (min / median / max) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = [(v, d, x) for v, res in r["verifiers"].items() for d, x in res.items()]
+    rows += [("reference text", d, x) for d, x in r["reference"].items()]
+    for v, d, x in rows:
+        for rule in ("held", "led") if "held" in x else ():
+            c = x[rule]
+            sp = x.get("speed", {}).get(f"{rule}_vs_plain")
+            sp = f"{sp['min']:.3f} / {sp['median']:.3f} / {sp['max']:.3f}" if sp else "—"
+            ident = f"{c['identical']}/{r['prompts']}" if v != "reference text" else "—"
+            lines.append(f"| {v} | {d} | {rule} | {c['partial']} | {c['reproposed']} | {c['led']} | "
+                         f"{c['steps']} | {c['tokens_per_pass']:.3f} | {c['mal']:.3f} | "
+                         f"{c['acceptance']:.1%} | {ident} | {sp} |")
+    lines += ["", "Led over held, seconds ratio per round (above 1: the new rule is faster):", "",
+              "| verifier | drafter | min | median | max |", "|---|---|---|---|---|"]
+    for v, d, x in rows:
+        s = x.get("speed", {}).get("led_vs_held")
+        if s:
+            lines.append(f"| {v} | {d} | {s['min']:.3f} | {s['median']:.3f} | {s['max']:.3f} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
