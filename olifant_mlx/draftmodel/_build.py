@@ -1,8 +1,9 @@
-"""cffi (API mode) build of the IGTree C library: `pip install .` runs this (setup.py).
+"""cffi (API mode) builds of the C libraries: `pip install .` runs this (setup.py).
 
-The cdef is derived from csrc/igtree.h itself, so the header stays the one
-statement of the API: preprocessor lines are dropped and integer macros are
-substituted by their values.
+`ffibuilder`: the IGTree (csrc/igtree.h); `suffix_ffibuilder`: the retrieval drafters'
+suffix array and n-gram cache (csrc/suffix.h), a module of its own. Each cdef is derived
+from its header itself, so the header stays the one statement of the API: preprocessor
+lines are dropped and integer macros are substituted by their values.
 """
 import os
 import re
@@ -13,12 +14,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join(os.path.dirname(os.path.dirname(HERE)), "csrc")
 
 
-def header_cdef(path):
+def header_cdef(path, prefix="IGT"):
     text = open(path, encoding="utf-8").read()
     text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
     macros, lines = {}, []
     for line in text.splitlines():
-        m = re.match(r"\s*#\s*define\s+(IGT_\w+)\s+(.+?)\s*$", line)
+        m = re.match(rf"\s*#\s*define\s+({prefix}_\w+)\s+(.+?)\s*$", line)
         if m:
             value = re.sub(r"(?<=[0-9a-fA-Fx])[uU]\b", "", m.group(2))
             macros[m.group(1)] = int(eval(value, {}))  # integer literals only
@@ -46,5 +47,18 @@ ffibuilder.set_source(
     py_limited_api=True,    # one abi3 wheel per platform, for every Python >= 3.10
 )
 
+suffix_ffibuilder = FFI()
+suffix_ffibuilder.cdef(header_cdef(os.path.join(CSRC, "suffix.h"), prefix="SFX"))
+suffix_ffibuilder.cdef('extern "Python" int _sfx_progress(void *, const char *, uint64_t, uint64_t);')
+suffix_ffibuilder.set_source(
+    "olifant_mlx.draftmodel._suffix",
+    '#include "suffix.h"',
+    sources=[os.path.relpath(os.path.join(CSRC, "suffix.c"))],
+    include_dirs=[os.path.relpath(CSRC)],
+    extra_compile_args=["-std=c11", "-O2"],
+    py_limited_api=True,
+)
+
 if __name__ == "__main__":
     ffibuilder.compile(verbose=True)
+    suffix_ffibuilder.compile(verbose=True)
