@@ -223,13 +223,13 @@ def test_build_rest_command(hf_tokenizer, tmp_path):
     assert r.returncode == 1 and "bad magic" in r.stderr
 
 
-def test_generate_refuses_a_foreign_index_before_loading_weights(hf_tokenizer, tmp_path):
+def test_generate_refuses_a_foreign_index_before_loading_weights(hf_tokenizer, tmp_path, capsys):
     tok_dir, _ = hf_tokenizer
     (tmp_path / "c.txt").write_text(CORPUS)
     run("build-rest", "--corpus", str(tmp_path / "c.txt"), "--tokenizer", str(tok_dir), "--out",
         str(tmp_path / "c.sfx"), "--quiet")
-    from olifant_mlx.cli import main
     import olifant_mlx.verifier.loader as loader
+    from olifant_mlx.cli import main
 
     def refuse(*a, **kw):
         raise AssertionError("the verifier was loaded before the drafter was checked")
@@ -241,4 +241,6 @@ def test_generate_refuses_a_foreign_index_before_loading_weights(hf_tokenizer, t
                      f"rest:{tmp_path / 'c.sfx'}"])
     finally:
         loader.load_verifier = saved
-    assert code == 1
+    err = capsys.readouterr().err
+    assert code == 1 and "suffix index was built for tokenizer 'hf'" in err, err
+    assert "build-rest --tokenizer smollm2-135m" in err and "Traceback" not in err

@@ -9,6 +9,8 @@ Each draft is one C call. Signals for the adaptive drafter:
 """
 from __future__ import annotations
 
+from functools import cache
+
 from olifant_mlx.drafters.base import Draft, DrafterBase, Signal
 from olifant_mlx.draftmodel.suffix import (LLAMA_STATIC_MIN_PERCENT, LLAMA_STATIC_MIN_SAMPLES, NgramCache,
                                            SuffixIndex)
@@ -25,26 +27,34 @@ def bucket(n: int, cap: int = 32) -> int:
 
 
 def quarters(count, total) -> int:
-    return min(int(4 * count / total), 3) if total else 0
+    return min(4 * count // total, 3) if total else 0
+
+
+@cache
+def signal(source: str, level: int, share: int) -> Signal:
+    """Signals are values from a small set: made once each (a frozen dataclass costs
+    microseconds to build, more than the draft itself)."""
+    return Signal(source, level, share)
 
 
 class _CorpusDrafter(DrafterBase):
-    """One C call per draft; subclasses give the answers and each answer's signal."""
+    """One C call per draft; subclasses give the answers (tokens, then the columns their
+    signals are made of, as lists) and the signals."""
 
-    def _answers(self, context, k):
+    def _answers(self, context, k) -> tuple:
         raise NotImplementedError
 
-    def _signals(self, answers) -> list:
+    def _signals(self, *columns) -> list:
         raise NotImplementedError
 
     def draft(self, context, k):
-        return self._answers(context, k)["token"].tolist() if k > 0 else []
+        return self._answers(context, k)[0] if k > 0 else []
 
     def draft_scored(self, context, k):
         if k <= 0:
             return Draft([], [])
-        a = self._answers(context, k)
-        return Draft(a["token"].tolist(), self._signals(a))
+        tokens, *columns = self._answers(context, k)
+        return Draft(tokens, self._signals(*columns))
 
 
 class RestDrafter(_CorpusDrafter):
@@ -66,12 +76,11 @@ class RestDrafter(_CorpusDrafter):
         self.name = name
 
     def _answers(self, context, k):
-        return self.index.draft_answers(context[-self.max_match:], k, self.max_match,
-                                        self.min_match, self.min_count, self.min_share)
+        return self.index.draft_lists(context[-self.max_match:], k, self.max_match,
+                                      self.min_match, self.min_count, self.min_share)
 
-    def _signals(self, a):
-        return [Signal("rest", bucket(int(m)), quarters(int(c), int(t)))
-                for m, c, t in zip(a["match"], a["count"], a["total"])]
+    def _signals(self, match, count, total):
+        return [signal("rest", bucket(m), quarters(c, t)) for m, c, t in zip(match, count, total)]
 
 
 class NgramCacheDrafter(_CorpusDrafter):
@@ -87,9 +96,8 @@ class NgramCacheDrafter(_CorpusDrafter):
         self.name = name
 
     def _answers(self, context, k):
-        return self.cache.draft_answers(context[-self.cache.order:], k, self.min_samples,
-                                        self.min_percent)
+        return self.cache.draft_lists(context[-self.cache.order:], k, self.min_samples,
+                                      self.min_percent)
 
-    def _signals(self, a):
-        return [Signal("ngram-cache", bucket(int(t)), quarters(int(c), int(t)))
-                for c, t in zip(a["count"], a["total"])]
+    def _signals(self, count, total):
+        return [signal("ngram-cache", bucket(t), quarters(c, t)) for c, t in zip(count, total)]

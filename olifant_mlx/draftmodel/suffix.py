@@ -261,8 +261,21 @@ class SuffixIndex(_RetrievalFile):
                                 ffi.cast("sfx_answer *", ffi.from_buffer(out)))
         return out[:n]
 
+    def draft_lists(self, context, k: int, max_match: int = 0, min_match: int = 1,
+                    min_count: int = 1, min_share: float = 0.0) -> tuple:
+        """draft_answers as plain lists (tokens, match, count, total): the drafters' fast path."""
+        if k <= 0:
+            return [], [], [], []
+        ctx = ffi.new("uint32_t[]", list(context))
+        tokens, answers = ffi.new("uint32_t[]", k), ffi.new("sfx_answer[]", k)
+        n = lib.sfx_index_draft(self._h, ctx, len(ctx), k, max_match, min_match, min_count,
+                                min_share, tokens, answers)
+        a = answers[0:n]
+        return (ffi.unpack(tokens, n), [x.match for x in a], [x.count for x in a],
+                [x.total for x in a])
+
     def draft(self, context, k: int, **kw) -> list[int]:
-        return self.draft_answers(context, k, **kw)["token"].tolist()
+        return self.draft_lists(context, k, **kw)[0]
 
     def describe(self) -> dict:
         return self._describe(tokens=self.n_tokens, documents=self.n_documents, text=self.n_text,
@@ -322,8 +335,20 @@ class NgramCache(_RetrievalFile):
                                 ffi.cast("sfx_ngram_answer *", ffi.from_buffer(out)))
         return out[:n]
 
+    def draft_lists(self, context, k: int, min_samples: int = LLAMA_STATIC_MIN_SAMPLES,
+                    min_percent: int = LLAMA_STATIC_MIN_PERCENT) -> tuple:
+        """draft_answers as plain lists (tokens, count, total): the drafters' fast path."""
+        if k <= 0:
+            return [], [], []
+        ctx = ffi.new("uint32_t[]", list(context))
+        tokens, answers = ffi.new("uint32_t[]", k), ffi.new("sfx_ngram_answer[]", k)
+        n = lib.sfx_ngram_draft(self._h, ctx, len(ctx), k, min_samples, min_percent, tokens,
+                                answers)
+        a = answers[0:n]
+        return ffi.unpack(tokens, n), [x.count for x in a], [x.total for x in a]
+
     def draft(self, context, k: int, **kw) -> list[int]:
-        return self.draft_answers(context, k, **kw)["token"].tolist()
+        return self.draft_lists(context, k, **kw)[0]
 
     def describe(self) -> dict:
         return self._describe(order=self.order, contexts=self.n_contexts, pairs=self.n_pairs,
