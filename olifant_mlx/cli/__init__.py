@@ -9,7 +9,7 @@ import sys
 from importlib import import_module
 
 COMMAND_MODULES = ("olifant_mlx.cli.train", "olifant_mlx.cli.generate", "olifant_mlx.cli.models",
-                   "olifant_mlx.cli.energy",
+                   "olifant_mlx.cli.energy", "olifant_mlx.cli.rest",
                    "olifant_mlx.cli.analysis", "olifant_mlx.cli.bench", "olifant_mlx.cli.tui")
 
 
@@ -45,6 +45,7 @@ OPTION_FLAGS = {"k": "-k", "max_tokens": "--max-tokens", "max_kv_size": "--max-k
 def main(argv=None) -> int:
     from olifant_mlx.draftmodel.corpus import CorpusError
     from olifant_mlx.draftmodel.igtree import IGTreeError, TokenizerMismatch
+    from olifant_mlx.draftmodel.suffix import SuffixError
     from olifant_mlx.energy import EnergyError
     from olifant_mlx.engine import OptionsError
     from olifant_mlx.verifier import TokenizerError, VerifierError
@@ -61,8 +62,8 @@ def main(argv=None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
-    except (IGTreeError, TokenizerMismatch, TokenizerError, CorpusError, VerifierError, ValueError,
-            OSError, EnergyError) as e:
+    except (IGTreeError, SuffixError, TokenizerMismatch, TokenizerError, CorpusError, VerifierError,
+            ValueError, OSError, EnergyError) as e:
         sys.stderr.write(f"error: {e}\n")
         return 1
     except KeyboardInterrupt:

@@ -4,7 +4,8 @@ loaded, and writes the help text every surface shows (the energy backends' patte
 A spec is `KIND` or `KIND:ARG`: `auto` (the default everywhere: the best drafter available
 for the verifier), `none`, `olifant:PATH`, `ngram[:N]`, `ngram-words[:N]`, `lookup[:N]`,
 `neural:MODEL`, `hybrid[:PATH][+SPEC...]` (extra candidate sources after the draft model),
-`adaptive:SPEC` (any other spec, its length chosen per step).
+`adaptive:SPEC` (any other spec, its length chosen per step), `rest:PATH` (a corpus suffix
+index) and `ngram-cache:PATH` (llama.cpp's static n-gram cache).
 """
 from __future__ import annotations
 
@@ -16,6 +17,11 @@ from dataclasses import dataclass
 from olifant_mlx.drafters.base import Drafter, NoDrafter
 
 MODEL_MAGIC = b"OLIFIGT\0"
+INDEX_MAGIC = b"OLIFSFX\0"          # rest: (olifant_mlx.draftmodel.suffix)
+NGRAM_MAGIC = b"OLIFNGC\0"          # ngram-cache:
+NOT_A = {MODEL_MAGIC: "an olifant draft model (train one with `python -m olifant_mlx train`)",
+         INDEX_MAGIC: "a suffix index (build one with `python -m olifant_mlx build-rest`)",
+         NGRAM_MAGIC: "an n-gram cache (build one with `python -m olifant_mlx build-rest --ngram-cache`)"}
 
 
 class DrafterSpecError(ValueError):
@@ -61,6 +67,7 @@ class DrafterKind:
     build: Callable          # (spec, tokenizer, history) -> Drafter
     default: int | None = None
     more: str = ""           # what may follow the argument, for the usage (hybrid: +SPEC...)
+    magic: bytes = MODEL_MAGIC  # what a "file" argument must start with
 
     @property
     def usage(self) -> str:
@@ -77,7 +84,7 @@ def register(kind: DrafterKind) -> None:
     KINDS[kind.name] = kind
 
 
-def _check_model_file(path: str, spec: str) -> None:
+def _check_model_file(path: str, spec: str, magic: bytes = MODEL_MAGIC) -> None:
     """Exists, is a regular file (never open a FIFO), and starts like a model file."""
     try:
         st = os.stat(path)
@@ -91,9 +98,8 @@ def _check_model_file(path: str, spec: str) -> None:
             head = f.read(8)
     except OSError as e:
         raise DrafterSpecError(f"--draft {spec}: cannot read {path}: {e.strerror}") from None
-    if head != MODEL_MAGIC:
-        raise DrafterSpecError(f"--draft {spec}: {path} is not an olifant draft model "
-                               f"(train one with `python -m olifant_mlx train`)")
+    if head != magic:
+        raise DrafterSpecError(f"--draft {spec}: {path} is not {NOT_A[magic]}")
 
 
 def parse_spec(text: str, check_files: bool = True) -> DrafterSpec:
@@ -127,7 +133,7 @@ def parse_spec(text: str, check_files: bool = True) -> DrafterSpec:
             raise DrafterSpecError(f"drafter {text!r}: {kind} of {kind} is not a drafter")
         return DrafterSpec(kind, inner=inner)
     if k.arg in ("file", "optfile") and check_files:
-        _check_model_file(arg, text)
+        _check_model_file(arg, text, k.magic)
     return DrafterSpec(kind, arg)
 
 
@@ -255,6 +261,27 @@ def _build_auto(spec, tokenizer, history):
     return build_drafter(resolve_auto(tokenizer), tokenizer, history)
 
 
+def _retrieval(cls, path, tokenizer):
+    obj = cls.load(path)
+    if tokenizer is not None:
+        obj.check_tokenizer(tokenizer.name, tokenizer.vocab_size, tokenizer.digest)
+    return obj
+
+
+def _build_rest(spec, tokenizer, history):
+    from olifant_mlx.drafters.retrieval import RestDrafter
+    from olifant_mlx.draftmodel.suffix import SuffixIndex
+
+    return RestDrafter(_retrieval(SuffixIndex, spec.arg, tokenizer))
+
+
+def _build_ngram_cache(spec, tokenizer, history):
+    from olifant_mlx.drafters.retrieval import NgramCacheDrafter
+    from olifant_mlx.draftmodel.suffix import NgramCache
+
+    return NgramCacheDrafter(_retrieval(NgramCache, spec.arg, tokenizer))
+
+
 def _build_adaptive(spec, tokenizer, history):
     from olifant_mlx.drafters.adaptive import AdaptiveDrafter
 
@@ -278,6 +305,12 @@ for _kind in (
                 _build_hybrid, more="[+SPEC...]"),
     DrafterKind("adaptive", "spec", "any drafter, its draft length chosen per step by cost",
                 _build_adaptive),
+    DrafterKind("rest", "file", "REST: the most frequent continuation of the longest corpus "
+                                "match (a suffix index from build-rest)", _build_rest,
+                magic=INDEX_MAGIC),
+    DrafterKind("ngram-cache", "file", "llama.cpp's static n-gram cache (llama-lookup's "
+                                       "corpus tier, from build-rest --ngram-cache)",
+                _build_ngram_cache, magic=NGRAM_MAGIC),
 ):
     register(_kind)
 

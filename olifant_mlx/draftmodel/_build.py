@@ -1,9 +1,10 @@
-"""cffi (API mode) build of the IGTree C library: `pip install .` runs this (setup.py).
+"""cffi (API mode) builds of the C libraries: `pip install .` runs this (setup.py).
 
-The cdef is derived from csrc/igtree.h itself, so the header stays the one
-statement of the API: preprocessor lines are dropped and integer macros are
-substituted by their values (string macros such as IGT_VERSION_STRING are left
-out: igt_version() returns it).
+`ffibuilder`: the IGTree (csrc/igtree.h, igtree.c and igt_*.c); `suffix_ffibuilder`: the
+retrieval drafters' suffix array and n-gram cache (csrc/suffix.h), a module of its own. Each
+cdef is derived from its header itself, so the header stays the one statement of the API:
+preprocessor lines are dropped and integer macros are substituted by their values (string
+macros such as IGT_VERSION_STRING are left out: igt_version() returns it).
 """
 import glob
 import os
@@ -15,12 +16,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join(os.path.dirname(os.path.dirname(HERE)), "csrc")
 
 
-def header_cdef(path):
+def header_cdef(path, prefix="IGT"):
     text = open(path, encoding="utf-8").read()
     text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
     macros, lines = {}, []
     for line in text.splitlines():
-        m = re.match(r"\s*#\s*define\s+(IGT_\w+)\s+(.+?)\s*$", line)
+        m = re.match(rf"\s*#\s*define\s+({prefix}_\w+)\s+(.+?)\s*$", line)
         if m:
             value = re.sub(r"(?<=[0-9a-fA-Fx])[uU]\b", "", m.group(2))
             if value.startswith('"'):
@@ -40,9 +41,9 @@ def header_cdef(path):
 ffibuilder = FFI()
 ffibuilder.cdef(header_cdef(os.path.join(CSRC, "igtree.h")))
 ffibuilder.cdef('extern "Python" int _igt_progress(void *, const char *, uint64_t, uint64_t);')
-# every csrc/*.c except the test driver is the library
-SOURCES = sorted(os.path.relpath(p) for p in glob.glob(os.path.join(CSRC, "*.c"))
-                 if not os.path.basename(p).startswith("test_"))
+# igtree.c and its parts igt_*.c are the library (suffix.c is the other module, test_*.c drivers)
+SOURCES = sorted(os.path.relpath(p) for p in [os.path.join(CSRC, "igtree.c"),
+                                               *glob.glob(os.path.join(CSRC, "igt_*.c"))])
 ffibuilder.set_source(
     "olifant_mlx.draftmodel._igtree",
     '#include "igtree.h"',
@@ -54,5 +55,18 @@ ffibuilder.set_source(
     py_limited_api=True,    # one abi3 wheel per platform, for every Python >= 3.10
 )
 
+suffix_ffibuilder = FFI()
+suffix_ffibuilder.cdef(header_cdef(os.path.join(CSRC, "suffix.h"), prefix="SFX"))
+suffix_ffibuilder.cdef('extern "Python" int _sfx_progress(void *, const char *, uint64_t, uint64_t);')
+suffix_ffibuilder.set_source(
+    "olifant_mlx.draftmodel._suffix",
+    '#include "suffix.h"',
+    sources=[os.path.relpath(os.path.join(CSRC, "suffix.c"))],
+    include_dirs=[os.path.relpath(CSRC)],
+    extra_compile_args=["-std=c11", "-O2"],
+    py_limited_api=True,
+)
+
 if __name__ == "__main__":
     ffibuilder.compile(verbose=True)
+    suffix_ffibuilder.compile(verbose=True)
