@@ -137,6 +137,6 @@ def test_every_surface_shows_the_registry_drafters():
     assert all(k in text for k in KINDS) and "adaptive:SPEC" in text and "hybrid[:PATH]" in text
     p = build_parser("olifant")
     sub = next(a for a in p._actions if a.dest == "command")
-    for command in ("generate", "tui", "bench"):
+    for command in ("generate", "tui", "bench", "serve"):
         helps = " ".join(a.help or "" for a in sub.choices[command]._actions)
         assert text in helps, command
