@@ -276,10 +276,9 @@ BAD = [  # (path, body: dict / bytes, headers, status, code or param)
 ]
 
 
-def test_hostile_requests_get_clear_errors_and_the_server_keeps_serving(server, client, caplog):
-    caplog.set_level(logging.DEBUG)
-    assert len(BAD) >= 20
-    for path, body, headers, status, what in BAD:
+def check_refused(client, cases):
+    """Each request answered with its status and OpenAI's error shape, never a traceback."""
+    for path, body, headers, status, what in cases:
         hdrs = {"content-type": "application/json", **(headers or {})}
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         r = client.post(path, content=data, headers=hdrs)
@@ -290,6 +289,12 @@ def test_hostile_requests_get_clear_errors_and_the_server_keeps_serving(server, 
         assert "Traceback" not in r.text and "File \"" not in r.text, label
         if what is not None:
             assert what in (err["code"], err["param"]), (label, err)
+
+
+def test_hostile_requests_get_clear_errors_and_the_server_keeps_serving(server, client, caplog):
+    caplog.set_level(logging.DEBUG)
+    assert len(BAD) >= 20
+    check_refused(client, BAD)
     # a chunked body over the cap (no Content-Length to refuse up front)
     r = client.post("/v1/completions", content=iter([b'{"prompt": "', b"x" * (1 << 20), b'"}']),
                     headers={"content-type": "application/json"})
@@ -523,6 +528,12 @@ def test_serve_arguments_are_checked_before_any_model_loads(monkeypatch, capsys,
             assert "Traceback" not in err
     finally:
         taken.close()
+    # without the [server] extra: say how to get it
+    import sys
+
+    monkeypatch.setitem(sys.modules, "uvicorn", None)
+    assert main(base) == 1 and "pip install 'olifant_mlx[server]'" in capsys.readouterr().err
+    monkeypatch.delitem(sys.modules, "uvicorn")
     # all good (the key from the environment, off the process list): the model load comes next
     monkeypatch.setenv("OLIFANT_API_KEY", "k" * 16)
     code = main(base + ["--host", "127.0.0.2", "--drafters", "legal=lookup", "medical=ngram"])

@@ -6,6 +6,7 @@ bound, before the verifier loads; then the worker thread loads it and uvicorn se
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 from olifant_mlx.cli.common import (DEFAULT_K, MODEL_HELP, add_sampling_args, check_draft_model, draft_help,
@@ -54,6 +55,7 @@ def prepare(args):
 
 
 def cmd_serve(args) -> int:
+    require_stack()
     from olifant_mlx.server.app import configure_logging, create_app, uvicorn_server
     from olifant_mlx.server.config import LOOPBACK
     from olifant_mlx.server.queue import GenerationQueue, make_setup
@@ -61,6 +63,9 @@ def cmd_serve(args) -> int:
 
     choice, defaults, limits, host, api_key, meter, sock = prepare(args)
     configure_logging()
+    # a service manager's SIGTERM: uvicorn shuts down gracefully, then this ends the process with 0
+    # (Ctrl-C stays the 130 of every command)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     shown = f"[{host}]" if ":" in host else host
     port = sock.getsockname()[1]
     sys.stderr.write(f"loading {args.model or 'the default verifier'} ...\n")

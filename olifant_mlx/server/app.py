@@ -200,7 +200,7 @@ class Api:
                                 f"{e.retry_after} s", code="queue_full",
                            headers={"Retry-After": str(e.retry_after)}) from None
         watcher = asyncio.create_task(self.watch(request, job, events))
-        streaming = False
+        streaming = ended = False
         try:
             try:
                 first = await asyncio.wait_for(events.get(), max(0.0, job.deadline - time.monotonic()))
@@ -209,6 +209,7 @@ class Api:
                 raise ApiError(504, "the request's deadline passed while it waited in the queue",
                                "timeout", "deadline_exceeded") from None
             if isinstance(first, Failed):
+                ended = True
                 raise ApiError(first.status, first.message, first.param, first.code)
             responder = Responder(plan, self.fingerprint)
             if plan.stream:
@@ -221,13 +222,15 @@ class Api:
                 if isinstance(event, Delta):
                     text.append(event.text)
                 elif isinstance(event, Finished):
+                    ended = True
                     return OpenAIJSON(responder.whole("".join(text), event.finish_reason, event.usage))
                 elif isinstance(event, Failed):
+                    ended = True
                     raise ApiError(event.status, event.message, event.param, event.code)
         finally:
             if not streaming:
                 watcher.cancel()
-                if not job.done:
+                if not ended:       # this handler is going away (cancelled): so does its job
                     self.queue.cancel(job, "disconnected")
 
     async def watch(self, request: Request, job: Job, events: asyncio.Queue):

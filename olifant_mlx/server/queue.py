@@ -206,6 +206,9 @@ class GenerationQueue:
             t0 = time.monotonic()
             try:
                 self._serve(job)
+            except Exception as e:       # the worker outlives any one request
+                log.error("request failed on the worker: %s", type(e).__name__)
+                job.emit(Failed(500, "the generation failed on the server (see its log)", "server_error"))
             finally:
                 job.done = True
                 with self._cv:

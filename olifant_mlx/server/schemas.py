@@ -24,6 +24,10 @@ ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "
                405: "invalid_request_error", 413: "invalid_request_error", 415: "invalid_request_error",
                429: "rate_limit_error", 500: "server_error", 503: "server_error", 504: "timeout_error"}
 UNION_TAGS = {"str", "int", "float", "bool", "dict", "list", "none"}
+UNION_HINTS = {"prompt": "must be text, a list of one text, or a list of token ids",
+               "stop": "must be a text or a list of texts",
+               "content": "must be text or a list of {\"type\": \"text\", \"text\": ...} parts",
+               "tool_choice": "must be a text or an object"}
 
 
 class ApiError(Exception):
@@ -123,7 +127,9 @@ def parse_body(raw: bytes, model: type[Strict]) -> Strict:
     except ValidationError as e:
         err = e.errors(include_url=False, include_input=False)[0]
         param = _param(err["loc"])
-        raise ApiError(400, f"{param or 'body'}: {err['msg']}", param, "invalid_type"
+        msg = UNION_HINTS.get(param.rsplit(".", 1)[-1] if param else "", err["msg"]) \
+            if any(_is_tag(p) for p in err["loc"]) else err["msg"]
+        raise ApiError(400, f"{param or 'body'}: {msg}", param, "invalid_type"
                        if err["type"].endswith("_type") else err["type"]) from None
     except RecursionError:
         raise ApiError(400, "the request body is nested too deeply") from None
@@ -133,12 +139,17 @@ def _no_constant(name):
     raise ValueError(f"{name} is not a JSON number")
 
 
+def _is_tag(p) -> bool:
+    """A pydantic union branch in an error's location ('str', 'list[int]'), not a field."""
+    return isinstance(p, str) and (p in UNION_TAGS or "[" in p)
+
+
 def _param(loc) -> str | None:
     parts = []
     for p in loc:
         if isinstance(p, int):
             parts.append(f"[{p}]")
-        elif p in UNION_TAGS or "[" in p:
+        elif _is_tag(p):
             continue
         else:
             parts.append(("." if parts else "") + p)
