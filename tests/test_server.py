@@ -415,6 +415,7 @@ def test_deadlines(server, client):
     r = client.post("/v1/completions", json={**LONG, "timeout": 0.5}).json()
     assert r["choices"][0]["finish_reason"] == "length" and r["usage"]["stop_reason"] == "deadline"
     assert 0 < r["usage"]["completion_tokens"] < 2000
+    wait_for(lambda: idle(server), "the worker to finish that one")
     a = raw(server, "/v1/completions", LONG)
     try:
         wait_for(lambda: server.queue.status()["running"] == 1, "a running generation")

@@ -34,6 +34,7 @@ LEGAL = "THE SOFTWARE IS PROVIDED \"AS IS\", WITHOUT WARRANTY OF ANY KIND, EXPRE
 CHAT = [{"role": "user", "content": "Draft a confidentiality clause for a consulting agreement."}]
 DEFAULTS = GenerationOptions(k=8, max_tokens=512)
 N = 8            # tokens per answer: small, the machine is shared
+LOAD_N = 4       # the load test's
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +114,10 @@ def test_the_openai_client_gets_generates_output(server, smol, specs, drafter):
     events = sse_events(r.text)
     assert events[-1] == "[DONE]"
     assert "".join(json.loads(e)["choices"][0]["text"] for e in events[:-1]) == texts["completion"]
+    r = httpx.post(server.url + "/v1/chat/completions", timeout=600,
+                   json={"messages": CHAT, "max_tokens": N, "draft": drafter})
+    assert r.headers["content-type"] == "application/json"
+    assert r.json()["choices"][0]["message"]["content"] == texts["chat"]
 
 
 def rss_bytes() -> int:
@@ -124,7 +129,7 @@ def rss_bytes() -> int:
 
 
 def test_load_8_streaming_clients_x_5_requests(server):
-    """Bounded: loopback only, 48 requests of N tokens, every one complete and identical to its
+    """Bounded: loopback only, 44 requests of LOAD_N tokens, every one complete and identical to its
     single-request answer, no error, resident memory flat across the rounds."""
     work = [("completion", LEGAL, "hybrid"), ("chat", CHAT, "adaptive"),
             ("completion", "Patients were randomised to receive", "none"), ("chat", [
@@ -133,11 +138,11 @@ def test_load_8_streaming_clients_x_5_requests(server):
 
     def ask(kind, prompt, drafter):
         if kind == "completion":
-            parts = c.completions.create(model="smollm2-135m", prompt=prompt, max_tokens=N, stream=True,
+            parts = c.completions.create(model="smollm2-135m", prompt=prompt, max_tokens=LOAD_N, stream=True,
                                          stream_options={"include_usage": True}, extra_body={"draft": drafter})
             chunks = list(parts)
             return "".join(ch.choices[0].text for ch in chunks if ch.choices), chunks
-        parts = c.chat.completions.create(model="smollm2-135m", messages=prompt, max_tokens=N, stream=True,
+        parts = c.chat.completions.create(model="smollm2-135m", messages=prompt, max_tokens=LOAD_N, stream=True,
                                           stream_options={"include_usage": True}, extra_body={"draft": drafter})
         chunks = list(parts)
         return "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices), chunks
@@ -168,7 +173,7 @@ def test_load_8_streaming_clients_x_5_requests(server):
         t.join(1800)
     assert not errors, errors
     assert len(results) == rounds * clients and all(same for same, _, _ in results)
-    assert all(f in ("length", "stop") and 0 < n <= N for _, f, n in results)
+    assert all(f in ("length", "stop") and 0 < n <= LOAD_N for _, f, n in results)
     assert server.queue.status()["rejected"] == 0 and idle(server)
     # resident memory: what the first round settles is not what later rounds add to
     growth = max(rss[2:]) - rss[1]

@@ -22,6 +22,7 @@ import time
 import traceback
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, StreamingResponse
@@ -163,12 +164,18 @@ class Api:
         return OpenAIJSON(self.model_object())
 
     async def chat(self, request):
-        req = parse_body(await self.body(request), ChatRequest)
+        req = await self.parse(request, ChatRequest)
         return await self.run(request, plan_chat(req, self.info, self.defaults, self.limits))
 
     async def completions(self, request):
-        req = parse_body(await self.body(request), CompletionRequest)
+        req = await self.parse(request, CompletionRequest)
         return await self.run(request, plan_completion(req, self.info, self.defaults, self.limits))
+
+    async def parse(self, request, model):
+        """The body, read with its cap, then parsed and validated off the event loop (a large
+        body takes a while, and other answers keep streaming meanwhile)."""
+        raw = await self.body(request)
+        return await run_in_threadpool(parse_body, raw, model)
 
     async def body(self, request: Request) -> bytes:
         ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
