@@ -29,7 +29,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from olifant_mlx.server.config import Limits
-from olifant_mlx.server.queue import Delta, Failed, Finished, GenerationQueue, Job, QueueFull
+from olifant_mlx.server.queue import Delta, Failed, Finished, GenerationQueue, Job, QueueClosed, QueueFull
 from olifant_mlx.server.schemas import (ApiError, ChatRequest, CompletionRequest, Responder, error_body,
                                         new_id, parse_body, plan_chat, plan_completion)
 
@@ -206,6 +206,8 @@ class Api:
             raise ApiError(429, f"the server is busy ({self.queue.size} requests waiting): retry in "
                                 f"{e.retry_after} s", code="queue_full",
                            headers={"Retry-After": str(e.retry_after)}) from None
+        except QueueClosed:
+            raise ApiError(503, "the server is shutting down", code="shutdown") from None
         watcher = asyncio.create_task(self.watch(request, job, events))
         streaming = ended = False
         try:

@@ -24,6 +24,10 @@ log = logging.getLogger("olifant_mlx.server")
 FINISH = {"eos": "stop", "stop": "stop", "max_tokens": "length", "stopped": "length"}
 
 
+class QueueClosed(Exception):
+    """The server is shutting down: no new jobs."""
+
+
 class QueueFull(Exception):
     def __init__(self, retry_after: int):
         super().__init__(f"the server is busy: {retry_after} s")
@@ -144,7 +148,7 @@ class GenerationQueue:
     def submit(self, job: Job) -> None:
         with self._cv:
             if self._closed:
-                raise QueueFull(5)
+                raise QueueClosed("the server is shutting down")
             busy = self._running is not None or bool(self._waiting)
             if busy and len(self._waiting) >= self.size:
                 self.counts["rejected"] += 1
@@ -221,9 +225,11 @@ class GenerationQueue:
 
         if job.should_stop():          # it left, or its deadline passed, while it waited
             self._record(job, job.reason, 0, 0)
-            job.emit(Failed(504 if job.reason == "deadline" else 499,
-                            "the request's deadline passed while it waited in the queue",
-                            "deadline_exceeded"))
+            if job.reason == "deadline":
+                job.emit(Failed(504, "the request's deadline passed while it waited in the queue",
+                                "deadline_exceeded"))
+            else:
+                job.emit(Failed(499, "the client closed the connection", "client_closed"))
             return
         session = self.session
         try:

@@ -194,7 +194,7 @@ def plan_chat(req: ChatRequest, info: ModelInfo, defaults: GenerationOptions, li
         role = ROLES.get(m.role)
         if role is None:
             raise ApiError(400, f"messages[{i}].role must be system, developer, user or assistant, "
-                                f"got {m.role!r}", f"messages[{i}].role")
+                                f"got {m.role[:32]!r}", f"messages[{i}].role")
         messages.append({"role": role, "content": _text(m.content, i)})
     kwargs = req.chat_template_kwargs or {}
     if len(kwargs) > 16 or not all(isinstance(k, str) and k.isidentifier() and not k.startswith("_")
@@ -251,7 +251,7 @@ def _text(content, i) -> str:
     for part in content:
         if part.type != "text" or part.text is None:
             raise ApiError(400, f"messages[{i}].content: only text parts are supported, got "
-                                f"{part.type!r}", f"messages[{i}].content", "unsupported_content")
+                                f"{part.type[:32]!r}", f"messages[{i}].content", "unsupported_content")
         texts.append(part.text)
     return "".join(texts)
 
