@@ -17,6 +17,7 @@ def run(*args):
 
 
 assert "generate" in run("--help").stdout
+assert "--drafters" in run("serve", "--help").stdout      # the help needs no [server] extra
 assert olifant_mlx.__version__ in run("--version").stdout
 out = run("generate", "--model", "smollm2-135m", "--draft", "lookup", "-k", "3", "--max-tokens", "8",
           "-p", "THE SOFTWARE IS PROVIDED", "--json")

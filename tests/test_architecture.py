@@ -90,6 +90,14 @@ def test_libraries_never_import_the_cli_or_the_ui():
                                          "olifant_mlx.measure")) for t in ts), (m, ts)
         if m.startswith("olifant_mlx.drafters"):
             assert not any(t.startswith(("olifant_mlx.engine", "olifant_mlx.measure")) for t in ts), (m, ts)
+        # the HTTP server stands on the Session alone (no decoding of its own), and only the
+        # serve command uses it
+        if m.startswith("olifant_mlx.server"):
+            assert all(t == "olifant_mlx" or t.startswith(("olifant_mlx.server", "olifant_mlx.engine.session",
+                                                            "olifant_mlx.engine.loop", "olifant_mlx.drafters"))
+                       for t in ts), (m, ts)
+        elif any(t.startswith("olifant_mlx.server") for t in ts):
+            assert m.startswith("olifant_mlx.cli"), (m, ts)
 
 
 def test_the_graph_check_can_fail(tmp_path):
@@ -137,6 +145,6 @@ def test_every_surface_shows_the_registry_drafters():
     assert all(k in text for k in KINDS) and "adaptive:SPEC" in text and "hybrid[:PATH]" in text
     p = build_parser("olifant")
     sub = next(a for a in p._actions if a.dest == "command")
-    for command in ("generate", "tui", "bench"):
+    for command in ("generate", "tui", "bench", "serve"):
         helps = " ".join(a.help or "" for a in sub.choices[command]._actions)
         assert text in helps, command

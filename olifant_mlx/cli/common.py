@@ -80,11 +80,7 @@ def add_generation_args(p, prompt: bool = True) -> None:
     p.add_argument("--chat-template-config", metavar="JSON",
                    help="extra arguments for the chat template, as a JSON object")
     p.add_argument("-m", "--max-tokens", type=int, default=256, help="tokens to generate at most (default 256)")
-    p.add_argument("--temp", "--temperature", dest="temperature", type=float, default=0.0,
-                   help="sampling temperature (0 = greedy, the default)")
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--min-p", type=float, default=0.0)
-    p.add_argument("--top-k", type=int, default=0)
+    add_sampling_args(p, "sampling temperature (0 = greedy, the default)")
     p.add_argument("--seed", type=int, default=0,
                    help="sampling seed: same seed, same text, with or without drafting")
     p.add_argument("--repetition-penalty", type=float, help="penalise repeated tokens (> 1)")
@@ -99,6 +95,14 @@ def add_generation_args(p, prompt: bool = True) -> None:
                    help="opt-in: a hybrid drafter also drafts from earlier sessions kept in FILE, "
                         "and this session's prompt and output are appended to it (local, mode 0600)")
     p.add_argument("--energy", metavar="BACKEND", help=energy_help())
+
+
+def add_sampling_args(p, temp_help: str) -> None:
+    """--temp, --top-p, --min-p, --top-k (mlx-lm's spellings)."""
+    p.add_argument("--temp", "--temperature", dest="temperature", type=float, default=0.0, help=temp_help)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--min-p", type=float, default=0.0)
+    p.add_argument("--top-k", type=int, default=0)
 
 
 def options_from(args):

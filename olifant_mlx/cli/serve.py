@@ -1,0 +1,120 @@
+"""`serve`: an OpenAI-compatible HTTP server on the Session API (olifant_mlx.server).
+
+Every argument is checked, the drafters' specs and draft models included, and the port is
+bound, before the verifier loads; then the worker thread loads it and uvicorn serves.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+from olifant_mlx.cli.common import (DEFAULT_K, MODEL_HELP, add_sampling_args, check_draft_model, draft_help,
+                                    draft_tokens, energy_help, open_meter)
+
+KEY_ENV = "OLIFANT_API_KEY"
+EXTRA = "the server needs its extra: pip install 'olifant_mlx[server]'"
+
+
+def require_stack() -> None:
+    """The web stack is an optional extra: say how to get it, before anything loads."""
+    missing = []
+    for name in ("starlette", "uvicorn", "pydantic"):
+        try:
+            __import__(name)
+        except ImportError:
+            missing.append(name)
+    if missing:
+        raise ValueError(f"{', '.join(missing)} not installed: {EXTRA}")
+
+
+def prepare(args):
+    """Everything checked before the verifier loads. Returns (choice, defaults, limits, host,
+    api_key, meter, socket)."""
+    require_stack()
+    from olifant_mlx.engine import GenerationOptions
+    from olifant_mlx.server.app import bind
+    from olifant_mlx.server.config import (Limits, check_api_key, check_bind, check_port,
+                                           parse_drafters)
+
+    defaults = GenerationOptions(k=args.k, max_tokens=args.max_tokens, temperature=args.temperature,
+                                 top_p=args.top_p, top_k=args.top_k, min_p=args.min_p)
+    limits = Limits(max_body_bytes=args.max_body_bytes, default_max_tokens=args.max_tokens,
+                    max_tokens=args.max_tokens_limit, queue_size=args.queue_size,
+                    timeout_s=args.timeout)
+    api_key = check_api_key(args.api_key if args.api_key is not None else os.environ.get(KEY_ENV) or None)
+    host = check_bind(args.host, api_key)
+    port = check_port(args.port)
+    choice = parse_drafters(args.draft, args.drafters)
+    for spec in choice.specs.values():
+        if spec.model_file:
+            check_draft_model(spec.model_file, args.model)
+    meter = open_meter(args.energy)
+    sock = bind(host, port)
+    return choice, defaults, limits, host, api_key, meter, sock
+
+
+def cmd_serve(args) -> int:
+    require_stack()
+    from olifant_mlx.server.app import configure_logging, create_app, uvicorn_server
+    from olifant_mlx.server.config import LOOPBACK
+    from olifant_mlx.server.queue import GenerationQueue, make_setup
+    from olifant_mlx.verifier import load_verifier
+
+    choice, defaults, limits, host, api_key, meter, sock = prepare(args)
+    configure_logging()
+    # a service manager's SIGTERM: uvicorn shuts down gracefully, then this ends the process with 0
+    # (Ctrl-C stays the 130 of every command)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    shown = f"[{host}]" if ":" in host else host
+    port = sock.getsockname()[1]
+    sys.stderr.write(f"loading {args.model or 'the default verifier'} ...\n")
+    queue = GenerationQueue(make_setup(lambda: load_verifier(args.model), choice, defaults, meter),
+                            limits.queue_size)
+    try:
+        info = queue.start()
+        app = create_app(queue, defaults, limits, api_key, loopback_only=host in LOOPBACK,
+                         access_log=not args.no_access_log)
+        sys.stderr.write(f"serving {info.id} on http://{shown}:{port}/v1 (drafters: "
+                         f"{', '.join(info.drafters)}; default {info.default_drafter}; energy: "
+                         f"{info.meter_label}){'; API key required' if api_key else ''}\n")
+        uvicorn_server(app, limits).run(sockets=[sock])
+    finally:
+        queue.close()
+        sock.close()
+    return 0
+
+
+def add_parsers(sub):
+    s = sub.add_parser("serve", help="an OpenAI-compatible local HTTP server (completions, chat, "
+                                     "per-request drafters, stats and energy in usage)")
+    s.add_argument("--model", help=MODEL_HELP)
+    d = s.add_mutually_exclusive_group()
+    d.add_argument("--draft", help=draft_help() + "; requests get it as 'default'")
+    d.add_argument("--drafters", nargs="+", metavar="NAME=SPEC",
+                   help="named drafters a request chooses with \"draft\": NAME (the first is the "
+                        "default; \"none\" is always there), e.g. legal=adaptive:hybrid:models/legal.olif")
+    s.add_argument("-k", "--num-draft-tokens", dest="k", type=draft_tokens, default=DEFAULT_K,
+                   help=f"draft tokens per pass unless a request says (default {DEFAULT_K})")
+    s.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1; any other needs --api-key)")
+    s.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    s.add_argument("--api-key", metavar="KEY",
+                   help=f"require Authorization: Bearer KEY (also ${KEY_ENV}, which keeps it out "
+                        f"of the process list)")
+    s.add_argument("--energy", metavar="BACKEND", help=energy_help())
+    s.add_argument("-m", "--max-tokens", type=int, default=512,
+                   help="tokens per answer when a request does not say (default 512)")
+    s.add_argument("--max-tokens-limit", type=int, default=4096,
+                   help="the most tokens a request may ask for (default 4096)")
+    add_sampling_args(s, "temperature when a request does not say (default 0: greedy)")
+    s.add_argument("--queue-size", type=int, default=16,
+                   help="requests that may wait behind the running one; more get 429 (default 16)")
+    s.add_argument("--timeout", type=float, default=600.0,
+                   help="seconds a request may take, queue included; a request may ask for "
+                        "less with \"timeout\" (default 600)")
+    s.add_argument("--max-body-bytes", type=int, default=4 << 20,
+                   help="largest request body (default 4 MiB)")
+    s.add_argument("--no-access-log", action="store_true",
+                   help="no access log on stderr (it has method, path, status and time only)")
+    s.set_defaults(func=cmd_serve)

@@ -1,0 +1,414 @@
+"""The HTTP side: an ASGI app (Starlette) in front of a GenerationQueue, served by uvicorn.
+
+Endpoints: GET /health, GET /v1/models[/ID], POST /v1/completions, POST /v1/chat/completions,
+answered as OpenAI answers them (JSON, or server-sent events `data: {...}` then `data: [DONE]`).
+Every request passes the `Guard` first: the Host header (a loopback bind answers only to
+loopback names, which stops DNS rebinding), the API key (Bearer, compared in constant time), the
+body size; it also writes the access log (method, path, status, milliseconds: never a body) and
+turns any unexpected exception into a 500 in OpenAI's shape whose log line names only the
+exception's type and place. A request's body is read with a byte cap, parsed and checked
+(`schemas`), then queued; a task watches the connection, so a client that leaves stops its
+generation within one verifier pass.
+"""
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import socket
+import threading
+import time
+import traceback
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, StreamingResponse
+from starlette.routing import Route
+
+from olifant_mlx.server.config import Limits
+from olifant_mlx.server.queue import Delta, Failed, Finished, GenerationQueue, Job, QueueClosed, QueueFull
+from olifant_mlx.server.schemas import (ApiError, ChatRequest, CompletionRequest, Responder, error_body,
+                                        new_id, parse_body, plan_chat, plan_completion)
+
+log = logging.getLogger("olifant_mlx.server")
+access = logging.getLogger("olifant_mlx.server.access")
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+DONE = b"data: [DONE]\n\n"
+PUBLIC = ("/health",)
+LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1", "[::1]"}
+
+
+def dumps(obj) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
+def sse(obj) -> bytes:
+    return b"data: " + dumps(obj) + b"\n\n"
+
+
+class OpenAIJSON(JSONResponse):
+    def render(self, content) -> bytes:
+        return dumps(content)
+
+
+def error_response(e: ApiError) -> OpenAIJSON:
+    return OpenAIJSON(e.body(), status_code=e.status, headers=e.headers)
+
+
+async def send_error(send, status: int, message: str, code=None, headers=None) -> None:
+    body = dumps(error_body(status, message, None, code))
+    hdrs = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    hdrs += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": hdrs})
+    await send({"type": "http.response.body", "body": body})
+
+
+def where(e: BaseException) -> str:
+    """The innermost frame of an exception, as file:line (no message: it may quote a prompt)."""
+    tb = traceback.extract_tb(e.__traceback__)
+    return f"{tb[-1].filename}:{tb[-1].lineno}" if tb else "?"
+
+
+class Guard:
+    """Host, API key and body-size checks, the access log and the last-resort 500."""
+
+    def __init__(self, app, api_key: str | None, loopback_only: bool, max_body_bytes: int,
+                 access_log: bool = True):
+        self.app = app
+        self.key = api_key.encode() if api_key else None
+        self.loopback_only = loopback_only
+        self.max_body = max_body_bytes
+        self.access_log = access_log
+
+    def refuse(self, scope):
+        """(status, message, code, headers) when the request must not go further, else None."""
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
+        if self.loopback_only:
+            host = headers.get("host", "").lower()
+            name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+            if name not in LOOPBACK_NAMES:
+                return 400, "this server answers only to 127.0.0.1 / localhost (Host header)", "bad_host", None
+        if self.key is not None and scope["path"] not in PUBLIC:
+            scheme, _, given = headers.get("authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self.key):
+                return (401, "a valid API key is needed: Authorization: Bearer KEY", "invalid_api_key",
+                        {"WWW-Authenticate": "Bearer"})
+        length = headers.get("content-length")
+        if length is not None:
+            if not length.isdigit():
+                return 400, "Content-Length is not a number", "bad_length", None
+            if int(length) > self.max_body:
+                return (413, f"the request body is over this server's limit of {self.max_body:,} bytes",
+                        "body_too_large", None)
+        return None
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            if scope["type"] == "lifespan":
+                await self.app(scope, receive, send)
+            return
+        t0 = time.perf_counter()
+        state = {"status": None}
+
+        async def tracked(message):
+            if message["type"] == "http.response.start":
+                state["status"] = message["status"]
+            await send(message)
+
+        try:
+            refused = self.refuse(scope)
+            if refused is not None:
+                await send_error(tracked, refused[0], refused[1], refused[2], refused[3])
+            else:
+                await self.app(scope, receive, tracked)
+        except ClientDisconnect:
+            pass
+        except Exception as e:
+            log.error("internal error: %s at %s", type(e).__name__, where(e))
+            if state["status"] is None:
+                await send_error(tracked, 500, "internal error on the server (see its log)", "server_error")
+        finally:
+            if self.access_log:
+                access.info("%s %s %s %.1fms", scope.get("method", "?"), scope.get("path", "?")[:200],
+                            state["status"] or "-", 1e3 * (time.perf_counter() - t0))
+
+
+class Api:
+    """The routes over one GenerationQueue (started: its ModelInfo is known)."""
+
+    def __init__(self, queue: GenerationQueue, defaults, limits: Limits, fingerprint: str):
+        self.queue, self.defaults, self.limits = queue, defaults, limits
+        self.info = queue.info
+        self.fingerprint = fingerprint
+        self.created = int(time.time())
+
+    def model_object(self) -> dict:
+        i = self.info
+        return {"id": i.id, "object": "model", "created": self.created, "owned_by": "olifant_mlx",
+                "context_length": i.context_length, "drafters": list(i.drafters),
+                "default_drafter": i.default_drafter, "energy_meter": i.meter_label}
+
+    async def health(self, request):
+        return OpenAIJSON({"status": "ok", "queue": self.queue.status()})
+
+    async def models(self, request):
+        return OpenAIJSON({"object": "list", "data": [self.model_object()]})
+
+    async def model(self, request):
+        if request.path_params["model"] != self.info.id:
+            raise ApiError(404, f"model {request.path_params['model'][:100]!r} is not served here",
+                           "model", "model_not_found")
+        return OpenAIJSON(self.model_object())
+
+    async def chat(self, request):
+        req = await self.parse(request, ChatRequest)
+        return await self.run(request, plan_chat(req, self.info, self.defaults, self.limits))
+
+    async def completions(self, request):
+        req = await self.parse(request, CompletionRequest)
+        return await self.run(request, plan_completion(req, self.info, self.defaults, self.limits))
+
+    async def parse(self, request, model):
+        """The body, read with its cap, then parsed and validated off the event loop (a large
+        body takes a while, and other answers keep streaming meanwhile)."""
+        raw = await self.body(request)
+        return await run_in_threadpool(parse_body, raw, model)
+
+    async def body(self, request: Request) -> bytes:
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if ctype != "application/json":
+            raise ApiError(415, "send the body as JSON with Content-Type: application/json",
+                           code="unsupported_media_type")
+        chunks, n = [], 0
+        async for chunk in request.stream():
+            n += len(chunk)
+            if n > self.limits.max_body_bytes:
+                raise ApiError(413, f"the request body is over this server's limit of "
+                                    f"{self.limits.max_body_bytes:,} bytes", code="body_too_large")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def run(self, request: Request, plan):
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue = asyncio.Queue()
+
+        def sink(event):
+            loop.call_soon_threadsafe(events.put_nowait, event)
+
+        job = Job(new_id(plan.kind), plan.prompt, plan.options, plan.drafter,
+                  time.monotonic() + plan.timeout_s, sink, plan.explicit_max, plan.param)
+        try:
+            self.queue.submit(job)
+        except QueueFull as e:
+            raise ApiError(429, f"the server is busy ({self.queue.size} requests waiting): retry in "
+                                f"{e.retry_after} s", code="queue_full",
+                           headers={"Retry-After": str(e.retry_after)}) from None
+        except QueueClosed:
+            raise ApiError(503, "the server is shutting down", code="shutdown") from None
+        watcher = asyncio.create_task(self.watch(request, job, events))
+        streaming = ended = False
+        try:
+            try:
+                first = await asyncio.wait_for(events.get(), max(0.0, job.deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                self.queue.cancel(job, "deadline")
+                raise ApiError(504, "the request's deadline passed while it waited in the queue",
+                               "timeout", "deadline_exceeded") from None
+            if isinstance(first, Failed):
+                ended = True
+                raise ApiError(first.status, first.message, first.param, first.code)
+            responder = Responder(plan, self.fingerprint)
+            if plan.stream:
+                streaming = True
+                return StreamingResponse(self.events(job, events, responder, watcher),
+                                         media_type="text/event-stream", headers=SSE_HEADERS)
+            text = []
+            while True:
+                event = await events.get()
+                if isinstance(event, Delta):
+                    text.append(event.text)
+                elif isinstance(event, Finished):
+                    ended = True
+                    return OpenAIJSON(responder.whole("".join(text), event.finish_reason, event.usage))
+                elif isinstance(event, Failed):
+                    ended = True
+                    raise ApiError(event.status, event.message, event.param, event.code)
+        finally:
+            if not streaming:
+                watcher.cancel()
+                if not ended:       # this handler is going away (cancelled): so does its job
+                    self.queue.cancel(job, "disconnected")
+
+    async def watch(self, request: Request, job: Job, events: asyncio.Queue):
+        """Wait for the client to leave; then stop its job (now if it waits, after this pass
+        if it runs) and wake the handler."""
+        while True:
+            message = await request.receive()
+            if message["type"] == "http.disconnect":
+                self.queue.cancel(job, "disconnected")
+                events.put_nowait(Failed(499, "the client closed the connection", "client_closed"))
+                return
+
+    async def events(self, job: Job, events: asyncio.Queue, responder: Responder, watcher):
+        """The server-sent events of a streamed answer."""
+        finished = False
+        try:
+            if responder.plan.kind == "chat":
+                yield sse(responder.chunk("", first=True))
+            while True:
+                event = await events.get()
+                if isinstance(event, Delta):
+                    yield sse(responder.chunk(event.text))
+                elif isinstance(event, Finished):
+                    finished = True
+                    yield sse(responder.chunk(None, event.finish_reason))
+                    if responder.plan.include_usage:
+                        yield sse(responder.usage_chunk(event.usage))
+                    yield DONE
+                    return
+                elif isinstance(event, Failed):
+                    finished = True
+                    yield sse(error_body(event.status, event.message, event.param, event.code))
+                    yield DONE
+                    return
+        finally:
+            watcher.cancel()
+            if not finished:
+                self.queue.cancel(job, "disconnected")
+
+
+async def _api_error(request, exc: ApiError):
+    return error_response(exc)
+
+
+async def _http_error(request, exc: HTTPException):
+    message = {404: "no such endpoint: this server has GET /health, GET /v1/models, POST "
+                    "/v1/completions, POST /v1/chat/completions",
+               405: f"{request.method} is not allowed on {request.url.path[:100]}"}.get(
+        exc.status_code, exc.detail)
+    return error_response(ApiError(exc.status_code, message, headers=dict(exc.headers or {})))
+
+
+async def _server_error(request, exc: Exception):
+    return error_response(ApiError(500, "internal error on the server (see its log)", code="server_error"))
+
+
+def create_app(queue: GenerationQueue, defaults, limits: Limits, api_key: str | None = None,
+               loopback_only: bool = True, access_log: bool = True):
+    """The ASGI app for a started queue. `loopback_only`: answer only requests addressed to a
+    loopback name (a server bound to 127.0.0.1 / ::1)."""
+    from olifant_mlx import __version__
+
+    api = Api(queue, defaults, limits, f"olifant_mlx-{__version__}")
+    routes = [Route("/health", api.health, methods=["GET"]),
+              Route("/v1/models", api.models, methods=["GET"]),
+              Route("/v1/models/{model:path}", api.model, methods=["GET"]),
+              Route("/v1/completions", api.completions, methods=["POST"]),
+              Route("/v1/chat/completions", api.chat, methods=["POST"])]
+    app = Starlette(routes=routes, exception_handlers={ApiError: _api_error, HTTPException: _http_error,
+                                                        Exception: _server_error})
+    app.state.api = api
+    return Guard(app, api_key, loopback_only, limits.max_body_bytes, access_log)
+
+
+# ---- serving -----------------------------------------------------------------------------
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before the model loads (a taken port fails at once)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise OSError(e.errno, f"cannot listen on {host}:{port}: {e.strerror}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def uvicorn_server(app, limits: Limits):
+    import uvicorn
+
+    config = uvicorn.Config(app, log_config=None, access_log=False, server_header=False,
+                            proxy_headers=False, lifespan="off", ws="none",
+                            limit_concurrency=limits.queue_size + 64, timeout_keep_alive=5,
+                            timeout_graceful_shutdown=5)
+    # uvicorn's own access log has the query string and the client's address: ours replaces it
+    quiet = logging.getLogger("uvicorn.access")
+    quiet.handlers, quiet.propagate, quiet.disabled = [], False, True
+    return uvicorn.Server(config)
+
+
+class Running:
+    """A server on its own thread (tests, benchmarks, embedding): `url`, `queue`, `stop()`."""
+
+    def __init__(self, app, sock: socket.socket, limits: Limits, queue: GenerationQueue | None = None):
+        self.server = uvicorn_server(app, limits)
+        self.queue = queue
+        host, port = sock.getsockname()[:2]
+        self.url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+        self.port = port
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]},
+                                       name="olifant-http", daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 60
+        while not self.server.started and self.thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if not self.server.started:
+            raise RuntimeError("the HTTP server did not start")
+
+    def stop(self):
+        self.server.should_exit = True
+        if self.queue is not None:
+            self.queue.close()
+        self.thread.join(10)
+
+
+def start(verifier, choice, defaults=None, limits: Limits | None = None, api_key: str | None = None,
+          host: str = "127.0.0.1", port: int = 0, meter=None, access_log: bool = True) -> Running:
+    """A whole server on threads: the worker (over `verifier`, a Verifier or a loader) and
+    uvicorn on `host`:`port` (0: a free port). The bind rule of `check_bind` applies."""
+    from olifant_mlx.engine.session import GenerationOptions
+    from olifant_mlx.server.config import LOOPBACK, check_bind
+    from olifant_mlx.server.queue import make_setup
+
+    defaults = defaults or GenerationOptions(k=8, max_tokens=512)
+    limits = limits or Limits()
+    host = check_bind(host, api_key)
+    sock = bind(host, port)
+    queue = GenerationQueue(make_setup(verifier, choice, defaults, meter), limits.queue_size)
+    try:
+        queue.start()
+    except BaseException:
+        sock.close()
+        raise
+    app = create_app(queue, defaults, limits, api_key, host in LOOPBACK, access_log)
+    return Running(app, sock, limits, queue)
+
+
+class QuietErrors(logging.Filter):
+    """uvicorn's own log lines without exception texts or request bytes (privacy)."""
+
+    def filter(self, record):
+        if record.exc_info:
+            e = record.exc_info[1]
+            record.msg = f"{record.getMessage()} ({type(e).__name__})"
+            record.args = ()
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+def configure_logging(level=logging.INFO) -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+    for name in ("olifant_mlx.server", "uvicorn.error"):
+        lg = logging.getLogger(name)
+        lg.handlers[:] = [handler]
+        lg.setLevel(level if name != "uvicorn.error" else logging.WARNING)
+        lg.propagate = False
+    logging.getLogger("uvicorn.error").addFilter(QuietErrors())

@@ -1,0 +1,329 @@
+"""One generation at a time: a bounded queue in front of one worker thread that owns the Session.
+
+Everything that touches the verifier (loading it, the tokenizer and chat template, the Session's
+decoding) runs on the worker thread, so MLX and the tokenizer are never used from two threads
+at once. Requests wait in a FIFO of at most `size` jobs behind the running one; one more is
+refused (`QueueFull`, with a Retry-After estimate). A job carries its own stop flag: the
+Session asks `job.should_stop()` after every verifier pass, so a client that leaves or a
+deadline that passes ends the generation within one pass, and a job cancelled while it still
+waits leaves the queue at once. Events (started, text, finished, failed) go back to the
+requester through its `sink`, a thread-safe callable. Nothing a job holds is logged or kept
+after it ends: the worker keeps only counts (`recent`).
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass
+
+log = logging.getLogger("olifant_mlx.server")
+
+FINISH = {"eos": "stop", "stop": "stop", "max_tokens": "length", "stopped": "length"}
+
+
+class QueueClosed(Exception):
+    """The server is shutting down: no new jobs."""
+
+
+class QueueFull(Exception):
+    def __init__(self, retry_after: int):
+        super().__init__(f"the server is busy: {retry_after} s")
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True)
+class Started:
+    prompt_tokens: int
+    queue_s: float
+
+
+@dataclass(frozen=True)
+class Delta:
+    text: str
+
+
+@dataclass(frozen=True)
+class Finished:
+    finish_reason: str          # OpenAI's: "stop" | "length"
+    usage: dict
+
+
+@dataclass(frozen=True)
+class Failed:
+    status: int
+    message: str
+    code: str | None = None
+    param: str | None = None
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the HTTP side may know of the verifier without touching it."""
+    id: str
+    context_length: int | None
+    vocab_size: int
+    has_chat_template: bool
+    drafters: tuple                 # names a request may use ("none" included)
+    default_drafter: str
+    meter_label: str
+
+
+@dataclass(frozen=True)
+class Record:
+    """What the worker remembers of a finished job: counts only, never text."""
+    id: str
+    stop_reason: str            # eos | stop | max_tokens | disconnected | deadline | error | ...
+    tokens: int
+    passes: int
+    cancelled_at_pass: int | None
+
+
+class Job:
+    """One request's generation. `prompt` is text, token ids or a Chat; `options` its
+    GenerationOptions; `explicit_max` whether the client set max_tokens (else it is cut to fit
+    the context); `deadline` a time.monotonic() value; `sink(event)` is called from the worker."""
+
+    def __init__(self, id, prompt, options, drafter, deadline, sink, explicit_max=True, param="prompt"):
+        self.id, self.prompt, self.options, self.drafter = id, prompt, options, drafter
+        self.deadline, self.sink, self.explicit_max, self.param = deadline, sink, explicit_max, param
+        self.created = time.monotonic()
+        self.stop_flag = threading.Event()
+        self.reason = None             # why it was asked to stop
+        self.passes = 0                # verifier passes so far (worker)
+        self.cancelled_at_pass = None
+        self.done = False
+
+    def cancel(self, reason: str = "disconnected") -> None:
+        if not self.stop_flag.is_set():
+            self.reason = reason
+            self.cancelled_at_pass = self.passes
+            self.stop_flag.set()
+
+    def should_stop(self) -> bool:
+        if not self.stop_flag.is_set() and time.monotonic() >= self.deadline:
+            self.cancel("deadline")
+        return self.stop_flag.is_set()
+
+    def emit(self, event) -> None:
+        try:
+            self.sink(event)
+        except Exception:              # the requester is gone (its event loop closed)
+            self.cancel("disconnected")
+
+
+class GenerationQueue:
+    """The worker thread and its bounded FIFO. `setup()` runs on the worker thread and returns
+    (session, drafters, info): the Session, {name: Drafter} ("none" included) and a ModelInfo."""
+
+    def __init__(self, setup, size: int = 16):
+        self._setup = setup
+        self.size = size
+        self._cv = threading.Condition()
+        self._waiting = collections.deque()
+        self._running = None
+        self._closed = False
+        self._ready = threading.Event()
+        self._error = None
+        self._service_s = None           # moving average of a job's time on the worker
+        self.session = self.drafters = self.info = None
+        self.counts = collections.Counter()
+        self.recent = collections.deque(maxlen=64)
+        self._thread = threading.Thread(target=self._main, name="olifant-generation", daemon=True)
+
+    # ---- the requester's side ----------------------------------------------------------
+
+    def start(self, timeout: float | None = None) -> ModelInfo:
+        """Start the worker and wait for its setup; an error there is raised here."""
+        self._thread.start()
+        self._ready.wait(timeout)
+        if self._error is not None:
+            raise self._error
+        if self.info is None:
+            raise TimeoutError("the generation worker did not get ready in time")
+        return self.info
+
+    def submit(self, job: Job) -> None:
+        with self._cv:
+            if self._closed:
+                raise QueueClosed("the server is shutting down")
+            busy = self._running is not None or bool(self._waiting)
+            if busy and len(self._waiting) >= self.size:
+                self.counts["rejected"] += 1
+                raise QueueFull(self.retry_after())
+            self._waiting.append(job)
+            self._cv.notify()
+
+    def cancel(self, job: Job, reason: str = "disconnected") -> None:
+        """Stop a job: a waiting one leaves the queue now, a running one after this pass."""
+        job.cancel(reason)
+        with self._cv:
+            if job in self._waiting:
+                self._waiting.remove(job)
+                self._record(job, reason, 0, 0)
+
+    def retry_after(self) -> int:
+        """Seconds until a slot is likely free: the average job time, times the jobs ahead."""
+        per_job = self._service_s or 5.0
+        return max(1, min(600, math.ceil(per_job * (len(self._waiting) + 1))))
+
+    def status(self) -> dict:
+        with self._cv:
+            return {"running": int(self._running is not None), "waiting": len(self._waiting),
+                    "size": self.size, "served": sum(v for k, v in self.counts.items() if k != "rejected"),
+                    "rejected": self.counts["rejected"]}
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop taking jobs, stop the running one after its pass, end the worker."""
+        with self._cv:
+            self._closed = True
+            waiting, self._waiting = list(self._waiting), collections.deque()
+            running = self._running
+            self._cv.notify_all()
+        for job in waiting:
+            job.cancel("shutdown")
+            job.emit(Failed(503, "the server is shutting down", "shutdown"))
+        if running is not None:
+            running.cancel("shutdown")
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    # ---- the worker's side -------------------------------------------------------------
+
+    def _main(self):
+        try:
+            self.session, self.drafters, self.info = self._setup()
+        except BaseException as e:       # noqa: B036 - handed to start(), which raises it
+            self._error = e
+            self._ready.set()
+            return
+        self._ready.set()
+        while True:
+            with self._cv:
+                while not self._waiting and not self._closed:
+                    self._cv.wait()
+                if self._closed:
+                    return
+                job = self._running = self._waiting.popleft()
+            t0 = time.monotonic()
+            try:
+                self._serve(job)
+            except Exception as e:       # the worker outlives any one request
+                log.error("request failed on the worker: %s", type(e).__name__)
+                job.emit(Failed(500, "the generation failed on the server (see its log)", "server_error"))
+            finally:
+                job.done = True
+                with self._cv:
+                    self._running = None
+                dt = time.monotonic() - t0
+                self._service_s = dt if self._service_s is None else 0.8 * self._service_s + 0.2 * dt
+
+    def _serve(self, job: Job) -> None:
+        from olifant_mlx.engine.session import ContextError
+
+        if job.should_stop():          # it left, or its deadline passed, while it waited
+            self._record(job, job.reason, 0, 0)
+            if job.reason == "deadline":
+                job.emit(Failed(504, "the request's deadline passed while it waited in the queue",
+                                "deadline_exceeded"))
+            else:
+                job.emit(Failed(499, "the client closed the connection", "client_closed"))
+            return
+        session = self.session
+        try:
+            ids = session.encode(job.prompt)
+            opts = job.options
+            room = (self.info.context_length or 0) - len(ids)
+            if not job.explicit_max and self.info.context_length and 0 < room < opts.max_tokens:
+                opts = opts.replace(max_tokens=room)
+            ids = session.fit_context(ids, opts)
+        except ContextError:
+            self._record(job, "context", 0, 0)
+            job.emit(Failed(400, f"the prompt is {len(ids):,} tokens and {opts.max_tokens:,} more are "
+                                 f"asked for, but {self.info.id}'s context holds "
+                                 f"{self.info.context_length:,}: shorten the prompt or ask for fewer "
+                                 f"tokens (max_tokens)", "context_length_exceeded", job.param))
+            return
+        except Exception as e:           # a chat template that refuses the conversation, ...
+            self._record(job, "bad_prompt", 0, 0)
+            job.emit(Failed(400, f"the prompt cannot be formatted for this model: {e}", "invalid_prompt",
+                            job.param))
+            return
+        queue_s = time.monotonic() - job.created
+        job.emit(Started(len(ids), queue_s))
+        name, drafter = job.drafter, self.drafters[job.drafter]
+        last = None
+        try:
+            for r in session.stream(ids, opts, drafter, should_stop=job.should_stop):
+                job.passes += 1
+                if r.text:
+                    job.emit(Delta(r.text))
+                last = r
+        except Exception as e:
+            # the type and where, never the message (it could quote the prompt)
+            log.error("generation failed: %s", type(e).__name__)
+            self._record(job, "error", 0, job.passes)
+            job.emit(Failed(500, "the generation failed on the server (see its log)", "server_error"))
+            return
+        stats = last.stats
+        stop = job.reason if stats.stop_reason == "stopped" else stats.stop_reason
+        self._record(job, stop, stats.tokens, stats.steps)
+        job.emit(Finished(FINISH.get(stats.stop_reason, "stop"),
+                          usage(stats, last.energy, len(ids), name, stop, queue_s, self.info.meter_label)))
+
+    def _record(self, job, stop_reason, tokens, passes):
+        with self._cv:
+            self.counts[stop_reason] += 1
+            self.recent.append(Record(job.id, stop_reason, tokens, passes, job.cancelled_at_pass))
+
+
+def make_setup(verifier, choice, defaults, meter=None, warm_up: bool = True):
+    """The worker's setup: `verifier` (a Verifier, or a function that loads one, called on the
+    worker thread), a DrafterChoice (every drafter built once, "none" added), the default
+    GenerationOptions and an energy meter. A short warm-up pays the first call's costs."""
+
+    def setup():
+        from olifant_mlx.drafters.base import NoDrafter
+        from olifant_mlx.engine.session import Session
+
+        v = verifier() if callable(verifier) else verifier
+        session = Session(v, "none", defaults, meter=meter)
+        drafters = {name: session.set_drafter(spec) for name, spec in choice.specs.items()}
+        drafters["none"] = NoDrafter()
+        session.set_drafter(drafters[choice.default])
+        if warm_up:
+            session.generate("Hello", defaults.replace(max_tokens=2, stop=()), drafters["none"])
+        label = meter.info.label if meter is not None else "not measured"
+        info = ModelInfo(v.name, v.context_length, v.identity.vocab_size, bool(v.has_chat_template),
+                         tuple(drafters), choice.default, label)
+        return session, drafters, info
+
+    return setup
+
+
+def usage(stats, energy, prompt_tokens, drafter, stop_reason, queue_s, meter_label) -> dict:
+    """OpenAI's usage fields, then ours: drafting, speed, energy (None when not measured)."""
+    joules = energy.total_j if energy is not None else None
+    per_100 = energy.j_per_100_tokens(stats.tokens) if energy is not None else None
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": stats.tokens,
+        "total_tokens": prompt_tokens + stats.tokens,
+        "drafter": drafter,
+        "drafted_tokens": stats.drafted,
+        "accepted_tokens": stats.accepted,
+        "acceptance": round(stats.acceptance, 4),
+        "mean_accepted_length": round(stats.mean_accepted_length, 4),
+        "verifier_passes": stats.steps,
+        "tokens_per_s": round(stats.tokens_per_s, 3),
+        "generation_tokens_per_s": round(stats.generation_tps, 3),
+        "prompt_tokens_per_s": round(stats.prompt_tps, 3),
+        "seconds": round(stats.seconds, 4),
+        "queue_s": round(queue_s, 4),
+        "stop_reason": stop_reason,
+        "energy_j": None if joules is None else round(joules, 4),
+        "j_per_100_tokens": None if per_100 is None else round(per_100, 4),
+        "energy_meter": energy.info.label if energy is not None else meter_label,
+    }

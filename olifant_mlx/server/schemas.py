@@ -1,0 +1,387 @@
+"""The OpenAI request bodies (pydantic, strict: "5" is not a number, true is not 1), their
+checks against the server's limits, and the response and error bodies OpenAI clients parse.
+
+A request becomes a `Plan` (prompt, GenerationOptions, drafter name, streaming) or an
+`ApiError` with OpenAI's error shape: {"error": {"message", "type", "param", "code"}}.
+"""
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, FiniteFloat, ValidationError
+
+from olifant_mlx.engine.loop import MAX_K
+from olifant_mlx.engine.session import Chat, GenerationOptions, OptionsError
+from olifant_mlx.server.config import Limits
+from olifant_mlx.server.queue import ModelInfo
+
+INT64 = 1 << 63
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "invalid_request_error",
+               405: "invalid_request_error", 413: "invalid_request_error", 415: "invalid_request_error",
+               429: "rate_limit_error", 500: "server_error", 503: "server_error", 504: "timeout_error"}
+UNION_TAGS = {"str", "int", "float", "bool", "dict", "list", "none"}
+UNION_HINTS = {"prompt": "must be text, a list of one text, or a list of token ids",
+               "stop": "must be a text or a list of texts",
+               "content": "must be text or a list of {\"type\": \"text\", \"text\": ...} parts",
+               "tool_choice": "must be a text or an object"}
+
+
+class ApiError(Exception):
+    """An answer other than 200, in OpenAI's error shape."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
+                 headers: dict | None = None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+        self.headers = headers or {}
+
+    def body(self) -> dict:
+        return error_body(self.status, self.message, self.param, self.code)
+
+
+def error_body(status: int, message: str, param=None, code=None) -> dict:
+    return {"error": {"message": message, "type": ERROR_TYPES.get(status, "invalid_request_error"),
+                      "param": param, "code": code}}
+
+
+# ---- request bodies -----------------------------------------------------------------------
+
+class Strict(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+
+class StreamOptions(Strict):
+    include_usage: bool | None = None
+
+
+class ContentPart(Strict):
+    type: str
+    text: str | None = None
+
+
+class Message(Strict):
+    role: str
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+
+
+class Common(Strict):
+    """What completions and chat completions share, OpenAI's fields and ours."""
+    model: str | None = None
+    max_tokens: int | None = None
+    temperature: FiniteFloat | None = None
+    top_p: FiniteFloat | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    n: int | None = None
+    presence_penalty: FiniteFloat | None = None
+    frequency_penalty: FiniteFloat | None = None
+    logit_bias: dict | None = None
+    user: str | None = None
+    # ours, as mlx-lm's server spells them where it has them
+    top_k: int | None = None
+    min_p: FiniteFloat | None = None
+    repetition_penalty: FiniteFloat | None = None
+    draft: str | None = None                 # a configured drafter's name, or "none"
+    num_draft_tokens: int | None = None      # k: draft tokens per pass (the maximum, adaptive)
+    timeout: FiniteFloat | None = None       # seconds: this request's deadline
+
+
+class ChatRequest(Common):
+    messages: list[Message]
+    max_completion_tokens: int | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    tools: list | None = None
+    tool_choice: str | dict | None = None
+    response_format: dict | None = None
+    chat_template_kwargs: dict | None = None
+
+
+class CompletionRequest(Common):
+    prompt: str | list[int] | list[str]
+    logprobs: int | None = None
+    echo: bool | None = None
+    suffix: str | None = None
+    best_of: int | None = None
+
+
+def parse_body(raw: bytes, model: type[Strict]) -> Strict:
+    """The JSON object of a request body, validated: ApiError(400) naming what is wrong."""
+    try:
+        data = json.loads(raw, parse_constant=_no_constant)
+    except RecursionError:
+        raise ApiError(400, "the request body is nested too deeply") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ApiError(400, f"the request body is not valid JSON: {e}", code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, "the request body must be a JSON object", code="invalid_json")
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        err = e.errors(include_url=False, include_input=False)[0]
+        param = _param(err["loc"])
+        msg = UNION_HINTS.get(param.rsplit(".", 1)[-1] if param else "", err["msg"]) \
+            if any(_is_tag(p) for p in err["loc"]) else err["msg"]
+        raise ApiError(400, f"{param or 'body'}: {msg}", param, "invalid_type"
+                       if err["type"].endswith("_type") else err["type"]) from None
+    except RecursionError:
+        raise ApiError(400, "the request body is nested too deeply") from None
+
+
+def _no_constant(name):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _is_tag(p) -> bool:
+    """A pydantic union branch in an error's location ('str', 'list[int]'), not a field."""
+    return isinstance(p, str) and (p in UNION_TAGS or "[" in p)
+
+
+def _param(loc) -> str | None:
+    parts = []
+    for p in loc:
+        if isinstance(p, int):
+            parts.append(f"[{p}]")
+        elif _is_tag(p):
+            continue
+        else:
+            parts.append(("." if parts else "") + p)
+    return "".join(parts) or None
+
+
+# ---- a request, checked, as a plan ----------------------------------------------------------
+
+@dataclass(frozen=True)
+class Plan:
+    kind: str                   # "chat" | "completion"
+    prompt: object              # text, token ids or a Chat
+    options: GenerationOptions
+    explicit_max: bool          # the client set max_tokens (else it is cut to the context)
+    drafter: str                # a configured name or "none"
+    stream: bool
+    include_usage: bool
+    timeout_s: float
+    model: str
+    param: str                  # the field that holds the prompt
+
+
+def plan_chat(req: ChatRequest, info: ModelInfo, defaults: GenerationOptions, limits: Limits) -> Plan:
+    if not info.has_chat_template:
+        raise ApiError(400, f"{info.id} has no chat template (a base model): use /v1/completions "
+                            f"with a prompt", "messages", "no_chat_template")
+    _unsupported(req.logprobs, "logprobs", "logprobs are not available from this server")
+    _unsupported(req.top_logprobs, "top_logprobs", "logprobs are not available from this server")
+    _unsupported(req.tools, "tools", "tools (function calling) are not supported")
+    if req.tool_choice not in (None, "none", "auto"):
+        raise ApiError(400, "tool_choice: tools (function calling) are not supported", "tool_choice",
+                       "unsupported_parameter")
+    if req.response_format not in (None, {"type": "text"}):
+        raise ApiError(400, "response_format: only {\"type\": \"text\"} is supported", "response_format",
+                       "unsupported_parameter")
+    if not req.messages:
+        raise ApiError(400, "messages: give at least one message", "messages")
+    if len(req.messages) > limits.max_messages:
+        raise ApiError(400, f"messages: at most {limits.max_messages} messages per request", "messages")
+    messages = []
+    for i, m in enumerate(req.messages):
+        role = ROLES.get(m.role)
+        if role is None:
+            raise ApiError(400, f"messages[{i}].role must be system, developer, user or assistant, "
+                                f"got {m.role[:32]!r}", f"messages[{i}].role")
+        messages.append({"role": role, "content": _text(m.content, i)})
+    kwargs = req.chat_template_kwargs or {}
+    if len(kwargs) > 16 or not all(isinstance(k, str) and k.isidentifier() and not k.startswith("_")
+                                   and isinstance(v, (str, int, float, bool, type(None)))
+                                   for k, v in kwargs.items()):
+        raise ApiError(400, "chat_template_kwargs: at most 16 names with plain values (text, "
+                            "numbers, true/false, null)", "chat_template_kwargs")
+    if set(kwargs) & {"tokenize", "add_generation_prompt", "conversation", "messages", "tools",
+                      "documents", "chat_template", "continue_final_message", "return_dict"}:
+        raise ApiError(400, "chat_template_kwargs: those names are the server's to set",
+                       "chat_template_kwargs")
+    max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+    param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
+    return _plan(req, "chat", Chat(tuple(messages), dict(kwargs)), max_tokens, param, info, defaults,
+                 limits, "messages")
+
+
+def plan_completion(req: CompletionRequest, info: ModelInfo, defaults: GenerationOptions,
+                    limits: Limits) -> Plan:
+    if req.logprobs:
+        raise ApiError(400, "logprobs: logprobs are not available from this server", "logprobs",
+                       "unsupported_parameter")
+    _unsupported(req.echo, "echo", "echo is not supported")
+    _unsupported(req.suffix, "suffix", "suffix (insertion) is not supported")
+    if req.best_of not in (None, 1):
+        raise ApiError(400, "best_of: only 1 is supported", "best_of", "unsupported_parameter")
+    prompt = req.prompt
+    if isinstance(prompt, list):
+        if prompt and isinstance(prompt[0], str):
+            if len(prompt) != 1:
+                raise ApiError(400, "prompt: one prompt per request (n=1)", "prompt")
+            prompt = prompt[0]
+        else:
+            if not prompt:
+                raise ApiError(400, "prompt: the token list is empty", "prompt")
+            if not all(0 <= t < info.vocab_size for t in prompt):
+                raise ApiError(400, f"prompt: token ids must be from 0 to {info.vocab_size - 1}", "prompt")
+    if isinstance(prompt, str) and not prompt:
+        raise ApiError(400, "prompt: give some text", "prompt")
+    return _plan(req, "completion", prompt, req.max_tokens, "max_tokens", info, defaults, limits, "prompt")
+
+
+def _unsupported(value, param, message):
+    if value:
+        raise ApiError(400, f"{param}: {message}", param, "unsupported_parameter")
+
+
+def _text(content, i) -> str:
+    if content is None:
+        raise ApiError(400, f"messages[{i}].content: give the message's text", f"messages[{i}].content")
+    if isinstance(content, str):
+        return content
+    texts = []
+    for part in content:
+        if part.type != "text" or part.text is None:
+            raise ApiError(400, f"messages[{i}].content: only text parts are supported, got "
+                                f"{part.type[:32]!r}", f"messages[{i}].content", "unsupported_content")
+        texts.append(part.text)
+    return "".join(texts)
+
+
+def _plan(req, kind, prompt, max_tokens, max_param, info, defaults, limits, prompt_param) -> Plan:
+    if req.model is not None and req.model != info.id:
+        raise ApiError(404, f"model {req.model!r} is not served here: this server has {info.id!r} "
+                            f"(GET /v1/models)", "model", "model_not_found")
+    if req.n not in (None, 1):
+        raise ApiError(400, "n: only n=1 is supported (one generation per request)", "n",
+                       "unsupported_parameter")
+    for name in ("presence_penalty", "frequency_penalty"):
+        if getattr(req, name):
+            raise ApiError(400, f"{name}: not supported; use repetition_penalty (> 1 penalises "
+                                f"repeated tokens)", name, "unsupported_parameter")
+    if req.logit_bias:
+        raise ApiError(400, "logit_bias: not supported", "logit_bias", "unsupported_parameter")
+    if max_tokens is not None and not 1 <= max_tokens <= limits.max_tokens:
+        raise ApiError(400, f"{max_param} must be from 1 to {limits.max_tokens} on this server, "
+                            f"got {max_tokens}", max_param, "invalid_value")
+    stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+    if len(stops) > limits.max_stop:
+        raise ApiError(400, f"stop: at most {limits.max_stop} stop sequences", "stop", "invalid_value")
+    if any(not s or len(s) > limits.max_stop_chars for s in stops):
+        raise ApiError(400, f"stop: every stop sequence must have 1 to {limits.max_stop_chars} "
+                            f"characters", "stop", "invalid_value")
+    _range(req.temperature, "temperature", 0, 2)
+    _range(req.top_p, "top_p", 0, 1, low_open=True)
+    _range(req.min_p, "min_p", 0, 1, high_open=True)
+    _range(req.repetition_penalty, "repetition_penalty", 0, 10, low_open=True)
+    if req.top_k is not None and req.top_k < 0:
+        raise ApiError(400, "top_k must be >= 0 (0 is off)", "top_k", "invalid_value")
+    if req.seed is not None and not -INT64 <= req.seed < INT64:
+        raise ApiError(400, "seed must be a 64-bit whole number", "seed", "invalid_value")
+    if req.num_draft_tokens is not None and not 0 <= req.num_draft_tokens <= MAX_K:
+        raise ApiError(400, f"num_draft_tokens must be from 0 to {MAX_K}", "num_draft_tokens", "invalid_value")
+    drafter = _drafter(req.draft, info)
+    timeout = limits.timeout_s
+    if req.timeout is not None:
+        if not 0 < req.timeout <= limits.timeout_s:
+            raise ApiError(400, f"timeout must be a number of seconds in (0, {limits.timeout_s:g}]",
+                           "timeout", "invalid_value")
+        timeout = float(req.timeout)
+    temperature = defaults.temperature if req.temperature is None else float(req.temperature)
+    seed = req.seed
+    if seed is None:        # OpenAI: no seed, a fresh draw each time (greedy ignores it)
+        seed = secrets.randbits(62) if temperature > 0 else defaults.seed
+    changes = dict(max_tokens=max_tokens or limits.default_max_tokens, temperature=temperature,
+                   seed=seed, stop=tuple(stops))
+    for name, value in (("top_p", req.top_p), ("top_k", req.top_k), ("min_p", req.min_p),
+                        ("k", req.num_draft_tokens), ("repetition_penalty", req.repetition_penalty)):
+        if value is not None:
+            changes[name] = value
+    try:
+        options = defaults.replace(**changes)
+    except OptionsError as e:
+        raise ApiError(400, str(e), code="invalid_value") from None
+    stream = bool(req.stream)
+    if req.stream_options is not None and not stream:
+        raise ApiError(400, "stream_options: only with stream: true", "stream_options")
+    include_usage = bool(stream and req.stream_options and req.stream_options.include_usage)
+    return Plan(kind, prompt, options, max_tokens is not None, drafter, stream, include_usage,
+                timeout, info.id, prompt_param)
+
+
+def _range(value, name, lo, hi, low_open=False, high_open=False):
+    if value is None:
+        return
+    bad = value < lo or value > hi or (low_open and value == lo) or (high_open and value == hi)
+    if bad:
+        lo_b, hi_b = "(" if low_open else "[", ")" if high_open else "]"
+        raise ApiError(400, f"{name} must be in {lo_b}{lo:g}, {hi:g}{hi_b}, got {value:g}", name,
+                       "invalid_value")
+
+
+def _drafter(name, info: ModelInfo) -> str:
+    if name is None:
+        return info.default_drafter
+    if name in info.drafters:
+        return name
+    if any(c in name for c in "/\\:.~") or name.startswith("-"):
+        raise ApiError(400, "draft: drafters are chosen by the name the server gave them, never by "
+                            f"a path or spec; this server has {', '.join(info.drafters)}", "draft",
+                       "invalid_drafter")
+    raise ApiError(400, f"draft: no drafter named {name[:64]!r} here; this server has "
+                        f"{', '.join(info.drafters)}", "draft", "drafter_not_found")
+
+
+# ---- response bodies ------------------------------------------------------------------------
+
+def new_id(kind: str) -> str:
+    return ("chatcmpl-" if kind == "chat" else "cmpl-") + secrets.token_hex(12)
+
+
+class Responder:
+    """The JSON objects of one request's answer, streamed or whole."""
+
+    def __init__(self, plan: Plan, fingerprint: str):
+        self.plan = plan
+        self.id = new_id(plan.kind)
+        self.created = int(time.time())
+        self.fingerprint = fingerprint
+        self.object = "chat.completion" if plan.kind == "chat" else "text_completion"
+
+    def _head(self, obj) -> dict:
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.plan.model,
+                "system_fingerprint": self.fingerprint}
+
+    def whole(self, text: str, finish_reason: str, usage: dict) -> dict:
+        if self.plan.kind == "chat":
+            choice = {"index": 0, "message": {"role": "assistant", "content": text},
+                      "logprobs": None, "finish_reason": finish_reason}
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+        return {**self._head(self.object), "choices": [choice], "usage": usage}
+
+    def chunk(self, text: str | None, finish_reason: str | None = None, first: bool = False) -> dict:
+        if self.plan.kind == "chat":
+            delta = {"role": "assistant", "content": text or ""} if first else \
+                ({} if text is None else {"content": text})
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+            obj = "chat.completion.chunk"
+        else:
+            choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
+            obj = "text_completion"
+        out = {**self._head(obj), "choices": [choice]}
+        if self.plan.include_usage:
+            out["usage"] = None
+        return out
+
+    def usage_chunk(self, usage: dict) -> dict:
+        obj = "chat.completion.chunk" if self.plan.kind == "chat" else "text_completion"
+        return {**self._head(obj), "choices": [], "usage": usage}

@@ -1,0 +1,542 @@
+"""`serve` on a tiny model: the real server (uvicorn on a loopback port, threads), spoken to with
+the OpenAI client, httpx and raw sockets. Output equal to the Session's, the error shapes of
+a hostile request set, the API key on a non-loopback bind, the queue's 429, disconnects and
+deadlines that stop the generation within one verifier pass, logs without prompts.
+The same checks on the offline verifier are in test_server_offline.py (slow)."""
+import json
+import logging
+import socket
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+httpx = pytest.importorskip("httpx")
+openai = pytest.importorskip("openai")
+
+from test_bench import Tok  # noqa: E402
+from test_engine import tiny_llama  # noqa: E402
+
+from olifant_mlx.drafters import DrafterBase  # noqa: E402
+from olifant_mlx.drafters.registry import parse_spec  # noqa: E402
+from olifant_mlx.engine import Chat, GenerationOptions, Session  # noqa: E402
+from olifant_mlx.server.app import start  # noqa: E402
+from olifant_mlx.server.config import (ConfigError, DrafterChoice, Limits, check_bind,  # noqa: E402
+                                       parse_drafters)
+from olifant_mlx.verifier import Verifier  # noqa: E402
+
+SECRET = "CONFIDENTIAL-PATIENT-ZETA"     # in prompts: must never reach a log
+DEFAULTS = GenerationOptions(k=8, max_tokens=512)
+LIMITS = Limits(max_tokens=5000, default_max_tokens=64, max_body_bytes=1 << 20, timeout_s=120)
+
+
+class ChatTok(Tok):
+    """The tiny tokenizer with a chat template (what mlx-lm's TokenizerWrapper offers)."""
+    has_chat_template = True
+
+    def encode(self, text, add_special_tokens=True):
+        return super().encode(text)
+
+    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=True, **kw):
+        return "".join(f"<{m['role']}>{m['content']}" for m in messages) + "<assistant>"
+
+
+class Broken(DrafterBase):
+    """A drafter that fails mid-generation, its message quoting the text it saw."""
+    name = "broken"
+
+    def draft(self, context, k):
+        if len(context) > 30:
+            raise RuntimeError(f"cannot draft after {SECRET}")
+        return []
+
+
+def tiny_chat_verifier():
+    return Verifier(tiny_llama(0), ChatTok(), Tok(), "tiny", context_length=2048)
+
+
+CHOICE = {"lookup": "lookup", "ngram": "ngram:3"}
+
+
+@pytest.fixture(scope="module")
+def verifier():
+    return tiny_chat_verifier()
+
+
+@pytest.fixture(scope="module")
+def server(verifier):
+    specs = {name: parse_spec(s) for name, s in CHOICE.items()}
+    run = start(verifier, DrafterChoice({**specs, "broken": Broken()}, "lookup"), DEFAULTS, LIMITS)
+    yield run
+    run.stop()
+
+
+@pytest.fixture
+def client(server):
+    with httpx.Client(base_url=server.url, timeout=120) as c:
+        yield c
+
+
+def oai(server, **kw):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key=kw.pop("api_key", "unused"),
+                         max_retries=kw.pop("max_retries", 0), timeout=120, **kw)
+
+
+def wait_for(cond, what, timeout=120.0):
+    """Poll until cond() (a generous bound for a loaded machine, not a timing claim)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def idle(run):
+    s = run.queue.status()
+    return s["running"] == 0 and s["waiting"] == 0
+
+
+def raw(run, path, body, host="127.0.0.1", extra=b""):
+    """A request on a raw socket (left open: the caller reads and closes it)."""
+    data = json.dumps(body).encode()
+    s = socket.create_connection((host, run.port))
+    s.sendall(b"POST " + path.encode() + b" HTTP/1.1\r\nHost: " + host.encode() + b"\r\n"
+              b"Content-Type: application/json\r\nContent-Length: " + str(len(data)).encode() +
+              b"\r\n" + extra + b"\r\n" + data)
+    return s
+
+
+def sse_events(text):
+    """The `data:` payloads of an SSE body, as OpenAI clients split them."""
+    out = []
+    for block in text.split("\n\n"):
+        for line in block.splitlines():
+            if line.startswith("data: "):
+                out.append(line[6:])
+    return out
+
+
+def reference(verifier, prompt, drafter, **opts):
+    spec = {"none": "none", **CHOICE}[drafter]
+    return Session(verifier, spec, DEFAULTS).generate(prompt, DEFAULTS.replace(**opts))
+
+
+# ---- what it serves ---------------------------------------------------------------------
+
+def test_health_and_models(client, server):
+    h = client.get("/health").json()
+    assert h["status"] == "ok" and h["queue"]["size"] == LIMITS.queue_size
+    models = oai(server).models.list()
+    assert [m.id for m in models.data] == ["tiny"]
+    m = client.get("/v1/models/tiny").json()
+    assert m["drafters"] == ["lookup", "ngram", "broken", "none"] and m["default_drafter"] == "lookup"
+    assert m["context_length"] == 2048 and m["energy_meter"] == "not measured"
+    assert client.get("/v1/models/gpt-4").status_code == 404
+
+
+@pytest.mark.parametrize("drafter", ["none", "lookup", "ngram"])
+def test_streamed_equals_whole_equals_the_session(server, verifier, drafter):
+    c = oai(server)
+    prompt = "The Member States shall"
+    ref = reference(verifier, prompt, drafter, max_tokens=24)
+    whole = c.completions.create(model="tiny", prompt=prompt, max_tokens=24, extra_body={"draft": drafter})
+    parts = list(c.completions.create(model="tiny", prompt=prompt, max_tokens=24, stream=True,
+                                      stream_options={"include_usage": True}, extra_body={"draft": drafter}))
+    streamed = "".join(p.choices[0].text for p in parts if p.choices)
+    assert whole.choices[0].text == streamed == ref.text
+    assert whole.choices[0].finish_reason == "length" == [p for p in parts if p.choices][-1].choices[0].finish_reason
+    for u in (whole.usage, parts[-1].usage):
+        assert u.completion_tokens == len(ref.tokens) == 24
+        assert u.prompt_tokens == len(verifier.encode(prompt))
+        assert u.total_tokens == u.prompt_tokens + u.completion_tokens
+        x = u.model_extra
+        assert x["drafter"] == drafter and x["verifier_passes"] == ref.stats.steps
+        assert x["drafted_tokens"] == ref.stats.drafted and x["accepted_tokens"] == ref.stats.accepted
+        assert x["acceptance"] == round(ref.stats.acceptance, 4)
+        assert x["mean_accepted_length"] == round(ref.stats.accepted / ref.stats.steps, 4)
+        assert x["tokens_per_s"] > 0 and x["stop_reason"] == "max_tokens"
+        assert x["energy_j"] is None and x["j_per_100_tokens"] is None and x["energy_meter"] == "not measured"
+    # one text chunk per verifier pass at most; usage only on the last chunk
+    assert len([p for p in parts if p.choices and p.choices[0].text]) <= parts[-1].usage.model_extra["verifier_passes"]
+    assert all(p.usage is None for p in parts[:-1]) and parts[-1].choices == []
+
+    chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Draft a clause."}]
+    ref = reference(verifier, Chat(tuple(chat)), drafter, max_tokens=16)
+    whole = c.chat.completions.create(model="tiny", messages=chat, max_completion_tokens=16,
+                                      extra_body={"draft": drafter})
+    parts = list(c.chat.completions.create(model="tiny", messages=chat, max_tokens=16, stream=True,
+                                           extra_body={"draft": drafter}))
+    assert parts[0].choices[0].delta.role == "assistant"
+    streamed = "".join(p.choices[0].delta.content or "" for p in parts)
+    assert whole.choices[0].message.content == streamed == ref.text
+    assert whole.choices[0].message.role == "assistant" and whole.usage.completion_tokens == 16
+    assert parts[-1].choices[0].finish_reason == "length" and parts[-1].usage is None
+
+
+def test_raw_sse_framing(client):
+    body = {"prompt": "Article 4", "max_tokens": 6, "stream": True, "stream_options": {"include_usage": True}}
+    r = client.post("/v1/completions", json=body)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    assert r.text.endswith("data: [DONE]\n\n")
+    events = sse_events(r.text)
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert all(c["object"] == "text_completion" and c["id"] == chunks[0]["id"] for c in chunks)
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 6
+    assert chunks[-2]["choices"][0]["finish_reason"] == "length"
+    whole = client.post("/v1/completions", json={**body, "stream": False, "stream_options": None}).json()
+    assert "".join(c["choices"][0]["text"] for c in chunks[:-1]) == whole["choices"][0]["text"]
+
+
+def test_sampling_seed_stop_and_token_prompts(server, verifier, client):
+    c = oai(server)
+    prompt = "patients were randomised to"
+    ref = reference(verifier, prompt, "lookup", max_tokens=20, temperature=0.8, seed=7)
+    got = c.completions.create(model="tiny", prompt=prompt, max_tokens=20, temperature=0.8, seed=7)
+    assert got.choices[0].text == ref.text                    # lossless sampling, same seed
+    plain = reference(verifier, prompt, "none", max_tokens=20).text
+    stop = plain[8:10]
+    cut = c.completions.create(model="tiny", prompt=prompt, max_tokens=20, stop=[stop, "zzzz"])
+    assert cut.choices[0].text == plain[:plain.index(stop)] and cut.choices[0].finish_reason == "stop"
+    assert cut.usage.model_extra["stop_reason"] == "stop"
+    ids = verifier.encode(prompt)
+    by_ids = client.post("/v1/completions", json={"prompt": ids, "max_tokens": 20}).json()
+    assert by_ids["choices"][0]["text"] == plain
+
+
+def test_max_tokens_left_out_is_cut_to_the_context(client, verifier):
+    long = "x" * (2048 - 20)
+    r = client.post("/v1/completions", json={"prompt": long, "draft": "none"}).json()
+    assert r["usage"]["completion_tokens"] == 2048 - len(verifier.encode(long))
+    r = client.post("/v1/completions", json={"prompt": long, "max_tokens": 64})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+    assert "2,048" in r.json()["error"]["message"]
+
+
+# ---- hostile and malformed requests -------------------------------------------------------
+
+MSG = [{"role": "user", "content": f"hello {SECRET}"}]
+BAD = [  # (path, body: dict / bytes, headers, status, code or param)
+    ("/v1/completions", b"{" + SECRET.encode(), None, 400, "invalid_json"),
+    ("/v1/completions", b"[1, 2]", None, 400, "invalid_json"),
+    ("/v1/completions", b'{"prompt": "x", "temperature": NaN}', None, 400, "invalid_json"),
+    ("/v1/completions", b"\xff\xfe{}", None, 400, "invalid_json"),
+    ("/v1/completions", b"[" * 100_000 + b"]" * 100_000, None, 400, None),
+    ("/v1/completions", json.dumps({"prompt": SECRET}).encode(), {"content-type": "text/plain"}, 415, None),
+    ("/v1/completions", json.dumps({"prompt": SECRET}).encode(), {"content-type": ""}, 415, None),
+    ("/v1/completions", {"prompt": 5}, None, 400, "prompt"),
+    ("/v1/completions", {"max_tokens": 5}, None, 400, "prompt"),
+    ("/v1/completions", {"prompt": SECRET, "max_tokens": "5"}, None, 400, "max_tokens"),
+    ("/v1/completions", {"prompt": SECRET, "max_tokens": True}, None, 400, "max_tokens"),
+    ("/v1/completions", {"prompt": SECRET, "max_tokens": 10**12}, None, 400, "max_tokens"),
+    ("/v1/completions", {"prompt": SECRET, "max_tokens": 0}, None, 400, "max_tokens"),
+    ("/v1/completions", {"prompt": SECRET, "max_tokens": -1}, None, 400, "max_tokens"),
+    ("/v1/completions", {"prompt": SECRET, "temperature": "hot"}, None, 400, "temperature"),
+    ("/v1/completions", {"prompt": SECRET, "temperature": 9}, None, 400, "temperature"),
+    ("/v1/completions", b'{"prompt": "x", "temperature": 1e999}', None, 400, "temperature"),
+    ("/v1/completions", {"prompt": SECRET, "top_p": 0}, None, 400, "top_p"),
+    ("/v1/completions", {"prompt": SECRET, "seed": 2**70}, None, 400, "seed"),
+    ("/v1/completions", {"prompt": SECRET, "num_draft_tokens": 100}, None, 400, "num_draft_tokens"),
+    ("/v1/completions", {"prompt": SECRET, "stream": "yes"}, None, 400, "stream"),
+    ("/v1/completions", {"prompt": SECRET, "draft": "legal"}, None, 400, "drafter_not_found"),
+    ("/v1/completions", {"prompt": SECRET, "draft": "/etc/passwd"}, None, 400, "invalid_drafter"),
+    ("/v1/completions", {"prompt": SECRET, "draft": "olifant:/tmp/x.olif"}, None, 400, "invalid_drafter"),
+    ("/v1/completions", {"prompt": SECRET, "draft": 3}, None, 400, "draft"),
+    ("/v1/completions", {"prompt": SECRET, "model": "gpt-4"}, None, 404, "model_not_found"),
+    ("/v1/completions", {"prompt": SECRET, "n": 2}, None, 400, "n"),
+    ("/v1/completions", {"prompt": SECRET, "logprobs": 3}, None, 400, "logprobs"),
+    ("/v1/completions", {"prompt": SECRET, "echo": True}, None, 400, "echo"),
+    ("/v1/completions", {"prompt": SECRET, "presence_penalty": 1.0}, None, 400, "presence_penalty"),
+    ("/v1/completions", {"prompt": SECRET, "stop": ["a"] * 17}, None, 400, "stop"),
+    ("/v1/completions", {"prompt": SECRET, "stop": ["x" * 257]}, None, 400, "stop"),
+    ("/v1/completions", {"prompt": SECRET, "stop": [""]}, None, 400, "stop"),
+    ("/v1/completions", {"prompt": SECRET, "timeout": 10**6}, None, 400, "timeout"),
+    ("/v1/completions", {"prompt": [1, 2, 999]}, None, 400, "prompt"),
+    ("/v1/completions", {"prompt": ["a", "b"]}, None, 400, "prompt"),
+    ("/v1/completions", {"prompt": SECRET * 1000, "max_tokens": 100}, None, 400, "context_length_exceeded"),
+    ("/v1/completions", {"prompt": SECRET, "stream_options": {"include_usage": True}}, None, 400, "stream_options"),
+    ("/v1/chat/completions", {"messages": []}, None, 400, "messages"),
+    ("/v1/chat/completions", {"prompt": SECRET}, None, 400, "messages"),
+    ("/v1/chat/completions", {"messages": [{"role": "wizard", "content": SECRET}]}, None, 400, "messages[0].role"),
+    ("/v1/chat/completions", {"messages": [{"role": "user"}]}, None, 400, "messages[0].content"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "file:///etc/passwd"}}]}]}, None, 400, "unsupported_content"),
+    ("/v1/chat/completions", {"messages": MSG, "logprobs": True}, None, 400, "logprobs"),
+    ("/v1/chat/completions", {"messages": MSG, "tools": [{"type": "function"}]}, None, 400, "tools"),
+    ("/v1/chat/completions", {"messages": MSG, "max_completion_tokens": 99999}, None, 400, "max_completion_tokens"),
+    ("/v1/chat/completions", {"messages": MSG, "chat_template_kwargs": {"tokenize": True}}, None, 400,
+     "chat_template_kwargs"),
+    ("/v1/chat/completions", {"messages": MSG * 2000}, None, 400, "messages"),
+    ("/v1/chat/completions", {"messages": MSG, "stop": {"a": 1}}, None, 400, "stop"),
+    ("/v1/completions", b'{"prompt": "' + b"x" * (2 << 20) + b'"}', None, 413, "body_too_large"),
+    ("/v1/nothing", {"prompt": SECRET}, None, 404, None),
+]
+
+
+def check_refused(client, cases):
+    """Each request answered with its status and OpenAI's error shape, never a traceback."""
+    for path, body, headers, status, what in cases:
+        hdrs = {"content-type": "application/json", **(headers or {})}
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        r = client.post(path, content=data, headers=hdrs)
+        label = (path, data[:80], status)
+        assert r.status_code == status, (label, r.status_code, r.text[:300])
+        err = r.json()["error"]
+        assert set(err) == {"message", "type", "param", "code"} and err["message"], label
+        assert "Traceback" not in r.text and "File \"" not in r.text, label
+        if what is not None:
+            assert what in (err["code"], err["param"]), (label, err)
+
+
+def test_hostile_requests_get_clear_errors_and_the_server_keeps_serving(server, client, caplog):
+    caplog.set_level(logging.DEBUG)
+    assert len(BAD) >= 20
+    check_refused(client, BAD)
+    # a chunked body over the cap (no Content-Length to refuse up front)
+    r = client.post("/v1/completions", content=iter([b'{"prompt": "', b"x" * (1 << 20), b'"}']),
+                    headers={"content-type": "application/json"})
+    assert r.status_code == 413
+    assert client.get("/v1/completions").status_code == 405
+    r = client.get("/health", headers={"host": "evil.example:8080"})      # DNS rebinding
+    assert r.status_code == 400 and r.json()["error"]["code"] == "bad_host"
+    # still serving, and nothing of any request body in the logs
+    assert client.post("/v1/completions", json={"prompt": "ok", "max_tokens": 3}).status_code == 200
+    assert client.get("/health").json()["status"] == "ok"
+    logs = "\n".join(r.getMessage() for r in caplog.records if r.name.startswith(("olifant", "uvicorn")))
+    assert SECRET not in logs and "POST /v1/completions 400" in logs
+    assert not [r for r in caplog.records if r.name == "uvicorn.access"]   # ours replaces it
+
+
+def test_a_failing_generation_is_a_500_without_its_message(server, client, caplog):
+    caplog.set_level(logging.DEBUG)
+    r = client.post("/v1/completions", json={"prompt": f"Summarise {SECRET} for the ward round",
+                                             "max_tokens": 12, "draft": "broken"})
+    assert r.status_code == 500 and r.json()["error"]["type"] == "server_error"
+    assert SECRET not in r.text and "Traceback" not in r.text
+    # streamed, the failure comes after the headers: an error event, which the client raises
+    body = {"prompt": f"Summarise {SECRET} for the ward round", "max_tokens": 12, "draft": "broken",
+            "stream": True}
+    events = sse_events(client.post("/v1/completions", json=body).text)
+    assert json.loads(events[-2])["error"]["code"] == "server_error" and events[-1] == "[DONE]"
+    with pytest.raises(openai.APIError, match="generation failed"):
+        list(oai(server).completions.create(model="tiny", prompt=body["prompt"], max_tokens=12, stream=True,
+                                            extra_body={"draft": "broken"}))
+    logs = "\n".join(r.getMessage() for r in caplog.records)
+    assert "generation failed: RuntimeError" in logs and SECRET not in logs
+    assert client.post("/v1/completions", json={"prompt": "ok", "max_tokens": 3}).status_code == 200
+
+
+# ---- who may connect ------------------------------------------------------------------------
+
+def test_bind_rule():
+    assert check_bind("127.0.0.1", None) == "127.0.0.1" and check_bind("localhost", None) == "127.0.0.1"
+    assert check_bind("::1", None) == "::1"
+    for host in ("0.0.0.0", "127.0.0.2", "192.168.1.5", "::"):
+        with pytest.raises(ConfigError, match="needs --api-key"):
+            check_bind(host, None)
+        assert check_bind(host, "k" * 16) == host
+    with pytest.raises(ConfigError, match="not an IP address"):
+        check_bind("example.com", "k" * 16)
+    with pytest.raises(ConfigError, match="twice"):
+        parse_drafters(None, ["a=lookup", "a=ngram"])
+    with pytest.raises(ConfigError, match="always there"):
+        parse_drafters(None, ["none=lookup"])
+    with pytest.raises(ConfigError, match="not both"):
+        parse_drafters("lookup", ["a=ngram"])
+    choice = parse_drafters(None, ["legal=lookup", "medical=ngram:2"])
+    assert choice.default == "legal" and choice.names == ["legal", "medical", "none"]
+    assert parse_drafters("none", None).names == ["none"]
+
+
+def test_api_key_on_a_non_loopback_bind(verifier):
+    key = "s3cret-key-for-tests"
+    run = start(verifier, DrafterChoice({}, "none"), DEFAULTS, LIMITS, api_key=key, host="127.0.0.2")
+    try:
+        assert run.url.startswith("http://127.0.0.2:")
+        with httpx.Client(base_url=run.url, timeout=60) as c:
+            body = {"prompt": "x", "max_tokens": 2}
+            for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": key},
+                            {"authorization": f"Basic {key}"}, {"authorization": f"Bearer {key}x"}):
+                r = c.post("/v1/completions", json=body, headers=headers)
+                assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key", headers
+                assert r.headers["www-authenticate"] == "Bearer"
+            assert c.get("/v1/models").status_code == 401
+            assert c.get("/health").status_code == 200                 # the probe stays open
+            r = c.post("/v1/completions", json=body, headers={"authorization": f"Bearer {key}"})
+            assert r.status_code == 200
+            # any Host is fine here: the key is the protection on a non-loopback bind
+            assert c.get("/v1/models", headers={"authorization": f"Bearer {key}", "host": "box.lan"}).status_code == 200
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=run.url + "/v1", api_key="nope", max_retries=0).models.list()
+        assert openai.OpenAI(base_url=run.url + "/v1", api_key=key).models.list().data[0].id == "tiny"
+    finally:
+        run.stop()
+
+
+# ---- one generation at a time: queue, disconnects, deadlines --------------------------------
+
+LONG = {"prompt": "The Member States shall", "max_tokens": 2000}
+
+
+def test_a_client_that_disconnects_stops_its_generation(server):
+    q = server.queue
+    for stream in (True, False):
+        wait_for(lambda: idle(server), "an idle server")
+        s = raw(server, "/v1/completions", {**LONG, "stream": stream})
+        if stream:
+            got = b""
+            while got.count(b"data: ") < 4:           # a few chunks arrived: it is generating
+                got += s.recv(65536)
+        else:
+            wait_for(lambda: q.status()["running"] == 1, "the generation to start")
+        s.close()
+        wait_for(lambda: idle(server), "the generation to stop")
+        rec = q.recent[-1]
+        assert rec.stop_reason == "disconnected", rec
+        assert rec.tokens < 2000
+        # asked after every verifier pass: at most the pass under way when it left
+        assert rec.passes - rec.cancelled_at_pass <= 1, rec
+    # a waiting request that leaves frees its place at once
+    a = raw(server, "/v1/completions", LONG)
+    wait_for(lambda: q.status()["running"] == 1, "the first to run")
+    b = raw(server, "/v1/completions", LONG)
+    wait_for(lambda: q.status()["waiting"] == 1, "the second to wait")
+    b.close()
+    wait_for(lambda: q.status()["waiting"] == 0, "the second to leave the queue")
+    assert q.recent[-1].stop_reason == "disconnected" and q.recent[-1].passes == 0
+    a.close()
+    wait_for(lambda: idle(server), "the first to stop")
+
+
+def test_deadlines(server, client):
+    r = client.post("/v1/completions", json={**LONG, "timeout": 0.5}).json()
+    assert r["choices"][0]["finish_reason"] == "length" and r["usage"]["stop_reason"] == "deadline"
+    assert 0 < r["usage"]["completion_tokens"] < 2000
+    wait_for(lambda: idle(server), "the worker to finish that one")
+    a = raw(server, "/v1/completions", LONG)
+    try:
+        wait_for(lambda: server.queue.status()["running"] == 1, "a running generation")
+        r = client.post("/v1/completions", json={"prompt": "x", "max_tokens": 2, "timeout": 0.3})
+        assert r.status_code == 504 and r.json()["error"]["code"] == "deadline_exceeded"
+    finally:
+        a.close()
+    wait_for(lambda: idle(server), "the server to be idle")
+
+
+def test_a_full_queue_is_a_429_with_retry_after(verifier):
+    run = start(verifier, DrafterChoice({}, "none"), DEFAULTS, Limits(queue_size=1, max_tokens=5000))
+    q = run.queue
+    try:
+        a = raw(run, "/v1/completions", LONG)
+        wait_for(lambda: q.status()["running"] == 1, "the first to run")
+        b = raw(run, "/v1/completions", LONG)
+        wait_for(lambda: q.status()["waiting"] == 1, "the second to wait")
+        r = httpx.post(run.url + "/v1/completions", json={"prompt": "x", "max_tokens": 2}, timeout=60)
+        assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1
+        assert r.json()["error"]["code"] == "queue_full" and r.json()["error"]["type"] == "rate_limit_error"
+        with pytest.raises(openai.RateLimitError):
+            oai(run).completions.create(model="tiny", prompt="x", max_tokens=2)
+        assert q.status()["rejected"] == 2
+        a.close()
+        b.close()
+        wait_for(lambda: idle(run), "the queue to drain")
+        r = httpx.post(run.url + "/v1/completions", json={"prompt": "x", "max_tokens": 2}, timeout=60)
+        assert r.status_code == 200
+    finally:
+        run.stop()
+
+
+def test_concurrent_streams_are_served_one_at_a_time_and_complete(server, verifier):
+    prompts = ["The Member States shall", "Article 4 of Regulation", "patients were randomised to"]
+    refs = {p: reference(verifier, p, "lookup", max_tokens=16).text for p in prompts}
+    results, errors = [], []
+
+    def client_run(i):
+        try:
+            c = oai(server)
+            for j in range(3):
+                p = prompts[(i + j) % len(prompts)]
+                text = "".join(ch.choices[0].text for ch in
+                               c.completions.create(model="tiny", prompt=p, max_tokens=16, stream=True))
+                results.append(text == refs[p])
+        except Exception as e:          # noqa: BLE001 - reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=client_run, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not errors and len(results) == 18 and all(results)
+
+
+# ---- the command: every argument checked before the model loads ------------------------------
+
+def test_serve_arguments_are_checked_before_any_model_loads(monkeypatch, capsys, tmp_path):
+    import mlx_lm
+
+    import olifant_mlx.verifier.loader as loader
+    from olifant_mlx.cli import main
+
+    def refuse(*a, **kw):
+        raise AssertionError("a model was loaded before the arguments were checked")
+
+    monkeypatch.setattr(mlx_lm, "load", refuse)
+    monkeypatch.setattr(loader, "load_verifier", refuse)
+    monkeypatch.delenv("OLIFANT_API_KEY", raising=False)
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    (tmp_path / "text.olif").write_text("plain text")
+    base = ["serve", "--model", "smollm2-135m", "--port", "0", "--energy", "none"]
+    cases = [
+        (["--host", "0.0.0.0"], "needs --api-key"),
+        (["--host", "127.0.0.2"], "needs --api-key"),
+        (["--host", "example.com", "--api-key", "k" * 16], "not an IP address"),
+        (["--port", "70000"], "--port must be"),
+        (["--api-key", "short"], "--api-key must be"),
+        (["--api-key", "has spaces in it"], "--api-key must be"),
+        (["--drafters", "legal=foo"], "unknown drafter 'foo'"),
+        (["--drafters", "legal"], "write NAME=SPEC"),
+        (["--drafters", "le gal=lookup"], "a name is 1-32"),
+        (["--drafters", "none=lookup"], "always there"),
+        (["--drafters", "a=lookup", "a=ngram"], "named twice"),
+        (["--drafters", f"legal=olifant:{tmp_path / 'missing.olif'}"], "missing.olif cannot be read"),
+        (["--draft", f"hybrid:{tmp_path / 'text.olif'}"], "is not an olifant draft model"),
+        (["--draft", "lookup", "--drafters", "a=ngram"], "not allowed with argument"),
+        (["--temp", "-1"], "temperature must be"),
+        (["--top-p", "2"], "top-p must be"),
+        (["--max-tokens", "0"], "default max tokens must be"),
+        (["--max-tokens", "5000"], "above the limit"),
+        (["--queue-size", "-1"], "queue size must be"),
+        (["--timeout", "0"], "timeout must be"),
+        (["--max-body-bytes", "10"], "max body bytes must be"),
+        (["--energy", "bogus"], "unknown energy backend"),
+        (["-k", "99"], "k must be between 0 and 64"),
+        (["--port", str(taken.getsockname()[1])], "cannot listen on 127.0.0.1"),
+    ]
+    try:
+        for extra, why in cases:
+            try:
+                code = main(base + extra)
+            except SystemExit as e:
+                code = e.code
+            err = capsys.readouterr().err
+            assert code in (1, 2) and why in err, (extra, code, err)
+            assert "Traceback" not in err
+    finally:
+        taken.close()
+    # without the [server] extra: say how to get it
+    import sys
+
+    monkeypatch.setitem(sys.modules, "uvicorn", None)
+    assert main(base) == 1 and "pip install 'olifant_mlx[server]'" in capsys.readouterr().err
+    monkeypatch.delitem(sys.modules, "uvicorn")
+    # all good (the key from the environment, off the process list): the model load comes next
+    monkeypatch.setenv("OLIFANT_API_KEY", "k" * 16)
+    code = main(base + ["--host", "127.0.0.2", "--drafters", "legal=lookup", "medical=ngram"])
+    err = capsys.readouterr().err
+    assert code == 1 and "loading smollm2-135m" in err and "a model was loaded" in err
