@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 from olifant_mlx.cli.common import MODEL_HELP, draft_tokens, energy_help, open_meter
+from olifant_mlx.cli.sharding import add_sharding_args, sharded_command
 
 QUICK = {"prompts": 2, "max_tokens": 24, "ks": [3], "regimes": ["kv"]}
 
@@ -64,6 +65,8 @@ def cmd_bench(args) -> int:
     texts = {t: read_prompts(p)[:n_prompts] for t, p in tasks.items()}
     reference = args.verifier == "reference"
     model_spec = args.model or cfg.get("model")
+    if reference and getattr(args, "shard", None) is not None:
+        raise ValueError("--verifier reference runs no verifier: there is nothing to shard")
     if reference:
         refs = _pairs(args.reference, "--reference")
         if set(refs) != set(texts):
@@ -76,7 +79,7 @@ def cmd_bench(args) -> int:
         runner = ReferenceRunner(ours, conts)
         verifier = None
     else:
-        verifier = load_verifier(model_spec)
+        verifier = load_verifier(model_spec, shard=getattr(args, "shard", None))
         ours = verifier.identity
         runner = ModelRunner(verifier, open_meter(args.energy))
     name, label = runner.name, runner.label
@@ -152,4 +155,11 @@ def add_parsers(sub):
                    help="JSON lines, appended; an interrupted run resumes from it")
     b.add_argument("--out-dir", default="bench-results", help="where the CSV/Markdown tables go")
     b.add_argument("--calibrate", action="store_true", help="also measure the verifier's cost curve")
-    b.set_defaults(func=cmd_bench)
+    add_sharding_args(b)
+    b.set_defaults(func=sharded_command(cmd_bench, handlers={"calibrate": _calibrate}))
+
+
+def _calibrate(verifier, **args):
+    from olifant_mlx.measure.bench import calibrate
+
+    return calibrate(verifier, **args)

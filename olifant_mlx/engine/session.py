@@ -235,6 +235,7 @@ class Session:
         self.verifier = verifier
         self.options = options or GenerationOptions()
         self.meter = meter
+        self.shard = getattr(verifier, "shard", None)   # a sharded verifier (engine.distributed)
         self.history = None
         if self.options.history:
             from olifant_mlx.drafters.history import SessionHistory
@@ -314,6 +315,8 @@ class Session:
         detok = v.detokenizer()
         stops = StopScanner(opts.stop)
         stats = Stats()
+        if self.shard is not None:      # rank 0 announces the job the other ranks run with it
+            should_stop = self.shard.begin(ids, opts, should_stop)
         meter = self.meter
         start = meter.mark() if meter is not None else None
         tokens = []
@@ -358,11 +361,13 @@ class Session:
                               kv_cache=opts.kv_cache, eos_ids=eos_ids,
                               max_kv_size=opts.max_kv_size, bos_id=v.bos_id, stats=stats,
                               sampling=opts.sampling, on_prefill=on_prefill,
-                              processors=opts.processors())
+                              processors=opts.processors(), shared=self.shard)
 
     def _finish(self, ids, tokens, stats, drafter, start):
         """Energy of the generation; the opt-in history remembers prompt and output."""
         stats.extra.update(verifier=self.verifier.name, drafter=drafter.name)
+        if self.shard is not None:
+            stats.extra["sharded"] = self.shard.describe()
         meter = self.meter
         if self.history is not None:
             bos = self.verifier.bos_id

@@ -6,6 +6,7 @@ cached under the olifant cache directory.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -56,7 +57,9 @@ def alias_gguf(name: str) -> Path:
     if target.is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
+    with _locked(target), tempfile.TemporaryDirectory() as tmp:
+        if target.is_file():        # another process fetched it while this one waited
+            return target
         part = Path(tmp) / "model.gguf"
         try:
             with open(part, "wb") as out:
@@ -85,12 +88,36 @@ def keep_quantized() -> bool:
 
 def gguf_model_dir(gguf_path: Path, key: str) -> Path:
     """Convert a GGUF into an mlx-lm folder once; cached by key (and the weights' precision)."""
-    from olifant_mlx.verifier.gguf_import import convert_gguf
-
     keep = keep_quantized()
     out = cache_dir() / "models" / (f"{key}-quantized" if keep else key)
     if conversion_current(out):
         return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(out):
+        if not conversion_current(out):   # another process converted it while this one waited
+            _convert(gguf_path, out, keep)
+    return out
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    """One process at a time fetches or converts `path` (the ranks of a sharded run on one
+    machine start together)."""
+    import fcntl
+
+    locks = cache_dir() / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with open(locks / f"{path.parent.name}-{path.name}.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _convert(gguf_path: Path, out: Path, keep: bool) -> None:
+    from olifant_mlx.verifier.gguf_import import convert_gguf
+
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     convert_gguf(gguf_path, tmp, keep_quantized=keep)
@@ -98,7 +125,6 @@ def gguf_model_dir(gguf_path: Path, key: str) -> Path:
                                                     "gguf": str(gguf_path)}))
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
-    return out
 
 
 def conversion_current(folder: Path) -> bool:
