@@ -51,6 +51,7 @@ CONNECT_TIMEOUT_S = 90.0      # for every rank to start and reach the others
 TIMEOUT_ENV = "OLIFANT_DIST_TIMEOUT"
 CONNECT_ENV = "OLIFANT_DIST_CONNECT_TIMEOUT"
 GRACE_S = 2.0                 # how long an MLX error waits for the control channel's cause
+MLX_ERRORS = ("[ring]", "[jaccl]", "[mpi]", "[nccl]")     # how MLX's backends begin theirs
 
 
 class DistributedError(RuntimeError):
@@ -301,10 +302,9 @@ class Shard:
         """An exception on this rank. MLX's own errors ("connection to a peer was lost") are
         consequences: the control channel, which knows which rank went away, gets a moment to
         report that first."""
-        if isinstance(exc, RuntimeError) and not isinstance(exc, DistributedError) \
-                and self.watchdog is not None:
-            time.sleep(GRACE_S)
         message = str(exc) or type(exc).__name__
+        if self.watchdog is not None and message.startswith(MLX_ERRORS):
+            time.sleep(GRACE_S)
         if not isinstance(exc, (ValueError, OSError, RuntimeError)):
             message = f"{type(exc).__name__}: {message}"
         self.fail(message, status)
