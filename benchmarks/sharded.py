@@ -3,6 +3,7 @@ what one step costs in communication, and the calculator's prediction of that co
 
     python benchmarks/sharded.py [--model smollm2-135m] [-n 3] [--sharded tensor]
         [--draft adaptive:hybrid:MODEL.olif] [-k 8] [-m 40] [--prompt TEXT] [--out FILE.json]
+    python benchmarks/sharded.py --report FILE.json      # a saved run, reported again
 
 It starts `mlx.launch --backend ring -n N` on localhost itself (every rank runs this file with
 --worker) and reports, from rank 0:
@@ -217,6 +218,23 @@ def command(args) -> int:
     return 0
 
 
+def derive(res) -> dict:
+    """What follows from the measurements without running anything (again): the speedup a
+    latency-bound link predicts, from the passes and the collectives per step alone (every
+    collective costs the same, whatever its size), and the calculator's fast-path model with a
+    flat curve (a k-token pass costs what a 1-token pass does)."""
+    from olifant_mlx.measure import calc
+
+    p, s = res["runs"]["plain"], res["runs"]["speculative"]
+    model = res["traffic"]["1"]["collectives"] if "1" in res["traffic"] else res["traffic"][1]["collectives"]
+    out = {"latency_bound": (p["steps"] * (model + p["our_collectives_per_step"]))
+           / (s["steps"] * (model + s["our_collectives_per_step"]))}
+    ps = res.get("predicted_speedup")
+    if ps:
+        out["flat_curve"] = calc.speedup_fast_path(ps["alpha"], res["k"], ps["c"], 1.0)
+    return out
+
+
 def worker(argv) -> int:
     from olifant_mlx.cli.sharding import add_sharding_args, run_sharded
 
@@ -245,6 +263,11 @@ def _parser():
 def main():
     if "--worker" in sys.argv[1:]:
         sys.exit(worker([a for a in sys.argv[1:] if a != "--worker"]))
+    if sys.argv[1:2] == ["--report"]:       # a saved result, reported again
+        res = json.loads(Path(sys.argv[2]).read_text())
+        res["derived"] = derive(res)
+        report(res)
+        return
     p = _parser()
     p.add_argument("-n", "--ranks", type=int, default=3)
     p.add_argument("--sharded", choices=["tensor", "pipeline"], default=None)
@@ -275,6 +298,8 @@ def main():
         sys.exit(f"no result (mlx.launch exited {proc.returncode}):\n{proc.stdout[-2000:]}")
     res = json.loads(lines[-1][7:])
     res["wall_s"] = time.time() - t
+    res = json.loads(json.dumps(res))       # keys as in the file
+    res["derived"] = derive(res)
     report(res)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -309,7 +334,13 @@ def report(res):
     if ps:
         print(f"calculator: alpha {ps['alpha']:.3f}, c {ps['c']:.4f}: predicted speedup "
               f"{ps['measured_curve']:.2f}x with the measured cost curve"
-              + (f", {ps['predicted_curve']:.2f}x with the calculated one" if "predicted_curve" in ps else ""))
+              + (f", {ps['predicted_curve']:.2f}x with the calculated one" if "predicted_curve" in ps else "")
+              + (f", {res['derived']['flat_curve']:.2f}x with a flat one"
+                 if "flat_curve" in res.get("derived", {}) else ""))
+    d = res.get("derived")
+    if d:
+        print(f"latency-bound link (every collective the same cost): passes x collectives predict "
+              f"{d['latency_bound']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -208,6 +208,59 @@ def test_options_travel_as_json():
     assert back == o.replace(history=None)
 
 
+class TinyVerifier:
+    """The attributes a Session reads, around an in-memory model with token ids for text."""
+    identity = None
+    name = "tiny"
+    eos_ids = ()
+    bos_id = None
+    context_length = None
+    has_chat_template = False
+
+    def __init__(self, model, shard=None):
+        self.model, self.shard = model, shard
+
+    def encode(self, text):
+        return [ord(c) % 64 for c in text]
+
+    def detokenizer(self):
+        class D:
+            last_segment = ""
+
+            def add_token(self, t):
+                self.last_segment = chr(97 + t % 26)
+
+            def finalize(self):
+                self.last_segment = ""
+        return D()
+
+
+ABANDON = """
+import sys
+sys.path.insert(0, {tests!r})
+from test_distributed import TinyVerifier
+from test_engine import tiny_llama
+from olifant_mlx.engine import distributed as dist, GenerationOptions, Session
+from olifant_mlx.mlx_setup import mx
+shard = dist.Shard(mx.distributed.init(), dist.Launch("none", 0, 1))
+s = Session(TinyVerifier(tiny_llama(0), shard), "lookup", GenerationOptions(k=3, max_tokens=20))
+stream = s.stream([1, 2, 3, 4])
+next(stream)
+stream.close()
+print("not reached")
+"""
+
+
+def test_a_sharded_stream_abandoned_half_way_ends_the_run():
+    """Rank 0 must not leave a generation half done (the other ranks would wait for it): it
+    ends the run saying so, instead of hanging them."""
+    proc = subprocess.run([sys.executable, "-c", ABANDON.format(tests=str(HERE))], capture_output=True,
+                          text=True, cwd=ROOT, env=ENV, timeout=300)
+    assert proc.returncode == 1 and "not reached" not in proc.stdout
+    assert errors(proc.stderr) == ["error: a generation on the sharded verifier was abandoned before its "
+                                   "end: every rank must run it to the end (end it early with should_stop)"]
+
+
 def test_the_hooks_change_nothing_on_one_rank(solo):
     """Session and loop with a Shard of one rank: the same tokens as without, every drafter
     wrapped so that rank 0's drafts are shared, every choice shared."""
@@ -216,31 +269,7 @@ def test_the_hooks_change_nothing_on_one_rank(solo):
     from olifant_mlx.drafters import AdaptiveDrafter, LookupDrafter
 
     model = tiny_llama(0)
-
-    class V:   # the attributes a Session reads
-        identity = None
-        name = "tiny"
-        eos_ids = ()
-        bos_id = None
-        context_length = None
-        has_chat_template = False
-
-        def __init__(self, shard=None):
-            self.model, self.shard = model, shard
-
-        def encode(self, text):
-            return [ord(c) % 64 for c in text]
-
-        def detokenizer(self):
-            class D:
-                last_segment = ""
-
-                def add_token(self, t):
-                    self.last_segment = chr(97 + t % 26)
-
-                def finalize(self):
-                    self.last_segment = ""
-            return D()
+    V = lambda shard=None: TinyVerifier(model, shard)   # noqa: E731
 
     prompt = [5, 9, 33, 2, 17, 40, 1, 8]
     for kv in (True, False):

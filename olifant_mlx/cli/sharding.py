@@ -10,8 +10,10 @@ alone, and the command runs as before). Under a launch, rank 0 runs the command 
 alone; every other rank loads its shard of rank 0's verifier and follows rank 0's generations
 (`engine.distributed.follow`) until rank 0's command returns. Commands need not know more, with
 one rule: generate from one thread at a time (a generation is a sequence of collectives that
-every rank joins in the same order; a server serialises its requests). `should_stop` works as
-alone: rank 0's answer is shared after every pass.
+every rank joins in the same order; a server serialises its requests), and run every stream
+to its last response: `should_stop` ends one early (rank 0's answer is shared after every
+pass); a stream abandoned half way ends the run with an error rather than leave the other ranks
+waiting.
 """
 from __future__ import annotations
 

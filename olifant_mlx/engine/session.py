@@ -307,6 +307,24 @@ class Session:
                on_prefill: Callable[[int, int], None] | None = None) -> Iterator[Response]:
         """Generate from `prompt` (text or ids), one Response per verifier pass. `drafter`
         overrides the session's for this call; `should_stop()` is asked after every pass."""
+        responses = self._stream(prompt, options, drafter, should_stop, on_prefill)
+        return responses if self.shard is None else self._to_the_end(responses)
+
+    def _to_the_end(self, responses):
+        """A sharded generation is a sequence of collectives every rank joins: abandoned half
+        way on rank 0, the other ranks would wait for passes that never come. So it ends the run
+        with that said; `should_stop` is the way to end a generation early."""
+        for r in responses:
+            try:
+                yield r
+            except GeneratorExit:
+                if r.finish_reason is None:
+                    self.shard.fail("a generation on the sharded verifier was abandoned before its "
+                                    "end: every rank must run it to the end (end it early with "
+                                    "should_stop)")
+                raise
+
+    def _stream(self, prompt, options, drafter, should_stop, on_prefill):
         opts = options or self.options
         drafter = self.drafter if drafter is None else as_drafter(drafter)
         ids = self.fit_context(self.encode(prompt), opts)
