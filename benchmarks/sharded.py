@@ -4,6 +4,8 @@ what one step costs in communication, and the calculator's prediction of that co
     python benchmarks/sharded.py [--model smollm2-135m] [-n 3] [--sharded tensor]
         [--draft adaptive:hybrid:MODEL.olif] [-k 8] [-m 40] [--prompt TEXT] [--out FILE.json]
     python benchmarks/sharded.py --report FILE.json      # a saved run, reported again
+    mlx.launch --hostfile hosts.json -- python benchmarks/sharded.py --worker --model M ...
+                                                          # on a cluster: rank 0 prints RESULT {...}
 
 It starts `mlx.launch --backend ring -n N` on localhost itself (every rank runs this file with
 --worker) and reports, from rank 0:
@@ -136,8 +138,18 @@ def replay_job(verifier, repeats):
 HANDLERS = {"count": count_job, "replay": replay_job}
 
 
+def default_draft(model) -> str:
+    """Adaptive hybrid over the demo's draft model for this verifier (trained once, cached)."""
+    from olifant_mlx.cli.generate import demo_draft_model
+    from olifant_mlx.verifier import load_tokenizer
+
+    _, path = demo_draft_model(load_tokenizer(model), model, ["builtin:licenses"])
+    return f"adaptive:hybrid:{path}"
+
+
 def command(args) -> int:
     """Rank 0 (or a single process): everything measured, one JSON line."""
+    args.draft = args.draft or default_draft(args.model)
     from olifant_mlx.engine import GenerationOptions, Session
     from olifant_mlx.measure import calc
     from olifant_mlx.measure.bench import calibrate
@@ -274,13 +286,7 @@ def main():
     p.add_argument("--out", help="write the result as JSON here")
     p.add_argument("--timeout", type=float, default=3600)
     args = p.parse_args()
-    draft = args.draft
-    if draft is None:
-        from olifant_mlx.cli.generate import demo_draft_model
-        from olifant_mlx.verifier import load_tokenizer
-
-        _, path = demo_draft_model(load_tokenizer(args.model), args.model, ["builtin:licenses"])
-        draft = f"adaptive:hybrid:{path}"
+    draft = args.draft or default_draft(args.model)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -142,25 +142,22 @@ def load_sharded(spec, shard) -> Verifier:
     path = resolve_model(name)
     local = Path(path).is_dir()
     try:
-        if local or gguf:
-            config = load_config(Path(path))
-        else:       # a hub id: its configuration first (small files), to check the split
+        if local or gguf:   # lazily: no weights read yet
+            model, config = load_model(Path(path), lazy=True, strict=False)
+        else:               # a hub id: its configuration first (small files), to check the split
             from mlx_lm.utils import _download
 
-            config = load_config(_download(path, allow_patterns=["*.json"]))
+            model, config = None, load_config(_download(path, allow_patterns=["*.json"]))
+        mode = _split_mode(name, config, model, shard)
         if gguf:
-            model, config = load_model(Path(path), lazy=True, strict=False)
-            mode = _split_mode(name, config, model, shard)
             if mode == "tensor":
                 model.shard(shard.group)
             else:
                 model.model.pipeline(shard.group)
             mx.eval(model.parameters())
-            tok = load_tokenizer(Path(path), {"trust_remote_code": True},
+            tok = load_tokenizer(Path(path), None,
                                  eos_token_ids=config.get("eos_token_id", None))
         else:
-            model, _ = load_model(Path(path), lazy=True, strict=False) if local else (None, None)
-            mode = _split_mode(name, config, model, shard)
             model, tok, config = sharded_load(path, shard.group if mode == "pipeline" else None,
                                               shard.group if mode == "tensor" else None,
                                               return_config=True)
