@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from olifant_mlx.cli.common import MODEL_HELP, draft_tokens, energy_help, open_meter, whole_number
+from olifant_mlx.cli.sharding import add_sharding_args, sharded_command
 
 QUICK = {"prompts": 2, "max_tokens": 24, "ks": [3], "regimes": ["kv"]}
 
@@ -94,6 +95,8 @@ def cmd_bench(args) -> int:
     check_file_path(results, "results file")
     reference = args.verifier == "reference"
     model_spec = args.model or cfg.get("model")
+    if reference and getattr(args, "shard", None) is not None:
+        raise ValueError("--verifier reference runs no verifier: there is nothing to shard")
     if reference:
         refs = _pairs(args.reference, "--reference")
         if set(refs) != set(texts):
@@ -107,7 +110,7 @@ def cmd_bench(args) -> int:
         runner = ReferenceRunner(ours, conts)
         verifier = None
     else:
-        verifier = load_verifier(model_spec)
+        verifier = load_verifier(model_spec, shard=getattr(args, "shard", None))
         ours = verifier.identity
         runner = ModelRunner(verifier, open_meter(args.energy))
     name, label = runner.name, runner.label
@@ -121,6 +124,12 @@ def cmd_bench(args) -> int:
             b.load(ours.digest)
         drafters.update({n: Strategy(b, b.name) for n, b in baselines.items() if n not in plain_mlx})
     mlx_lm = not reference and (not args.no_mlx_lm or bool(plain_mlx))
+    if getattr(args, "shard", None) is not None and (baselines or mlx_lm):
+        # mlx-lm's stream_generate runs on rank 0 alone: the other ranks could not follow it
+        Console(stderr=True).print("a sharded verifier runs no mlx-lm strategies: skipping the "
+                                   "mlx-lm baseline" + (f" and {', '.join(baselines)}" if baselines else ""))
+        mlx_lm = False
+        drafters = {n: d for n, d in drafters.items() if n not in baselines}
     con = Console(stderr=True)
     skipped = read_results(results)[1]
     if skipped:
@@ -198,4 +207,11 @@ def add_parsers(sub):
                    help="JSON lines, appended; an interrupted run resumes from it")
     b.add_argument("--out-dir", default="bench-results", help="where the CSV/Markdown tables go")
     b.add_argument("--calibrate", action="store_true", help="also measure the verifier's cost curve")
-    b.set_defaults(func=cmd_bench)
+    add_sharding_args(b)
+    b.set_defaults(func=sharded_command(cmd_bench, handlers={"calibrate": _calibrate}))
+
+
+def _calibrate(verifier, **args):
+    from olifant_mlx.measure.bench import calibrate
+
+    return calibrate(verifier, **args)

@@ -212,6 +212,12 @@ def summary_lines(stats, session, energy, detailed: bool = False) -> list:
     lines.append(f"Drafting: {label}: acceptance {stats.acceptance:.1%}, mean accepted length "
                  f"{stats.mean_accepted_length:.2f}, {stats.steps} verifier passes for "
                  f"{stats.tokens} tokens ({max(saved, 0)} saved); stopped by {stats.stop_reason or 'nothing'}")
+    sharded = stats.extra.get("sharded")
+    if sharded:
+        lines.append(f"Sharded: {sharded['mode']} parallel over {sharded['ranks']} ranks "
+                     f"({sharded['backend']}); rank 0's drafts and choices reach the others in "
+                     f"{sharded['collectives']:,} collectives so far ({mb(sharded['bytes'])}); energy "
+                     f"and memory are rank 0's")
     if energy is not None and energy.total_j is not None:
         lines.append(f"Energy: {energy.total_j:.2f} J ({energy.j_per_100_tokens(stats.tokens) or 0:.2f} "
                      f"J/100 tokens; {energy.info.label})")

@@ -11,6 +11,7 @@ import sys
 
 from olifant_mlx.cli.common import (add_generation_args, draft_tokens, empty_answer_hint, prepare,
                                     print_json, summary_lines, template_kwargs)
+from olifant_mlx.cli.sharding import add_sharding_args, sharded_command
 
 DEMO_PROMPT = (  # the warranty disclaimer of the MIT licence: legal boilerplate verifiers know
     "THE SOFTWARE IS PROVIDED \"AS IS\", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED, "
@@ -49,7 +50,8 @@ def open_session(args):
     from olifant_mlx.verifier import load_verifier
 
     options, spec, meter = prepare(args)
-    session = Session(load_verifier(args.model), spec, options, meter=meter)
+    session = Session(load_verifier(args.model, shard=getattr(args, "shard", None)), spec, options,
+                      meter=meter)
     for warning in session.history.warnings if session.history is not None else ():
         sys.stderr.write(f"warning: {warning}\n")
     return session, options
@@ -237,18 +239,20 @@ def cmd_demo(args) -> int:
 def add_parsers(sub):
     g = sub.add_parser("generate", help="generate text with speculative decoding (drafting on by default)")
     add_generation_args(g)
+    add_sharding_args(g)
     g.add_argument("--stats", action="store_true", help="more detail in the summary (steps, times)")
     g.add_argument("--quiet", action="store_true", help="no summary on stderr")
     out = g.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="one JSON object on stdout at the end")
     out.add_argument("--json-stream", action="store_true",
                      help="one JSON object per chunk on stdout (NDJSON), then the final one")
-    g.set_defaults(func=cmd_generate)
+    g.set_defaults(func=sharded_command(cmd_generate))
 
     c = sub.add_parser("chat", help="a multi-turn conversation with an instruct verifier (kept in memory)")
     add_generation_args(c, prompt=False)
+    add_sharding_args(c)
     c.add_argument("--quiet", action="store_true", help="no per-answer summary on stderr")
-    c.set_defaults(func=cmd_chat, stats=False)
+    c.set_defaults(func=sharded_command(cmd_chat), stats=False)
 
     d = sub.add_parser("demo", help="plain vs speculative on a legal prompt with the offline verifier")
     d.add_argument("--model", help="verifier (default smollm2-135m)")

@@ -228,14 +228,16 @@ def generate_steps(model, prompt, drafter=None, k: int = 3, max_tokens: int = 10
                    kv_cache: bool = True, eos_ids=(), max_kv_size: int | None = None,
                    bos_id: int | None = None, stats: Stats | None = None,
                    sampling: Sampling | None = None, on_prefill=None, processors=(),
-                   vocab_size: int | None = None, lead: bool = True):
+                   vocab_size: int | None = None, lead: bool = True, shared=None):
     """Yield a Step per verifier pass until max_tokens or an EOS token (not emitted).
     Greedy by default; with `sampling`, the verifier samples (see Sampling); `processors`
     (mlx-lm logits processors: processor(tokens, logits) -> logits) shape every choice. The
     drafter sees the prompt without a leading BOS unless it `wants_bos`. `vocab_size`
     (default: found on the model) bounds the ids: a prompt id outside it is refused, drafts are
     cut before one. `lead` False keeps the older KV rule (corrections held back for the next
-    step's free check), for measuring."""
+    step's free check), for measuring. With `shared` (a sharded verifier's
+    `engine.distributed.Shard`), the drafts and every choice of token are rank 0's, so every
+    rank takes the same passes and rollbacks."""
     if not 0 <= k <= MAX_K:
         raise ValueError(f"k must be between 0 and {MAX_K}, got {k}")
     if max_tokens < 0:
@@ -253,6 +255,8 @@ def generate_steps(model, prompt, drafter=None, k: int = 3, max_tokens: int = 10
     if max_tokens == 0:
         return
     pick = picker(sampling, processors)
+    if shared is not None:
+        drafter, pick = shared.drafter(drafter), shared.choices(pick)
     t0 = time.perf_counter()
     if kv_cache:
         verifier = CachedVerification(model, prompt, pick, max_kv_size, on_prefill, lead)

@@ -246,6 +246,7 @@ class Session:
         self.vocab_size = model_vocab_size(verifier.model)   # once: the engine checks ids against it
         self.options = options or GenerationOptions()
         self.meter = meter
+        self.shard = getattr(verifier, "shard", None)   # a sharded verifier (engine.distributed)
         self.history = None
         if self.options.history:
             from olifant_mlx.drafters.history import SessionHistory
@@ -317,6 +318,24 @@ class Session:
                on_prefill: Callable[[int, int], None] | None = None) -> Iterator[Response]:
         """Generate from `prompt` (text or ids), one Response per verifier pass. `drafter`
         overrides the session's for this call; `should_stop()` is asked after every pass."""
+        responses = self._stream(prompt, options, drafter, should_stop, on_prefill)
+        return responses if self.shard is None else self._to_the_end(responses)
+
+    def _to_the_end(self, responses):
+        """A sharded generation is a sequence of collectives every rank joins: abandoned half
+        way on rank 0, the other ranks would wait for passes that never come. So it ends the run
+        with that said; `should_stop` is the way to end a generation early."""
+        for r in responses:
+            try:
+                yield r
+            except GeneratorExit:
+                if r.finish_reason is None:
+                    self.shard.fail("a generation on the sharded verifier was abandoned before its "
+                                    "end: every rank must run it to the end (end it early with "
+                                    "should_stop)")
+                raise
+
+    def _stream(self, prompt, options, drafter, should_stop, on_prefill):
         opts = options or self.options
         drafter = self.drafter if drafter is None else as_drafter(drafter)
         ids = self.fit_context(self.encode(prompt), opts)
@@ -325,6 +344,8 @@ class Session:
         detok = v.detokenizer()
         stops = StopScanner(opts.stop)
         stats = Stats()
+        if self.shard is not None:      # rank 0 announces the job the other ranks run with it
+            should_stop = self.shard.begin(ids, opts, should_stop)
         meter = self.meter
         start = meter.mark() if meter is not None else None
         tokens = []
@@ -370,11 +391,13 @@ class Session:
                               max_kv_size=opts.max_kv_size, bos_id=v.bos_id, stats=stats,
                               sampling=opts.sampling, on_prefill=on_prefill,
                               processors=opts.processors(), vocab_size=self.vocab_size,
-                              lead=self.lead)
+                              lead=self.lead, shared=self.shard)
 
     def _finish(self, ids, tokens, stats, drafter, start):
         """Energy of the generation; the opt-in history remembers prompt and output."""
         stats.extra.update(verifier=self.verifier.name, drafter=drafter.name)
+        if self.shard is not None:
+            stats.extra["sharded"] = self.shard.describe()
         meter = self.meter
         if self.history is not None:
             bos = self.verifier.bos_id

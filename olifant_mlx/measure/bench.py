@@ -644,6 +644,9 @@ def calibrate(verifier, text: str, max_new: int = 9, repeats: int = 3) -> dict:
     from olifant_mlx.engine.cache import make_cache, prefill
     from olifant_mlx.mlx_setup import mx
 
+    shard = getattr(verifier, "shard", None)
+    if shard is not None:           # a sharded verifier: every rank makes the same passes
+        shard.everywhere("calibrate", text=text, max_new=max_new, repeats=repeats)
     model = verifier.model
     prompt = verifier.encode(text)
     cache = make_cache(model)

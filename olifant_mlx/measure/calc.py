@@ -136,3 +136,93 @@ def report(alpha: float | None = None, gamma: int = 4, c: float = 0.0, verify_co
 FAST_PATH_NOTE = ("with a KV cache a rejected first draft costs one plain step instead of a "
                   "gamma-token pass, but an accepted run then ends without the bonus token, "
                   "so the two figures differ")
+
+
+# -- a sharded verifier (mlx.distributed): what one pass costs in communication -------------
+
+def ring_all_reduce_ms(nbytes: float, ranks: int, latency_ms: float, bytes_per_ms: float) -> float:
+    """A ring all-reduce of nbytes (reduce-scatter, then all-gather): 2(N-1) hops, each one
+    message latency plus nbytes/N bytes on the link."""
+    _check_link(ranks, latency_ms, bytes_per_ms)
+    if ranks < 2:
+        return 0.0
+    return 2 * (ranks - 1) * (latency_ms + nbytes / ranks / bytes_per_ms)
+
+
+def pass_traffic(tokens: int, hidden: int, layers: int, ranks: int, mode: str = "tensor",
+                 dtype_bytes: int = 4) -> dict:
+    """The collectives one verifier pass over `tokens` new tokens makes (mlx-lm's sharding):
+    tensor parallel, 2 all-reduces per layer (after attention's output projection and the
+    MLP's down projection) of the tokens' hidden states; pipeline, one send per stage boundary
+    and one all-gather of the last stage's hidden states. `bytes` is what one rank sends."""
+    if mode not in ("tensor", "pipeline"):
+        raise ValueError(f"mode must be tensor or pipeline, got {mode!r}")
+    if min(tokens, hidden, layers, ranks, dtype_bytes) < 1:
+        raise ValueError("tokens, hidden, layers, ranks and dtype_bytes must be >= 1")
+    size = tokens * hidden * dtype_bytes
+    if ranks < 2:
+        return {"collectives": 0, "bytes_each": size, "bytes": 0, "hops": 0}
+    if mode == "tensor":
+        n = 2 * layers
+        return {"collectives": n, "bytes_each": size, "hops": n * 2 * (ranks - 1),
+                "bytes": n * 2 * (ranks - 1) * size / ranks}
+    # a send from every stage but the first, then a ring all-gather of N - 1 hops
+    return {"collectives": ranks, "bytes_each": size, "hops": 2 * (ranks - 1), "bytes": ranks * size}
+
+
+def pass_comm_ms(tokens: int, hidden: int, layers: int, ranks: int, latency_ms: float,
+                 bytes_per_ms: float, mode: str = "tensor", dtype_bytes: int = 4,
+                 shared_values: int = 1) -> float:
+    """Communication time of one pass: the model's collectives (pass_traffic) on a link of
+    `latency_ms` per message and `bytes_per_ms`, plus `shared_values` small collectives of
+    olifant_mlx's own (rank 0's drafts and choices: 264 bytes each)."""
+    _check_link(ranks, latency_ms, bytes_per_ms)
+    t = pass_traffic(tokens, hidden, layers, ranks, mode, dtype_bytes)
+    size = t["bytes_each"]
+    if ranks < 2:
+        return 0.0
+    if mode == "tensor":
+        model = t["collectives"] * ring_all_reduce_ms(size, ranks, latency_ms, bytes_per_ms)
+    else:   # the stages' sends one after another, then an all-gather ring
+        model = 2 * (ranks - 1) * (latency_ms + size / bytes_per_ms)
+    return model + shared_values * ring_all_reduce_ms(264, ranks, latency_ms, bytes_per_ms)
+
+
+def sharded_verify_costs(compute_ms: dict, comm_ms: dict) -> dict:
+    """The verify-cost curve (a g-token pass in 1-token passes) of a sharded verifier whose
+    ranks compute for compute_ms[g] and communicate for comm_ms[g]: what `report` and
+    `speedup_fast_path` take as verify costs. Communication that does not grow with g (latency)
+    flattens the curve, which is why speculation pays more on a sharded verifier."""
+    if 1 not in compute_ms or 1 not in comm_ms:
+        raise ValueError("the curve needs the 1-token pass (g = 1)")
+    base = compute_ms[1] + comm_ms[1]
+    if not base > 0:
+        raise ValueError("a 1-token pass must cost more than 0 ms")
+    return {g: (compute_ms[g] + comm_ms[g]) / base for g in sorted(set(compute_ms) & set(comm_ms))}
+
+
+def fit_link(samples) -> tuple:
+    """(latency_ms, bytes_per_ms) of a ring of `ranks` from measured all-reduces
+    [(nbytes, ranks, ms), ...], by least squares on ms = 2(N-1)(latency + nbytes/N/bandwidth)."""
+    rows = [(2 * (n - 1), 2 * (n - 1) * b / n, ms) for b, n, ms in samples if n >= 2]
+    if len(rows) < 2:
+        raise ValueError("need two or more all-reduce timings of different sizes")
+    saa = sum(a * a for a, _, _ in rows)
+    sab = sum(a * b for a, b, _ in rows)
+    sbb = sum(b * b for _, b, _ in rows)
+    say = sum(a * y for a, _, y in rows)
+    sby = sum(b * y for _, b, y in rows)
+    det = saa * sbb - sab * sab
+    if det == 0:
+        raise ValueError("the all-reduce sizes must differ")
+    latency = (say * sbb - sby * sab) / det
+    per_byte = (saa * sby - sab * say) / det
+    latency = max(latency, 0.0)
+    return latency, (1.0 / per_byte if per_byte > 0 else math.inf)
+
+
+def _check_link(ranks, latency_ms, bytes_per_ms):
+    if not isinstance(ranks, int) or ranks < 1:
+        raise ValueError(f"ranks must be a whole number >= 1, got {ranks!r}")
+    if latency_ms < 0 or not bytes_per_ms > 0:
+        raise ValueError("latency must be >= 0 and bandwidth > 0")

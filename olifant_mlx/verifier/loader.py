@@ -1,6 +1,7 @@
 """A loaded verifier: the mlx-lm model, its tokenizer and the identity a draft model must match."""
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ class Verifier:
     context_length: int | None = None
     path: str = ""
     extra: dict = field(default_factory=dict)
+    shard: object = None        # this process's part of a sharded verifier (engine.distributed)
 
     @property
     def eos_ids(self) -> tuple:
@@ -89,11 +91,14 @@ def _context_length(config: dict, tok) -> int | None:
     return v if isinstance(v, int) and 0 < v < 10_000_000 else None
 
 
-def load_verifier(spec: str | None = None) -> Verifier:
+def load_verifier(spec: str | None = None, shard=None) -> Verifier:
     """Load a verifier by alias, GGUF file, local folder or hub id (default: default_model()),
-    with its weights evaluated (safe to hand to a worker thread)."""
+    with its weights evaluated (safe to hand to a worker thread). With `shard` (an
+    engine.distributed.Shard, under mlx.launch), this rank's shard of rank 0's verifier."""
     import mlx_lm
 
+    if shard is not None:
+        return load_sharded(spec, shard)
     name = spec or default_model()
     path = resolve_model(name)
     try:
@@ -118,3 +123,89 @@ def load_tokenizer(spec: str | None = None) -> Tokenizer:
     if os.path.isfile(spec) and not spec.endswith(".json"):
         return sentencepiece_tokenizer(spec)
     return hf_tokenizer(spec)
+
+
+PIPELINE_FAMILIES = "qwen2, qwen3-moe, deepseek v2/v3, glm4-moe, ministral3, mistral4, qwen3-next"
+
+
+def load_sharded(spec, shard) -> Verifier:
+    """This rank's shard of the verifier rank 0 names (`spec` counts on rank 0 only). GGUF
+    files and aliases: the converted folder, loaded lazily, split by the model's own
+    `shard(group)` (tensor) or `model.pipeline(group)` (pipeline), then only this rank's part
+    evaluated; MLX folders and hub ids: mlx-lm's `sharded_load`, which downloads only this
+    rank's files. `shard.mode` "auto" becomes tensor where the model allows it, else pipeline.
+    Every rank must end with the same model and tokenizer (checked)."""
+    from mlx_lm.utils import load_config, load_model, load_tokenizer, sharded_load
+
+    name = shard.share_json((spec or default_model()) if shard.is_root else None, "model")
+    gguf = name in ALIASES or name.lower().endswith(".gguf")
+    path = resolve_model(name)
+    local = Path(path).is_dir()
+    try:
+        if local or gguf:   # lazily: no weights read yet
+            model, config = load_model(Path(path), lazy=True, strict=False)
+        else:               # a hub id: its configuration first (small files), to check the split
+            from mlx_lm.utils import _download
+
+            model, config = None, load_config(_download(path, allow_patterns=["*.json"]))
+        mode = _split_mode(name, config, model, shard)
+        if gguf:
+            if mode == "tensor":
+                model.shard(shard.group)
+            else:
+                model.model.pipeline(shard.group)
+            mx.eval(model.parameters())
+            tok = load_tokenizer(Path(path), None,
+                                 eos_token_ids=config.get("eos_token_id", None))
+        else:
+            model, tok, config = sharded_load(path, shard.group if mode == "pipeline" else None,
+                                              shard.group if mode == "tensor" else None,
+                                              return_config=True)
+    except (VerifierError, ValueError, OSError) as e:
+        raise VerifierError(f"cannot load {shard.label}'s shard of {name!r}: {e}") from e
+    shard.mode = mode
+    v = Verifier(model, tok, verifier_tokenizer(tok, name), name,
+                 context_length=_context_length(config, tok), path=str(path), shard=shard)
+    cfg = json.dumps(config, sort_keys=True, default=str)
+    shard.check_same(f"{cfg}|{v.identity.digest.hex()}|{mode}", f"verifier ({name})")
+    return v
+
+
+def _split_mode(name, config, model, shard) -> str:
+    """The sharding this model allows for shard.size ranks: shard.mode, or tensor before
+    pipeline for "auto"; a VerifierError says why not."""
+    n = shard.size
+    family = config.get("model_type", "?")
+    heads = config.get("num_attention_heads")
+    kv = config.get("num_key_value_heads") or heads
+    inter = config.get("intermediate_size")
+    layers = config.get("num_hidden_layers")
+    tensor_ok = model is None or hasattr(model, "shard")
+    why_tensor = "" if tensor_ok else f"mlx-lm has no tensor parallelism for {family} models"
+    if tensor_ok:
+        bad = [f"{v} {what}" for v, what in ((heads, "attention heads"), (kv, "KV heads"),
+                                              (inter, "MLP units")) if isinstance(v, int) and v % n]
+        if bad:
+            tensor_ok = False
+            divisors = [d for d in range(2, 65) if all(not isinstance(v, int) or v % d == 0
+                                                       for v in (heads, kv, inter))]
+            why_tensor = (f"its {' and '.join(bad)} do not split {n} ways (tensor parallel works "
+                          f"over {', '.join(map(str, divisors)) or 'no number of'} ranks)")
+    pipe_ok = model is None or (hasattr(model, "model") and hasattr(model.model, "pipeline"))
+    why_pipe = "" if pipe_ok else (f"mlx-lm has no pipeline for {family} models (it has for "
+                                   f"{PIPELINE_FAMILIES})")
+    if pipe_ok and isinstance(layers, int) and layers < n:
+        pipe_ok, why_pipe = False, f"its {layers} layers are fewer than the {n} ranks"
+    mode = shard.mode
+    if mode == "auto":
+        mode = "tensor" if tensor_ok else "pipeline" if pipe_ok else None
+        if mode is None:
+            raise VerifierError(f"{name} cannot be sharded over {n} ranks: tensor parallel: "
+                                f"{why_tensor}; pipeline: {why_pipe}")
+    if mode == "tensor" and not tensor_ok:
+        raise VerifierError(f"{name} cannot be split {n} ways in tensor parallel: {why_tensor}"
+                            + ("; --sharded pipeline can" if pipe_ok else ""))
+    if mode == "pipeline" and not pipe_ok:
+        raise VerifierError(f"{name} cannot be split in a pipeline: {why_pipe}"
+                            + ("; --sharded tensor can" if tensor_ok else ""))
+    return mode
