@@ -35,8 +35,8 @@ from olifant_mlx.measure.bench import (  # noqa: E402
     ModelRunner,
     aggregate,
     alternating_rounds,
-    load_rows,
     read_prompts,
+    row_key,
     sweep,
     write_tables,
 )
@@ -131,12 +131,14 @@ def main():
             n, max_tokens = ((args.kv_prompts, args.kv_tokens) if regime == "kv"
                              else (args.uncached_prompts, args.uncached_tokens))
             results = out / f"{task}-{regime}.jsonl"
+            swept = {}                 # this run's rows (the plain ones are shared by both groups)
             for group, ks in ((FIXED, args.fixed_ks), (ADAPTIVE, args.adaptive_ks)):
-                sweep(runner, {task: prompts}, {s: drafters[s] for s in group}, ks,
-                      [regime], max_tokens, results, n_prompts=n,
-                      on_progress=lambda done, total, task=task, regime=regime: print(
-                          f"{task} {regime} {done}/{total}", file=sys.stderr))
-            rows = [r for r in load_rows(results) if r["verifier"] == name]
+                for r in sweep(runner, {task: prompts}, {s: drafters[s] for s in group}, ks,
+                               [regime], max_tokens, results, n_prompts=n,
+                               on_progress=lambda done, total, task=task, regime=regime: print(
+                                   f"{task} {regime} {done}/{total}", file=sys.stderr)):
+                    swept[row_key(r)] = r
+            rows = list(swept.values())
             bad = [r for r in rows if not r["exact_match"]]
             if bad:
                 raise SystemExit(f"{len(bad)} output(s) differ from plain decoding: a bug")

@@ -1,13 +1,16 @@
 """IGTree in C (olifant_mlx) versus TiMBL 6.5 (`timbl -a1`) on the same data, in one run.
 
     python benchmarks/igtree_vs_timbl.py [--train-instances 10000000] [--queries 250000]
+                                         [--threads 1] [--compare-threads 2]
 
 Data: the shared EUR-Lex-Sum corpus (../shared/corpora/legal), tokenised with the
 Mistral-7B-v0.1 tokenizer; training = the first N windows of the train split (width 4,
 documents padded), queries = a seeded sample of windows of the validation split.
 Both systems train from the same prepared instances: TiMBL from its text instance
 file, olifant from the same ids in a .npy file; each trains in a child process whose
-CPU time and peak RSS come from wait4(). Installs Debian's `timbl` when missing (root).
+CPU time and peak RSS come from wait4(). olifant builds once more with --compare-threads
+threads (its model must be byte-identical) to show what threads buy in wall time.
+Installs Debian's `timbl` when missing (root).
 Prints the comparison table and writes JSON to benchmarks/out/.
 """
 from __future__ import annotations
@@ -96,7 +99,7 @@ def write_instances(path, ctx, tgt, chunk=1_000_000):
 BUILD_CHILD = """
 import sys, numpy as np
 from olifant_mlx.draftmodel.igtree import Builder
-b = Builder(vocab_size=int(sys.argv[3]), window=4)
+b = Builder(vocab_size=int(sys.argv[3]), window=4, threads=int(sys.argv[4]))
 with open(sys.argv[1], "rb") as f:  # raw uint32 rows, read in 1M-row chunks
     while True:
         chunk = np.fromfile(f, dtype=np.uint32, count=5 << 20)
@@ -113,6 +116,9 @@ def main():
     ap.add_argument("--train-instances", type=int, default=10_000_000)
     ap.add_argument("--queries", type=int, default=250_000)
     ap.add_argument("--work", default=str(ROOT / "benchmarks" / "out" / "igtree_vs_timbl"))
+    ap.add_argument("--threads", type=int, default=1, help="olifant build threads (0: all CPUs)")
+    ap.add_argument("--compare-threads", type=int, default=2,
+                    help="a second olifant build with this many threads (0: skip)")
     args = ap.parse_args()
     ensure_timbl()
     work = Path(args.work)
@@ -148,9 +154,21 @@ def main():
     print("olifant training ...", file=sys.stderr)
     model_path = work / "olifant.olif"
     code, o_wall, o_cpu, o_rss, err = run_child(
-        [sys.executable, "-c", BUILD_CHILD, str(work / "train.u32"), str(model_path), str(tok.vocab_size)])
+        [sys.executable, "-c", BUILD_CHILD, str(work / "train.u32"), str(model_path), str(tok.vocab_size),
+         str(args.threads)])
     if code != 0:
         sys.exit(f"olifant build failed: {err}")
+    threaded = None
+    if args.compare_threads:
+        other = work / "olifant_threads.olif"
+        code, t2_wall, t2_cpu, t2_rss, err = run_child(
+            [sys.executable, "-c", BUILD_CHILD, str(work / "train.u32"), str(other),
+             str(tok.vocab_size), str(args.compare_threads)])
+        if code != 0:
+            sys.exit(f"olifant build with {args.compare_threads} threads failed: {err}")
+        threaded = {"threads": args.compare_threads, "train_cpu_s": round(t2_cpu, 2),
+                    "train_wall_s": round(t2_wall, 2), "train_peak_rss_mb": round(t2_rss),
+                    "same_model": other.read_bytes() == model_path.read_bytes()}
     t0 = time.perf_counter()
     model = IGTree.load(model_path)
     o_load = time.perf_counter() - t0
@@ -180,13 +198,14 @@ def main():
     timbl_query_us = (c_cpu - l_cpu) / qtgt.size * 1e6
     res = {
         "corpus": "shared/corpora/legal (EUR-Lex-Sum), Mistral-7B-v0.1 tokens, window 4",
+        "olifant_threads": args.threads, "olifant_compare_threads": threaded,
         "train_instances": n_train, "queries": int(qtgt.size), "compared": compared,
         "mismatches": mism, "heldout_accuracy": round(acc, 4), "olifant_nodes": model.n_nodes,
         "timbl": {"train_cpu_s": round(t_cpu, 1), "train_wall_s": round(t_wall, 1),
                   "train_peak_rss_mb": round(t_rss), "model_bytes": timbl_size,
                   "load_cpu_s": round(l_cpu, 2), "loaded_rss_mb": round(l_rss),
                   "query_cpu_us": round(timbl_query_us, 2)},
-        "olifant": {"train_cpu_s": round(o_cpu, 1), "train_wall_s": round(o_wall, 1),
+        "olifant": {"train_cpu_s": round(o_cpu, 2), "train_wall_s": round(o_wall, 2),
                     "train_peak_rss_mb": round(o_rss), "model_bytes": model.file_size,
                     "load_s": round(o_load, 4),
                     "query_c_us": round(best_c * 1e6, 3), "query_python_call_us": round(best_py * 1e6, 2)},
@@ -234,12 +253,19 @@ def print_table(r):
                 f"{o['train_peak_rss_mb'] / t['train_peak_rss_mb']:.2f}")
     tab.add_row("model size on disk MB", f"{t['model_bytes'] / 1e6:.1f}", f"{o['model_bytes'] / 1e6:.1f}",
                 f"{o['model_bytes'] / t['model_bytes']:.2f}")
-    tab.add_row("load s (TiMBL CPU; olifant mmap, fresh process)", f"{t['load_cpu_s']}",
+    tab.add_row("load s (TiMBL CPU; olifant read + validate, fresh process)", f"{t['load_cpu_s']}",
                 f"{o['load_s_fresh_process']}", "")
     tab.add_row("query µs (TiMBL CLI CPU; olifant C)", f"{t['query_cpu_us']}", f"{o['query_c_us']}", "")
     tab.add_row("query µs, one Python call", "11–52 (anchor, python3-timbl)",
                 f"{o['query_python_call_us']}", "")
     tab.add_row("held-out next-token accuracy", "", f"{r['heldout_accuracy']:.2%}", "")
+    c = r.get("olifant_compare_threads")
+    if c:
+        tab.add_row(f"olifant training, {r['olifant_threads']} vs {c['threads']} threads: CPU s",
+                    "", f"{o['train_cpu_s']} / {c['train_cpu_s']}", "")
+        tab.add_row(f"olifant training, {r['olifant_threads']} vs {c['threads']} threads: wall s",
+                    "", f"{o['train_wall_s']} / {c['train_wall_s']}",
+                    "same model" if c["same_model"] else "MODELS DIFFER")
     Console().print(tab)
 
 

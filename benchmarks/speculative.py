@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 from olifant_mlx.drafters import LookupDrafter, NgramDrafter, OlifantDrafter  # noqa: E402
 from olifant_mlx.draftmodel.igtree import IGTree  # noqa: E402
 from olifant_mlx.draftmodel.train import train  # noqa: E402
-from olifant_mlx.measure.bench import ModelRunner, _fmt, aggregate, load_rows, sweep, write_tables  # noqa: E402
+from olifant_mlx.measure.bench import ModelRunner, _fmt, aggregate, sweep, write_tables  # noqa: E402
 from olifant_mlx.verifier import load_verifier  # noqa: E402
 
 SHARED = Path(os.environ.get("OLIFANT_SHARED", ROOT.parent / "shared"))
@@ -52,6 +52,7 @@ def main():
     args = ap.parse_args()
     prompts = [json.loads(line)["prompt"] for line in open(args.prompt_file)][: args.prompts]
     Path(args.results).parent.mkdir(parents=True, exist_ok=True)
+    rows = []
     for verifier in args.verifiers:
         v = load_verifier(verifier)
         ours, name = v.identity, v.name
@@ -60,10 +61,10 @@ def main():
                   "ngram": NgramDrafter, "lookup": LookupDrafter}
         drafters = {d: makers[d]() for d in args.drafters}
         runner.run("Warm-up text.", None, 0, True, 4)
-        sweep(runner, {"legal": prompts}, drafters, args.ks, args.regimes,
-              args.max_tokens, args.results, n_prompts=args.prompts,
-              on_progress=lambda done, total: print(f"{done}/{total}", file=sys.stderr))
-    cells = aggregate(load_rows(args.results))
+        rows += sweep(runner, {"legal": prompts}, drafters, args.ks, args.regimes,
+                      args.max_tokens, args.results, n_prompts=args.prompts,
+                      on_progress=lambda done, total: print(f"{done}/{total}", file=sys.stderr))
+    cells = aggregate(rows)           # this run's rows: the file may hold other settings' too
     write_tables(cells, OUT / "speculative")
     print_table(cells)
 

@@ -4,26 +4,41 @@
  * test goes on; the last line printed is "N passed, M failed" (tests), and
  * the exit status is nonzero if anything failed.
  *
- *   cc -std=c11 -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=all \
- *      csrc/igtree.c csrc/test_igtree.c -lm -o test_igtree
+ *   cc -std=c99 -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=all -pthread \
+ *      csrc/igt*.c csrc/test_igtree.c -lm -o test_igtree
  *   ./test_igtree [scratch-dir]      (default: a fresh directory under /tmp)
  *
  * The data are small and pseudo-random (xorshift64, fixed seeds), so a run
  * is deterministic and takes a few seconds even under sanitizers. Some tests
  * edit model files at known header offsets and re-seal their checksums; the
- * offsets and the checksum are mirrored from igtree.c and verified against a
- * freshly saved model first (test_file_layout), so a format change shows up
- * there with a clear message rather than as mysterious failures elsewhere.
+ * offsets and the checksum are mirrored from igt_file.c and verified against
+ * freshly saved models first (test_file_layout, test_file_layout_v2), so a
+ * format change shows up there with a clear message rather than as
+ * mysterious failures elsewhere. Format 1 is still read (and written on
+ * request), so its tests run on igt_save_version(..., 1) images.
+ *
+ * Needs POSIX (fork, pthreads, FIFOs, rlimits): build with -pthread.
  */
+#if defined(__linux__) && !defined(_GNU_SOURCE)
+#define _GNU_SOURCE /* O_TMPFILE, to probe what igt_save can use */
+#endif
 #define _POSIX_C_SOURCE 200809L
 #include "igtree.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* ---- harness --------------------------------------------------------------- */
@@ -211,17 +226,24 @@ static int write_file(const char *path, const void *data, size_t size) {
     return ok;
 }
 
-/* Serialised bytes of a model (via igt_save into the scratch directory). */
-static uint8_t *model_bytes(T *t, const igt_model *m, size_t *size) {
+/* Serialised bytes of a model in a format version (via igt_save_version
+ * into the scratch directory). */
+static uint8_t *model_bytes_v(T *t, const igt_model *m, uint32_t version, size_t *size) {
     char path[1024];
     path_in(t, path, sizeof path, "image.olif");
     igt_error err;
-    igt_status st = igt_save(m, path, &err);
+    igt_status st = igt_save_version(m, path, version, &err);
     CHECK_STATUS(t, st, IGT_OK, &err, "save");
     uint8_t *data = read_file(path, size);
     CHECK(t, data != NULL, "cannot read back %s", path);
     remove(path);
     return data;
+}
+
+static int same_file_bytes(const char *path, const uint8_t *want, size_t size);
+
+static uint8_t *model_bytes(T *t, const igt_model *m, size_t *size) {
+    return model_bytes_v(t, m, IGT_FORMAT_VERSION, size);
 }
 
 static uint8_t *dup_bytes(const uint8_t *p, size_t n) {
@@ -243,8 +265,9 @@ static int same_info(const igt_info *a, const igt_info *b) {
     return memcmp(&x, &y, sizeof x) == 0;
 }
 
-/* ---- file layout mirrored from igtree.c (checked in test_file_layout) ------ */
+/* ---- file layouts mirrored from igt_file.c (checked in test_file_layout*) -- */
 
+/* version 1 */
 enum {
     OFF_VERSION = 8, OFF_HSIZE = 12, OFF_ENDIAN = 16, OFF_WINDOW = 20, OFF_VOCAB = 24,
     OFF_PADDING = 28, OFF_ORDER = 32, OFF_TOPK = 36, OFF_DEFAULT = 40, OFF_PERM = 48,
@@ -254,11 +277,26 @@ enum {
 };
 enum { SEC_KEY, SEC_CLASS, SEC_WINNER, SEC_TOTAL, SEC_CHILD, SEC_DIST, SEC_PAIRS, SEC_COUNT };
 
+/* version 2 */
+enum {
+    V2_OFF_IDW = 44, V2_OFF_FLAGS = 48, V2_OFF_RESERVED = 52, V2_OFF_PERM = 56,
+    V2_OFF_GAIN_RATIO = 120, V2_OFF_INFO_GAIN = 248, V2_OFF_N_INSTANCES = 376,
+    V2_OFF_N_NODES = 384, V2_OFF_N_INTERNAL = 392, V2_OFF_N_PAIRS = 400, V2_OFF_N_CLASSES = 408,
+    V2_OFF_N_TOTAL_ESC = 416, V2_OFF_N_WINNER_ESC = 424, V2_OFF_FILE_SIZE = 432,
+    V2_OFF_SECTIONS = 440, V2_OFF_PAYLOAD_SUM = 528, V2_OFF_HEADER_SUM = 536,
+    V2_OFF_TOKENIZER = 544, V2_OFF_DIGEST = 608
+};
+enum {
+    S2_KEY, S2_CLASS, S2_KIDS, S2_CHILD, S2_TOTAL, S2_WINNER, S2_TOTAL_ESC, S2_WINNER_ESC,
+    S2_DIST, S2_PAIR_CLASS, S2_PAIR_COUNT, S2_COUNT
+};
+
 static uint32_t get32(const uint8_t *p, size_t off) { uint32_t v; memcpy(&v, p + off, 4); return v; }
 static uint64_t get64(const uint8_t *p, size_t off) { uint64_t v; memcpy(&v, p + off, 8); return v; }
 static void put32(uint8_t *p, size_t off, uint32_t v) { memcpy(p + off, &v, 4); }
 static void put64(uint8_t *p, size_t off, uint64_t v) { memcpy(p + off, &v, 8); }
 static size_t section(const uint8_t *img, int k) { return (size_t)get64(img, OFF_SECTIONS + 8 * (size_t)k); }
+static size_t section2(const uint8_t *img, int k) { return (size_t)get64(img, V2_OFF_SECTIONS + 8 * (size_t)k); }
 
 static uint64_t checksum64(const uint8_t *p, size_t n) {
     uint64_t h = 0xcbf29ce484222325ull ^ (uint64_t)n;
@@ -273,13 +311,16 @@ static uint64_t checksum64(const uint8_t *p, size_t n) {
     return h ^ (h >> 29);
 }
 
-/* Recompute both checksums of an edited image, so that only the structural
- * checks stand between the edit and a loaded model. */
+/* Recompute both checksums of an edited image (of the version its header
+ * says; both headers are 640 bytes), so that only the structural checks
+ * stand between the edit and a loaded model. */
 static void reseal(uint8_t *img, size_t size) {
     if (size < HEADER_SIZE) return;
-    put64(img, OFF_PAYLOAD_SUM, checksum64(img + HEADER_SIZE, size - HEADER_SIZE));
-    put64(img, OFF_HEADER_SUM, 0);
-    put64(img, OFF_HEADER_SUM, checksum64(img, HEADER_SIZE));
+    size_t payload = get32(img, OFF_VERSION) == 1 ? OFF_PAYLOAD_SUM : V2_OFF_PAYLOAD_SUM;
+    size_t header = get32(img, OFF_VERSION) == 1 ? OFF_HEADER_SUM : V2_OFF_HEADER_SUM;
+    put64(img, payload, checksum64(img + HEADER_SIZE, size - HEADER_SIZE));
+    put64(img, header, 0);
+    put64(img, header, checksum64(img, HEADER_SIZE));
 }
 
 static igt_status load_buf(const uint8_t *data, size_t size, uint32_t flags, igt_model **m,
@@ -1032,18 +1073,19 @@ static void test_orders_and_windows(T *t) {
 
 /* ---- tests: files ----------------------------------------------------------------- */
 
+/* Version 1, as igt_save_version(..., 1) writes it. */
 static void test_file_layout(T *t) {
     igt_model *m = random_model(t, 61, 5, 20, 400, 4, NULL);
     if (!m) return;
     size_t size = 0;
-    uint8_t *img = model_bytes(t, m, &size);
+    uint8_t *img = model_bytes_v(t, m, 1, &size);
     igt_info info;
     igt_get_info(m, &info);
     if (!img) { igt_free(m); return; }
-    CHECK(t, size == info.file_size && size >= HEADER_SIZE && size % 64 == 0,
-          "file of %zu bytes, info says %llu", size, (unsigned long long)info.file_size);
+    CHECK(t, size >= HEADER_SIZE && size % 64 == 0 && size == get64(img, OFF_FILE_SIZE),
+          "version-1 file of %zu bytes", size);
     CHECK(t, memcmp(img, "OLIFIGT", 8) == 0, "magic");
-    CHECK(t, get32(img, OFF_VERSION) == IGT_FORMAT_VERSION && get32(img, OFF_HSIZE) == HEADER_SIZE &&
+    CHECK(t, get32(img, OFF_VERSION) == 1 && get32(img, OFF_HSIZE) == HEADER_SIZE &&
              get32(img, OFF_ENDIAN) == 0x01020304u && get32(img, OFF_WINDOW) == 5 &&
              get32(img, OFF_VOCAB) == 20 && get32(img, OFF_PADDING) == 20 &&
              get32(img, OFF_ORDER) == info.order && get32(img, OFF_TOPK) == 4 &&
@@ -1087,6 +1129,8 @@ static void test_save_load_roundtrip(T *t) {
     CHECK_STATUS(t, igt_save(m, path, &err), IGT_OK, &err, "save");
     struct stat st;
     CHECK(t, stat(tmp, &st) != 0, "%s left behind", tmp);
+    CHECK(t, stat(path, &st) == 0 && (st.st_mode & 0777) == 0600, "saved with mode %o, want 0600",
+          (unsigned)(st.st_mode & 0777));
     size_t size = 0;
     uint8_t *img = read_file(path, &size);
     igt_info info;
@@ -1103,7 +1147,7 @@ static void test_save_load_roundtrip(T *t) {
         igt_info im, ib;
         igt_get_info(mapped, &im);
         igt_get_info(buffered, &ib);
-        CHECK(t, im.memory_mapped == 1 && ib.memory_mapped == 0, "memory_mapped flags %d %d",
+        CHECK(t, im.memory_mapped == 0 && ib.memory_mapped == 0, "memory_mapped flags %d %d",
               im.memory_mapped, ib.memory_mapped);
         CHECK(t, same_info(&info, &im) && same_info(&info, &ib), "info differs after loading");
         CHECK(t, compare_models(m, mapped, 72, 3000, rows, N) == 0, "mapped model answers differently");
@@ -1141,6 +1185,11 @@ static void test_save_load_roundtrip(T *t) {
     CHECK_STATUS(t, igt_save(m, bad, &err), IGT_ERR_IO, &err, "save into a missing directory");
     CHECK_STATUS(t, igt_save(NULL, path, &err), IGT_ERR_ARG, &err, "save NULL model");
     CHECK_STATUS(t, igt_save(m, NULL, &err), IGT_ERR_ARG, &err, "save to NULL path");
+    CHECK_STATUS(t, igt_save_version(m, path, 3, &err), IGT_ERR_ARG, &err, "save as version 3");
+    CHECK_STATUS(t, igt_save_version(m, path, 0, &err), IGT_ERR_ARG, &err, "save as version 0");
+    char dirpath[1100];
+    snprintf(dirpath, sizeof dirpath, "%s/", t->dir);
+    CHECK_STATUS(t, igt_save(m, dirpath, &err), IGT_ERR_ARG, &err, "save to a directory path");
     free(img);
     free(rows);
     igt_free(m);
@@ -1211,11 +1260,11 @@ static void test_load_errors(T *t) {
 
 /* Every truncation of a valid file is an error: "bad magic" below 8 bytes,
  * "truncated" from there on; never a crash. */
-static void test_truncation(T *t) {
+static void truncation_of(T *t, uint32_t version) {
     igt_model *m = random_model(t, 91, 4, 24, 300, 3, NULL);
     if (!m) return;
     size_t size = 0;
-    uint8_t *img = model_bytes(t, m, &size);
+    uint8_t *img = model_bytes_v(t, m, version, &size);
     igt_free(m);
     if (!img) return;
     igt_error err;
@@ -1258,11 +1307,18 @@ static void test_truncation(T *t) {
     free(img);
 }
 
+static void test_truncation(T *t) {
+    truncation_of(t, 1);
+    truncation_of(t, 2);
+}
+
 static void test_version(T *t) {
     igt_model *m = random_model(t, 101, 4, 24, 300, 0, NULL);
     if (!m) return;
     size_t size = 0;
     uint8_t *img = model_bytes(t, m, &size);
+    CHECK(t, img && get32(img, OFF_VERSION) == IGT_FORMAT_VERSION && IGT_FORMAT_VERSION == 2,
+          "igt_save writes version %u", img ? get32(img, OFF_VERSION) : 0);
     igt_free(m);
     if (!img) return;
     char path[1024];
@@ -1278,7 +1334,8 @@ static void test_version(T *t) {
                 igt_model *x = NULL;
                 CHECK_STATUS(t, igt_load_buffer(copy, size, flags, &x, &err), IGT_ERR_VERSION, &err,
                              "wrong version (buffer)");
-                CHECK(t, strstr(err.message, "version") != NULL, "message: %s", err.message);
+                CHECK(t, strstr(err.message, "version") != NULL &&
+                         strstr(err.message, "versions 1 and 2") != NULL, "message: %s", err.message);
                 igt_free(x);
             }
         }
@@ -1304,25 +1361,57 @@ static void test_version(T *t) {
 
 /* Header fields that break the structure: caught as the expected error both
  * with checksums skipped and with forged (re-sealed) checksums. */
+/* A header edit and the status it must give, with checksums skipped and with
+ * forged (re-sealed) checksums; checksums on, any error. */
+typedef struct {
+    const char *what;
+    size_t off;
+    int wide;               /* 0: u32, 1: u64, 2: double, 3: tokenizer name */
+    uint64_t value;
+    double dvalue;
+    igt_status want;
+} header_case;
+
+static void run_header_cases(T *t, const uint8_t *img, size_t size, const header_case *cases,
+                             size_t n, const char *prefix) {
+    igt_error err;
+    for (size_t c = 0; c < n; c++) {
+        uint8_t *copy = dup_bytes(img, size);
+        if (cases[c].wide == 0) put32(copy, cases[c].off, (uint32_t)cases[c].value);
+        else if (cases[c].wide == 1) put64(copy, cases[c].off, cases[c].value);
+        else if (cases[c].wide == 2) memcpy(copy + cases[c].off, &cases[c].dvalue, 8);
+        else memset(copy + cases[c].off, 'n', IGT_TOKENIZER_NAME_MAX);
+        char what[160];
+        igt_model *x = NULL;
+        snprintf(what, sizeof what, "%s%s, checksum skipped", prefix, cases[c].what);
+        CHECK_STATUS(t, igt_load_buffer(copy, size, IGT_LOAD_SKIP_CHECKSUM, &x, &err), cases[c].want,
+                     &err, what);
+        igt_free(x);
+        x = NULL;
+        snprintf(what, sizeof what, "%s%s, checksum on", prefix, cases[c].what);
+        CHECK_ERROR(t, igt_load_buffer(copy, size, 0, &x, &err), &err, what);
+        igt_free(x);
+        x = NULL;
+        reseal(copy, size);
+        snprintf(what, sizeof what, "%s%s, forged checksums", prefix, cases[c].what);
+        CHECK_STATUS(t, igt_load_buffer(copy, size, 0, &x, &err), cases[c].want, &err, what);
+        igt_free(x);
+        free(copy);
+    }
+}
+
 static void test_header_fields(T *t) {
     igt_model *m = random_model(t, 111, 4, 24, 300, 3, NULL);
     if (!m) return;
     size_t size = 0;
-    uint8_t *img = model_bytes(t, m, &size);
+    uint8_t *img = model_bytes_v(t, m, 1, &size);
     igt_info info;
     igt_get_info(m, &info);
     igt_free(m);
     if (!img) return;
     const uint64_t n_nodes = info.n_nodes + 1, n_pairs = info.n_dist_entries;
     const double nan = NAN, inf = INFINITY;
-    struct {
-        const char *what;
-        size_t off;
-        int wide;               /* 0: u32, 1: u64, 2: double */
-        uint64_t value;
-        double dvalue;
-        igt_status want;
-    } cases[] = {
+    const header_case cases[] = {
         {"header size", OFF_HSIZE, 0, HEADER_SIZE - 8, 0, IGT_ERR_CORRUPT},
         {"header size 0", OFF_HSIZE, 0, 0, 0, IGT_ERR_CORRUPT},
         {"byte order tag", OFF_ENDIAN, 0, 0x04030201u, 0, IGT_ERR_CORRUPT},
@@ -1365,30 +1454,7 @@ static void test_header_fields(T *t) {
         {"tokenizer name", OFF_TOKENIZER, 3, 0, 0, IGT_ERR_CORRUPT},
     };
     igt_error err;
-    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
-        uint8_t *copy = dup_bytes(img, size);
-        if (cases[c].wide == 0) put32(copy, cases[c].off, (uint32_t)cases[c].value);
-        else if (cases[c].wide == 1) put64(copy, cases[c].off, cases[c].value);
-        else if (cases[c].wide == 2) memcpy(copy + cases[c].off, &cases[c].dvalue, 8);
-        else memset(copy + cases[c].off, 'n', IGT_TOKENIZER_NAME_MAX);
-        char what[160];
-        igt_model *x = NULL;
-        snprintf(what, sizeof what, "%s, checksum skipped", cases[c].what);
-        igt_status st = igt_load_buffer(copy, size, IGT_LOAD_SKIP_CHECKSUM, &x, &err);
-        CHECK_STATUS(t, st, cases[c].want, &err, what);
-        igt_free(x);
-        x = NULL;
-        snprintf(what, sizeof what, "%s, checksum on", cases[c].what);
-        CHECK_ERROR(t, igt_load_buffer(copy, size, 0, &x, &err), &err, what);
-        igt_free(x);
-        x = NULL;
-        reseal(copy, size);
-        snprintf(what, sizeof what, "%s, forged checksums", cases[c].what);
-        st = igt_load_buffer(copy, size, 0, &x, &err);
-        CHECK_STATUS(t, st, cases[c].want, &err, what);
-        igt_free(x);
-        free(copy);
-    }
+    run_header_cases(t, img, size, cases, sizeof cases / sizeof *cases, "v1 ");
     /* payload checksum: any payload change is caught unless skipped */
     uint8_t *copy = dup_bytes(img, size);
     copy[size - 1] ^= 1;
@@ -1402,32 +1468,20 @@ static void test_header_fields(T *t) {
     free(img);
 }
 
-/* Apply one 32-bit edit of the payload and load it with checksums skipped and
- * with forged checksums: both must give the same status, `want` if it is an
- * error (else OK or CORRUPT), and a loaded model must answer queries safely. */
+static void try_edit_w(T *t, const uint8_t *img, size_t size, size_t off, int width, uint32_t value,
+                       igt_status want, rng_t *r, const char *what);
+
+/* A 32-bit edit (see try_edit_w). */
 static void try_edit(T *t, const uint8_t *img, size_t size, size_t off, uint32_t value,
                      igt_status want, rng_t *r, const char *what) {
-    uint8_t *copy = dup_bytes(img, size);
-    put32(copy, off, value);
-    igt_error err;
-    igt_model *a = NULL, *b = NULL;
-    igt_status sa = igt_load_buffer(copy, size, IGT_LOAD_SKIP_CHECKSUM, &a, &err);
-    if (want != IGT_OK) CHECK_STATUS(t, sa, want, &err, what);
-    else CHECK(t, sa == IGT_OK || sa == IGT_ERR_CORRUPT, "%s: status %d (%s)", what, (int)sa, err.message);
-    reseal(copy, size);
-    igt_status sb = igt_load_buffer(copy, size, 0, &b, &err);
-    CHECK(t, sa == sb, "%s: checksums skipped gives %d, forged checksums %d", what, (int)sa, (int)sb);
-    if (a) CHECK(t, exercise(a, r, 40) == 0, "%s: a loaded model broke its guarantees", what);
-    igt_free(a);
-    igt_free(b);
-    free(copy);
+    try_edit_w(t, img, size, off, 4, value, want, r, what);
 }
 
 static void test_structure_edits(T *t) {
     igt_model *m = random_model(t, 121, 4, 24, 300, 3, NULL);
     if (!m) return;
     size_t size = 0;
-    uint8_t *img = model_bytes(t, m, &size);
+    uint8_t *img = model_bytes_v(t, m, 1, &size);
     igt_free(m);
     if (!img) return;
     rng_t r = rng_seed(122);
@@ -1494,7 +1548,7 @@ static void test_byte_flips(T *t) {
     igt_model *m = random_model(t, 131, 4, 24, 300, 3, &rows);
     if (!m) { free(rows); return; }
     size_t size = 0;
-    uint8_t *img = model_bytes(t, m, &size);
+    uint8_t *img = model_bytes_v(t, m, 1, &size);
     if (!img) { igt_free(m); free(rows); return; }
     rng_t r = rng_seed(132);
     igt_error err;
@@ -1575,6 +1629,1024 @@ static void test_byte_flips(T *t) {
     igt_free(m);
 }
 
+/* ---- tests: format version 2 ------------------------------------------------------------ */
+
+static void test_file_layout_v2(T *t) {
+    igt_model *m = random_model(t, 62, 5, 20, 900, 4, NULL);
+    if (!m) return;
+    size_t size = 0, size1 = 0;
+    uint8_t *img = model_bytes(t, m, &size), *img1 = model_bytes_v(t, m, 1, &size1);
+    igt_info info;
+    igt_get_info(m, &info);
+    if (!img || !img1) goto out;
+    const uint32_t n = (uint32_t)(info.n_nodes + 1);
+    CHECK(t, size == info.file_size && size >= HEADER_SIZE && size % 64 == 0 && size < size1,
+          "file of %zu bytes (version 1: %zu), info says %llu", size, size1,
+          (unsigned long long)info.file_size);
+    CHECK(t, memcmp(img, "OLIFIGT", 8) == 0, "magic");
+    CHECK(t, get32(img, OFF_VERSION) == 2 && get32(img, OFF_HSIZE) == HEADER_SIZE &&
+             get32(img, OFF_ENDIAN) == 0x01020304u && get32(img, OFF_WINDOW) == 5 &&
+             get32(img, OFF_VOCAB) == 20 && get32(img, OFF_PADDING) == 20 &&
+             get32(img, OFF_ORDER) == info.order && get32(img, OFF_TOPK) == 4 &&
+             get32(img, OFF_DEFAULT) == info.default_class && get32(img, V2_OFF_IDW) == 2 &&
+             get32(img, V2_OFF_FLAGS) == 0 && get32(img, V2_OFF_RESERVED) == 0 &&
+             get32(img, V2_OFF_PERM) == info.permutation[0] &&
+             get64(img, V2_OFF_N_INSTANCES) == 900 && get64(img, V2_OFF_N_NODES) == n &&
+             get64(img, V2_OFF_N_PAIRS) == info.n_dist_entries &&
+             get64(img, V2_OFF_N_CLASSES) == info.n_classes &&
+             get64(img, V2_OFF_FILE_SIZE) == size && section2(img, S2_KEY) == HEADER_SIZE &&
+             strcmp((const char *)img + V2_OFF_TOKENIZER, "test-tokenizer") == 0 &&
+             img[V2_OFF_DIGEST + 3] == 21,
+          "version-2 header differs from the one mirrored here (update the V2_OFF_* constants)");
+    double g;
+    memcpy(&g, img + V2_OFF_GAIN_RATIO + 8, 8);
+    CHECK(t, g == info.gain_ratio[1], "gain ratio offset");
+    memcpy(&g, img + V2_OFF_INFO_GAIN + 8, 8);
+    CHECK(t, g == info.info_gain[1], "info gain offset");
+    uint8_t *copy = dup_bytes(img, size);
+    reseal(copy, size);
+    CHECK(t, memcmp(copy, img, size) == 0, "re-sealing an intact version-2 file changed it");
+    free(copy);
+    /* sections: root has children (node 0's bit), the child index ends at n,
+     * the root's total (900) is escaped, keys and classes are 2 bytes */
+    const uint64_t internal = get64(img, V2_OFF_N_INTERNAL);
+    CHECK(t, (img[section2(img, S2_KIDS)] & 1) && get32(img, section2(img, S2_CHILD)) == 1 &&
+             get32(img, section2(img, S2_CHILD) + 4 * (size_t)internal) == n,
+          "child sections");
+    CHECK(t, img[section2(img, S2_TOTAL)] == 255 && get64(img, V2_OFF_N_TOTAL_ESC) >= 1 &&
+             get32(img, section2(img, S2_TOTAL_ESC)) == 0 &&
+             get32(img, section2(img, S2_TOTAL_ESC) + 4) == 900,
+          "the root's total is not in the escape table");
+    CHECK(t, section2(img, S2_CLASS) - section2(img, S2_KEY) >= 2 * (size_t)n &&
+             section2(img, S2_CLASS) - section2(img, S2_KEY) < 2 * (size_t)n + 64,
+          "keys are not 2 bytes each");
+out:
+    free(img);
+    free(img1);
+    igt_free(m);
+}
+
+/* The id width follows the vocabulary; answers do not. */
+static void test_id_widths(T *t) {
+    const uint32_t vocabs[] = {65535, 65536, 70001};
+    const uint32_t widths[] = {2, 3, 3};
+    for (int v = 0; v < 3; v++) {
+        rng_t r = rng_seed(63 + (uint64_t)v);
+        const uint32_t F = 3, V = vocabs[v];
+        size_t n = 500;
+        uint32_t *rows = random_instances(&r, F, 50, n);
+        for (size_t i = 0; i < n; i++)      /* spread ids over the whole range */
+            for (uint32_t j = 0; j <= F; j++) {
+                uint32_t *x = &rows[i * (F + 1) + j];
+                if (*x == 50) *x = V;        /* padding */
+                else *x = (*x * 1311u + (j == F ? 7u : 0u)) % V;
+            }
+        igt_model *m = build_from_rows(t, F, V, 2, IGT_ORDER_GAIN_RATIO, NULL, rows, n);
+        if (m) {
+            size_t size = 0;
+            uint8_t *img = model_bytes(t, m, &size);
+            CHECK(t, img && get32(img, V2_OFF_IDW) == widths[v], "vocab %u: id width %u, want %u",
+                  V, img ? get32(img, V2_OFF_IDW) : 0, widths[v]);
+            igt_model *back = NULL, *v1 = NULL;
+            igt_error err;
+            CHECK_STATUS(t, igt_load_buffer(img, size, 0, &back, &err), IGT_OK, &err, "reload");
+            size_t s1 = 0;
+            uint8_t *img1 = model_bytes_v(t, m, 1, &s1);
+            CHECK_STATUS(t, igt_load_buffer(img1, s1, 0, &v1, &err), IGT_OK, &err, "reload v1");
+            if (back) CHECK(t, compare_models(m, back, 64, 400, rows, n) == 0, "vocab %u: reloaded model differs", V);
+            if (v1) CHECK(t, compare_models(m, v1, 65, 400, rows, n) == 0, "vocab %u: version-1 reload differs", V);
+            igt_free(back);
+            igt_free(v1);
+            free(img);
+            free(img1);
+        }
+        igt_free(m);
+        free(rows);
+    }
+}
+
+/* 4-byte ids (vocabularies from 2^24): building one needs vocab-sized
+ * arrays, so take a small model's version-1 image and give it a huge
+ * vocabulary; converting it yields a version-2 image with 4-byte ids. */
+static void test_id_width_4(T *t) {
+    uint32_t *rows = NULL;
+    igt_model *m = random_model(t, 69, 4, 24, 800, 3, &rows);
+    if (!m) { free(rows); return; }
+    size_t s1 = 0;
+    uint8_t *v1 = model_bytes_v(t, m, 1, &s1);
+    const uint32_t BIG = (1u << 24) + 3;
+    put32(v1, OFF_VOCAB, BIG);
+    put32(v1, OFF_PADDING, BIG);
+    reseal(v1, s1);
+    igt_model *x = NULL, *y = NULL;
+    igt_error err;
+    CHECK_STATUS(t, igt_load_buffer(v1, s1, 0, &x, &err), IGT_OK, &err, "version 1 with a huge vocabulary");
+    if (x) {
+        size_t s2 = 0;
+        uint8_t *v2 = model_bytes(t, x, &s2);
+        CHECK(t, v2 && get32(v2, V2_OFF_IDW) == 4 && get32(v2, OFF_VOCAB) == BIG, "id width %u",
+              v2 ? get32(v2, V2_OFF_IDW) : 0);
+        CHECK_STATUS(t, igt_load_buffer(v2, s2, 0, &y, &err), IGT_OK, &err, "reload with 4-byte ids");
+        rng_t r = rng_seed(70);
+        unsigned long bad = 0;
+        for (int q = 0; q < 2000 && y; q++) {   /* full windows: padding is not involved */
+            uint32_t ctx[4];
+            if (q & 1) memcpy(ctx, rows + rng_below(&r, 800) * 5, sizeof ctx);
+            else for (int i = 0; i < 4; i++) ctx[i] = rng_below(&r, 26);
+            igt_answer a, b, c;
+            igt_predict(m, ctx, 4, &a);
+            igt_predict(x, ctx, 4, &b);
+            igt_predict(y, ctx, 4, &c);
+            bad += !same_answer(&a, &b) || !same_answer(&a, &c);
+            uint32_t ca[4], cb[4], na[4], nb[4];
+            size_t ka = igt_node_classes(m, a.node, ca, na, 4), kb = igt_node_classes(y, c.node, cb, nb, 4);
+            bad += ka != kb || memcmp(ca, cb, 4 * (ka < 4 ? ka : 4)) || memcmp(na, nb, 4 * (ka < 4 ? ka : 4));
+        }
+        CHECK(t, bad == 0, "%lu answers differ with 4-byte ids", bad);
+        if (y) CHECK(t, exercise(y, &r, 500) == 0, "4-byte ids: guarantees broken");
+        uint8_t *copy = v2 ? dup_bytes(v2, s2) : NULL;
+        if (copy) {             /* an id beyond the vocabulary in a 4-byte key is refused */
+            put32(copy, section2(copy, S2_KEY) + 4, BIG + 1);
+            reseal(copy, s2);
+            igt_model *z = NULL;
+            CHECK_STATUS(t, igt_load_buffer(copy, s2, 0, &z, &err), IGT_ERR_CORRUPT, &err, "4-byte key too big");
+            igt_free(z);
+            free(copy);
+        }
+        free(v2);
+    }
+    igt_free(x);
+    igt_free(y);
+    free(v1);
+    free(rows);
+    igt_free(m);
+}
+
+/* A version-1 file loads into the same model, answers and all. */
+static void test_v1_compat(T *t) {
+    const struct { uint32_t F, V, top_k; size_t n; } cfgs[] = {
+        {4, 40, 3, 1500}, {4, 300, 0, 3000}, {3, 20, IGT_TOPK_ALL, 600}, {1, 12, 2, 200}, {16, 8, 1, 300}};
+    for (size_t c = 0; c < sizeof cfgs / sizeof *cfgs; c++) {
+        uint32_t *rows = NULL;
+        igt_model *m = random_model(t, 66 + c, cfgs[c].F, cfgs[c].V, cfgs[c].n, cfgs[c].top_k, &rows);
+        if (!m) { free(rows); continue; }
+        size_t s1 = 0, s2 = 0, s3 = 0, s4 = 0;
+        uint8_t *v1 = model_bytes_v(t, m, 1, &s1), *v2 = model_bytes(t, m, &s2);
+        igt_model *x = NULL;
+        igt_error err;
+        CHECK_STATUS(t, igt_load_buffer(v1, s1, 0, &x, &err), IGT_OK, &err, "load version 1");
+        if (x) {
+            igt_info a, b;
+            igt_get_info(m, &a);
+            igt_get_info(x, &b);
+            CHECK(t, same_info(&a, &b) && b.format_version == 2, "config %zu: info differs", c);
+            CHECK(t, compare_models(m, x, 67, 1500, rows, cfgs[c].n) == 0,
+                  "config %zu: version-1 model answers differently", c);
+            uint8_t *again2 = model_bytes(t, x, &s3), *again1 = model_bytes_v(t, x, 1, &s4);
+            CHECK(t, again2 && s3 == s2 && memcmp(again2, v2, s2) == 0,
+                  "config %zu: a converted model saves other bytes", c);
+            CHECK(t, again1 && s4 == s1 && memcmp(again1, v1, s1) == 0,
+                  "config %zu: version 1 -> 2 -> 1 is not the identity", c);
+            free(again1);
+            free(again2);
+        }
+        igt_free(x);
+        free(v1);
+        free(v2);
+        free(rows);
+        igt_free(m);
+    }
+}
+
+/* Header fields, with checksums skipped and with forged checksums. */
+static void test_header_fields_v2(T *t) {
+    igt_model *m = random_model(t, 112, 4, 24, 1200, 3, NULL);
+    if (!m) return;
+    size_t size = 0;
+    uint8_t *img = model_bytes(t, m, &size);
+    igt_info info;
+    igt_get_info(m, &info);
+    igt_free(m);
+    if (!img) return;
+    const uint64_t n_nodes = info.n_nodes + 1, n_pairs = info.n_dist_entries,
+                   internal = get64(img, V2_OFF_N_INTERNAL), tesc = get64(img, V2_OFF_N_TOTAL_ESC),
+                   wesc = get64(img, V2_OFF_N_WINNER_ESC);
+    const double nan = NAN;
+    const header_case cases[] = {
+        {"header size", OFF_HSIZE, 0, HEADER_SIZE + 64, 0, IGT_ERR_CORRUPT},
+        {"byte order tag", OFF_ENDIAN, 0, 0x04030201u, 0, IGT_ERR_CORRUPT},
+        {"window 0", OFF_WINDOW, 0, 0, 0, IGT_ERR_CORRUPT},
+        {"window 3 (tree is deeper)", OFF_WINDOW, 0, 3, 0, IGT_ERR_CORRUPT},
+        {"vocab 0", OFF_VOCAB, 0, 0, 0, IGT_ERR_CORRUPT},
+        {"vocab 65536 (other id width)", OFF_VOCAB, 0, 65536, 0, IGT_ERR_CORRUPT},
+        {"padding id", OFF_PADDING, 0, 23, 0, IGT_ERR_CORRUPT},
+        {"order", OFF_ORDER, 0, 3, 0, IGT_ERR_CORRUPT},
+        {"top_k 0 with classes", OFF_TOPK, 0, 0, 0, IGT_ERR_CORRUPT},
+        {"top_k 1 below stored", OFF_TOPK, 0, 1, 0, IGT_ERR_CORRUPT},
+        {"default class", OFF_DEFAULT, 0, 24, 0, IGT_ERR_CORRUPT},
+        {"id width 4", V2_OFF_IDW, 0, 4, 0, IGT_ERR_CORRUPT},
+        {"id width 0", V2_OFF_IDW, 0, 0, 0, IGT_ERR_CORRUPT},
+        {"flags", V2_OFF_FLAGS, 0, 1, 0, IGT_ERR_CORRUPT},
+        {"reserved", V2_OFF_RESERVED, 0, 1, 0, IGT_ERR_CORRUPT},
+        {"permutation repeat", V2_OFF_PERM + 4, 0, get32(img, V2_OFF_PERM), 0, IGT_ERR_CORRUPT},
+        {"permutation huge", V2_OFF_PERM + 8, 0, UINT32_MAX, 0, IGT_ERR_CORRUPT},
+        {"gain ratio NaN", V2_OFF_GAIN_RATIO + 16, 2, 0, nan, IGT_ERR_CORRUPT},
+        {"unused info gain NaN", V2_OFF_INFO_GAIN + 8 * 15, 2, 0, nan, IGT_ERR_CORRUPT},
+        {"no instances", V2_OFF_N_INSTANCES, 1, 0, 0, IGT_ERR_CORRUPT},
+        {"one instance more", V2_OFF_N_INSTANCES, 1, 1201, 0, IGT_ERR_CORRUPT},
+        {"instances 2^32", V2_OFF_N_INSTANCES, 1, 1ull << 32, 0, IGT_ERR_CORRUPT},
+        {"no nodes", V2_OFF_N_NODES, 1, 0, 0, IGT_ERR_CORRUPT},
+        {"one node fewer", V2_OFF_N_NODES, 1, n_nodes - 1, 0, IGT_ERR_CORRUPT},
+        {"one node more", V2_OFF_N_NODES, 1, n_nodes + 1, 0, IGT_ERR_CORRUPT},
+        {"nodes 2^64-1", V2_OFF_N_NODES, 1, UINT64_MAX, 0, IGT_ERR_CORRUPT},
+        {"one internal node fewer", V2_OFF_N_INTERNAL, 1, internal - 1, 0, IGT_ERR_CORRUPT},
+        {"one internal node more", V2_OFF_N_INTERNAL, 1, internal + 1, 0, IGT_ERR_CORRUPT},
+        {"internal = nodes", V2_OFF_N_INTERNAL, 1, n_nodes, 0, IGT_ERR_CORRUPT},
+        {"one pair fewer", V2_OFF_N_PAIRS, 1, n_pairs - 1, 0, IGT_ERR_CORRUPT},
+        {"pairs huge", V2_OFF_N_PAIRS, 1, UINT64_MAX / 4, 0, IGT_ERR_CORRUPT},
+        {"no classes", V2_OFF_N_CLASSES, 1, 0, 0, IGT_ERR_CORRUPT},
+        {"classes above vocab", V2_OFF_N_CLASSES, 1, 25, 0, IGT_ERR_CORRUPT},
+        {"one total escape fewer", V2_OFF_N_TOTAL_ESC, 1, tesc - 1, 0, IGT_ERR_CORRUPT},
+        {"one total escape more", V2_OFF_N_TOTAL_ESC, 1, tesc + 1, 0, IGT_ERR_CORRUPT},
+        {"winner escapes huge", V2_OFF_N_WINNER_ESC, 1, UINT64_MAX, 0, IGT_ERR_CORRUPT},
+        {"one winner escape more", V2_OFF_N_WINNER_ESC, 1, wesc + 1, 0, IGT_ERR_CORRUPT},
+        {"file size +64", V2_OFF_FILE_SIZE, 1, size + 64, 0, IGT_ERR_TRUNCATED},
+        {"file size -64", V2_OFF_FILE_SIZE, 1, size - 64, 0, IGT_ERR_CORRUPT},
+        {"key section inside header", V2_OFF_SECTIONS, 1, 0, 0, IGT_ERR_CORRUPT},
+        {"key section misaligned", V2_OFF_SECTIONS, 1, HEADER_SIZE + 8, 0, IGT_ERR_CORRUPT},
+        {"kids section past end", V2_OFF_SECTIONS + 8 * S2_KIDS, 1, size, 0, IGT_ERR_CORRUPT},
+        {"child section huge", V2_OFF_SECTIONS + 8 * S2_CHILD, 1, UINT64_MAX - 63, 0, IGT_ERR_CORRUPT},
+        {"sections overlap", V2_OFF_SECTIONS + 8 * S2_CLASS, 1, HEADER_SIZE, 0, IGT_ERR_CORRUPT},
+        {"last section moved", V2_OFF_SECTIONS + 8 * S2_PAIR_COUNT, 1,
+         section2(img, S2_PAIR_COUNT) - 64, 0, IGT_ERR_CORRUPT},
+        {"tokenizer name", V2_OFF_TOKENIZER, 3, 0, 0, IGT_ERR_CORRUPT},
+    };
+    igt_error err;
+    run_header_cases(t, img, size, cases, sizeof cases / sizeof *cases, "v2 ");
+    /* a model loaded without checking checksums (here: wrong ones) saves a
+     * file that loads with them */
+    uint8_t *copy = dup_bytes(img, size);
+    put64(copy, V2_OFF_PAYLOAD_SUM, get64(copy, V2_OFF_PAYLOAD_SUM) ^ 1);
+    put64(copy, V2_OFF_HEADER_SUM, get64(copy, V2_OFF_HEADER_SUM) ^ 1);
+    igt_model *x = NULL, *y = NULL;
+    char path[1024];
+    path_in(t, path, sizeof path, "resealed.olif");
+    CHECK_STATUS(t, igt_load_buffer(copy, size, IGT_LOAD_SKIP_CHECKSUM, &x, &err), IGT_OK, &err,
+                 "wrong checksums, skipped");
+    if (x) {
+        CHECK_STATUS(t, igt_save(x, path, &err), IGT_OK, &err, "save");
+        CHECK_STATUS(t, igt_load(path, 0, &y, &err), IGT_OK, &err, "reload with checksums");
+        CHECK(t, same_file_bytes(path, img, size), "the saved file is not the intact original");
+        remove(path);
+    }
+    igt_free(x);
+    igt_free(y);
+    free(copy);
+    free(img);
+}
+
+/* One edit of `width` bytes (1, 2 or 4) at off: loaded with checksums
+ * skipped and with forged checksums, both give the same status, `want` if
+ * it is an error (else OK or CORRUPT), and a loaded model answers safely. */
+static void try_edit_w(T *t, const uint8_t *img, size_t size, size_t off, int width, uint32_t value,
+                       igt_status want, rng_t *r, const char *what) {
+    uint8_t *copy = dup_bytes(img, size);
+    for (int b = 0; b < width; b++) copy[off + (size_t)b] = (uint8_t)(value >> (8 * b));
+    igt_error err;
+    igt_model *a = NULL, *b = NULL;
+    igt_status sa = igt_load_buffer(copy, size, IGT_LOAD_SKIP_CHECKSUM, &a, &err);
+    if (want != IGT_OK) CHECK_STATUS(t, sa, want, &err, what);
+    else CHECK(t, sa == IGT_OK || sa == IGT_ERR_CORRUPT, "%s: status %d (%s)", what, (int)sa, err.message);
+    reseal(copy, size);
+    igt_status sb = igt_load_buffer(copy, size, 0, &b, &err);
+    CHECK(t, sa == sb, "%s: checksums skipped gives %d, forged checksums %d", what, (int)sa, (int)sb);
+    if (a) CHECK(t, exercise(a, r, 40) == 0, "%s: a loaded model broke its guarantees", what);
+    igt_free(a);
+    igt_free(b);
+    free(copy);
+}
+
+static void test_structure_edits_v2(T *t) {
+    igt_model *m = random_model(t, 122, 4, 24, 5000, 3, NULL);
+    if (!m) return;
+    size_t size = 0;
+    uint8_t *img = model_bytes(t, m, &size);
+    igt_free(m);
+    if (!img) return;
+    rng_t r = rng_seed(123);
+    const uint32_t n = (uint32_t)get64(img, V2_OFF_N_NODES);
+    const uint32_t internal = (uint32_t)get64(img, V2_OFF_N_INTERNAL);
+    const uint32_t n_pairs = (uint32_t)get64(img, V2_OFF_N_PAIRS);
+    const uint32_t tesc = (uint32_t)get64(img, V2_OFF_N_TOTAL_ESC);
+    const size_t key = section2(img, S2_KEY), cls = section2(img, S2_CLASS),
+                 kids = section2(img, S2_KIDS), child = section2(img, S2_CHILD),
+                 tot = section2(img, S2_TOTAL), win = section2(img, S2_WINNER),
+                 te = section2(img, S2_TOTAL_ESC), dist = section2(img, S2_DIST),
+                 pcls = section2(img, S2_PAIR_CLASS), pcnt = section2(img, S2_PAIR_COUNT);
+    CHECK(t, n > 40 && internal > 5 && tesc > 1, "model too small for this test (%u nodes, %u internal, %u escapes)",
+          n, internal, tesc);
+    /* child flags: any flip changes the count of internal nodes */
+    for (uint32_t i = 0; i < n + 10 && i < 64 * ((n + 63) / 64); i++)
+        try_edit_w(t, img, size, kids + i / 8, 1, img[kids + i / 8] ^ (1u << (i % 8)), IGT_ERR_CORRUPT, &r,
+                   "child flag");
+    /* child index */
+    for (uint32_t i = 0; i <= internal; i++) {
+        size_t off = child + 4 * (size_t)i;
+        uint32_t orig = get32(img, off);
+        const uint32_t invalid[] = {UINT32_MAX, n + 1, 0x80000000u, 0};
+        for (size_t v = 0; v < 4; v++)
+            if (invalid[v] != orig) try_edit_w(t, img, size, off, 4, invalid[v], IGT_ERR_CORRUPT, &r, "child index");
+        const uint32_t near[] = {orig + 1, orig - 1, rng_below(&r, n + 1)};
+        for (size_t v = 0; v < 3; v++)
+            if (near[v] != orig) try_edit_w(t, img, size, off, 4, near[v], IGT_OK, &r, "child index near miss");
+    }
+    /* keys: root 0, at most the padding id, siblings ascending */
+    try_edit_w(t, img, size, key, 2, 1, IGT_ERR_CORRUPT, &r, "root key");
+    for (uint32_t i = 1; i < n; i++) {
+        try_edit_w(t, img, size, key + 2 * (size_t)i, 2, 25, IGT_ERR_CORRUPT, &r, "key above padding id");
+        try_edit_w(t, img, size, key + 2 * (size_t)i, 2, rng_below(&r, 25), IGT_OK, &r, "key");
+    }
+    int siblings = 0;
+    for (uint32_t rr = 0; rr < internal; rr++) {
+        uint32_t lo = get32(img, child + 4 * (size_t)rr), hi = get32(img, child + 4 * (size_t)rr + 4);
+        if (hi - lo < 2) continue;
+        uint32_t k0 = get32(img, key + 2 * (size_t)lo) & 0xffff;
+        try_edit_w(t, img, size, key + 2 * (size_t)lo + 2, 2, k0, IGT_ERR_CORRUPT, &r, "equal sibling keys");
+        siblings++;
+    }
+    CHECK(t, siblings > 0, "no node with two children");
+    /* classes and counts */
+    for (uint32_t i = 0; i < n; i++) {
+        try_edit_w(t, img, size, cls + 2 * (size_t)i, 2, 24, IGT_ERR_CORRUPT, &r, "class == vocab");
+        try_edit_w(t, img, size, cls + 2 * (size_t)i, 2, rng_below(&r, 24), IGT_OK, &r, "class");
+        try_edit_w(t, img, size, tot + i, 1, 0, IGT_ERR_CORRUPT, &r, "total 0");
+        if (img[tot + i] != 255) try_edit_w(t, img, size, tot + i, 1, 255, IGT_ERR_CORRUPT, &r, "escape without entry");
+        try_edit_w(t, img, size, win + i, 1, 0, IGT_ERR_CORRUPT, &r, "winner 0");
+        if (img[tot + i] < 254 && img[win + i] < 255)
+            try_edit_w(t, img, size, win + i, 1, img[tot + i] + 1u, IGT_ERR_CORRUPT, &r, "winner > total");
+        try_edit_w(t, img, size, tot + i, 1, rng_below(&r, 255), IGT_OK, &r, "total");
+    }
+    for (uint32_t e = 0; e < tesc; e++) {
+        try_edit_w(t, img, size, te + 8 * (size_t)e + 4, 4, 254, IGT_ERR_CORRUPT, &r, "escape below 255");
+        try_edit_w(t, img, size, te + 8 * (size_t)e, 4, n, IGT_ERR_CORRUPT, &r, "escape node out of range");
+        try_edit_w(t, img, size, te + 8 * (size_t)e + 4, 4, get32(img, te + 8 * (size_t)e + 4) + 1, IGT_OK,
+                   &r, "escape value");
+    }
+    /* stored classes */
+    for (uint32_t i = 0; i <= n; i += 1 + i / 16) {
+        try_edit_w(t, img, size, dist + 4 * (size_t)i, 4, n_pairs + 1, IGT_ERR_CORRUPT, &r, "class index");
+        try_edit_w(t, img, size, dist + 4 * (size_t)i, 4, get32(img, dist + 4 * (size_t)i) + 1, IGT_OK, &r,
+                   "class index +1");
+    }
+    for (uint32_t p = 0; p < n_pairs; p += 1 + p / 16) {
+        try_edit_w(t, img, size, pcls + 2 * (size_t)p, 2, 24, IGT_ERR_CORRUPT, &r, "stored class == vocab");
+        try_edit_w(t, img, size, pcls + 2 * (size_t)p, 2, rng_below(&r, 24), IGT_OK, &r, "stored class");
+        try_edit_w(t, img, size, pcnt + 4 * (size_t)p, 4, 0, IGT_ERR_CORRUPT, &r, "stored count 0");
+        try_edit_w(t, img, size, pcnt + 4 * (size_t)p, 4, UINT32_MAX, IGT_ERR_CORRUPT, &r, "stored count huge");
+    }
+    /* padding: the last byte of the file lies past the last section */
+    CHECK(t, img[size - 1] == 0, "no padding at the end of the file");
+    try_edit_w(t, img, size, size - 1, 1, 0x5a, IGT_ERR_CORRUPT, &r, "last padding byte");
+    free(img);
+}
+
+/* Mutants of a valid image, checksums recomputed so that the structural
+ * validation decides: every one is refused with a file error or loads into
+ * a model that keeps its guarantees (under the sanitizers: no bad access). */
+static unsigned long mutants_of(T *t, uint32_t version, unsigned long *loaded_out) {
+    uint32_t *rows = NULL;
+    igt_model *m = random_model(t, 141 + version, 4, 24, 700, 3, &rows);
+    if (!m) { free(rows); return 0; }
+    size_t size = 0;
+    uint8_t *img = model_bytes_v(t, m, version, &size);
+    if (!img) { igt_free(m); free(rows); return 0; }
+    rng_t r = rng_seed(142 + version);
+    unsigned long mutants = 0, loaded = 0;
+    igt_error err;
+#define MUTANT(copy, len, what)                                                                    \
+    do {                                                                                           \
+        igt_model *x_ = NULL;                                                                      \
+        igt_status st_ = igt_load_buffer((copy), (len), 0, &x_, &err);                             \
+        mutants++;                                                                                 \
+        if (st_ == IGT_OK) {                                                                       \
+            loaded++;                                                                              \
+            CHECK(t, exercise(x_, &r, 12) == 0, "%s: model broke its guarantees", (what));         \
+            igt_free(x_);                                                                          \
+        } else {                                                                                   \
+            CHECK(t, x_ == NULL && err.code == (int)st_ && err.message[0] &&                       \
+                         (st_ == IGT_ERR_FOREIGN || st_ == IGT_ERR_VERSION ||                       \
+                          st_ == IGT_ERR_TRUNCATED || st_ == IGT_ERR_CORRUPT),                     \
+                  "%s: status %d (%s)", (what), (int)st_, err.message);                            \
+        }                                                                                          \
+    } while (0)
+    /* every truncation */
+    for (size_t len = 0; len < size; len++) {
+        uint8_t *cut = dup_bytes(img, len);
+        MUTANT(cut, len, "truncation");
+        free(cut);
+    }
+    /* every byte changed (checksum fields too: re-sealing repairs those) */
+    for (size_t pos = 0; pos < size; pos++) {
+        uint8_t *copy = dup_bytes(img, size);
+        copy[pos] ^= (uint8_t)(1 + rng_below(&r, 255));
+        reseal(copy, size);
+        MUTANT(copy, size, "byte change");
+        free(copy);
+    }
+    /* header words set to telling values */
+    const uint64_t n_nodes = get64(img, version == 1 ? OFF_N_NODES : V2_OFF_N_NODES);
+    const uint64_t values[] = {0, 1, 2, 3, 255, 256, 65535, 65536, n_nodes - 1, n_nodes, n_nodes + 1,
+                               size, size - 64, size + 64, UINT32_MAX, (uint64_t)UINT32_MAX + 1, UINT64_MAX};
+    for (size_t off = 8; off + 8 <= HEADER_SIZE; off += 4)
+        for (size_t v = 0; v < sizeof values / sizeof *values; v++)
+            for (int wide = 0; wide < 2; wide++) {
+                if (wide && off % 8) continue;
+                uint8_t *copy = dup_bytes(img, size);
+                if (wide) put64(copy, off, values[v]); else put32(copy, off, (uint32_t)values[v]);
+                reseal(copy, size);
+                MUTANT(copy, size, "header field");
+                free(copy);
+            }
+    /* several random bytes of the payload */
+    for (int it = 0; it < 1500; it++) {
+        uint8_t *copy = dup_bytes(img, size);
+        int edits = 1 + (int)rng_below(&r, 6);
+        for (int e = 0; e < edits; e++)
+            copy[HEADER_SIZE + rng_below(&r, (uint32_t)(size - HEADER_SIZE))] = (uint8_t)rng_next(&r);
+        reseal(copy, size);
+        MUTANT(copy, size, "payload damage");
+        free(copy);
+    }
+#undef MUTANT
+    free(img);
+    free(rows);
+    igt_free(m);
+    *loaded_out += loaded;
+    return mutants;
+}
+
+static void test_mutations(T *t) {
+    unsigned long loaded = 0, n2 = mutants_of(t, 2, &loaded), n1 = mutants_of(t, 1, &loaded);
+    CHECK(t, n2 >= 1000 && n1 >= 1000, "only %lu + %lu mutants", n2, n1);
+    CHECK(t, loaded > 0, "no mutant loaded: the payload edits never reached the queries");
+    printf("     mutants: %lu of version 2, %lu of version 1, %lu loaded and queried safely\n", n2, n1,
+           loaded);
+}
+
+/* ---- tests: hardening ------------------------------------------------------------------------ */
+
+/* Entries of the scratch directory other than the names given. */
+static int stray_entries(T *t, const char *const *keep, size_t n_keep, char *first, size_t cap) {
+    DIR *d = opendir(t->dir);
+    if (!d) return -1;
+    int stray = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        int known = 0;
+        for (size_t i = 0; i < n_keep; i++) known |= strcmp(e->d_name, keep[i]) == 0;
+        if (!known) {
+            if (!stray && first) snprintf(first, cap, "%s", e->d_name);
+            stray++;
+        }
+    }
+    closedir(d);
+    return stray;
+}
+
+static int dir_is_empty(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    return n == 0;
+}
+
+/* A loaded model never reads its file again: truncating, rewriting or
+ * removing the file changes nothing (a shared mapping would SIGBUS or answer
+ * from unvalidated bytes). */
+static void test_file_changes(T *t) {
+    uint32_t *rows = NULL;
+    igt_model *m = random_model(t, 151, 4, 30, 1200, 3, &rows);
+    igt_model *other = random_model(t, 152, 4, 30, 1500, IGT_TOPK_ALL, NULL);
+    if (!m || !other) goto out;
+    char path[1024];
+    path_in(t, path, sizeof path, "changing.olif");
+    igt_error err;
+    CHECK_STATUS(t, igt_save(m, path, &err), IGT_OK, &err, "save");
+    igt_model *x = NULL;
+    CHECK_STATUS(t, igt_load(path, 0, &x, &err), IGT_OK, &err, "load");
+    if (!x) goto out;
+    CHECK(t, truncate(path, 0) == 0, "truncate %s", path);
+    CHECK(t, compare_models(m, x, 153, 500, rows, 1200) == 0, "answers changed after truncation");
+    size_t osize = 0;
+    uint8_t *obytes = model_bytes(t, other, &osize);
+    CHECK(t, obytes && write_file(path, obytes, osize), "rewrite %s in place", path);
+    CHECK(t, compare_models(m, x, 154, 500, rows, 1200) == 0, "answers changed after the file was rewritten");
+    uint8_t junk[4096];
+    memset(junk, 0xff, sizeof junk);
+    CHECK(t, write_file(path, junk, sizeof junk), "rewrite %s with junk", path);
+    CHECK(t, compare_models(m, x, 155, 500, rows, 1200) == 0, "answers changed after junk was written");
+    remove(path);
+    CHECK(t, compare_models(m, x, 156, 500, rows, 1200) == 0, "answers changed after removal");
+    free(obytes);
+    igt_free(x);
+out:
+    igt_free(m);
+    igt_free(other);
+    free(rows);
+}
+
+/* FIFOs, directories and devices are refused before a byte is read, fast,
+ * with the path in the message. */
+static void test_special_files(T *t) {
+    char fifo[1024], link[1024], model[1024];
+    path_in(t, fifo, sizeof fifo, "model.fifo");
+    path_in(t, link, sizeof link, "link.olif");
+    path_in(t, model, sizeof model, "real.olif");
+    igt_error err;
+    igt_model *x = NULL;
+    alarm(60);      /* a hang fails the run instead of stalling it */
+    if (mkfifo(fifo, 0600) == 0) {
+        CHECK_STATUS(t, igt_load(fifo, 0, &x, &err), IGT_ERR_IO, &err, "FIFO");
+        CHECK(t, strstr(err.message, fifo) && strstr(err.message, "FIFO"), "FIFO message: %s", err.message);
+        remove(fifo);
+    } else {
+        CHECK(t, 0, "mkfifo %s: %s", fifo, strerror(errno));
+    }
+    CHECK_STATUS(t, igt_load(t->dir, 0, &x, &err), IGT_ERR_IO, &err, "directory");
+    CHECK(t, strstr(err.message, t->dir) && strstr(err.message, "directory"), "directory message: %s",
+          err.message);
+    struct stat st;
+    if (stat("/dev/null", &st) == 0 && S_ISCHR(st.st_mode)) {
+        CHECK_STATUS(t, igt_load("/dev/null", 0, &x, &err), IGT_ERR_IO, &err, "character device");
+        CHECK(t, strstr(err.message, "/dev/null") && strstr(err.message, "device"), "device message: %s",
+              err.message);
+    }
+    /* a symlink to a model is fine */
+    igt_model *m = random_model(t, 161, 3, 10, 100, 0, NULL);
+    if (m) {
+        CHECK_STATUS(t, igt_save(m, model, &err), IGT_OK, &err, "save");
+        CHECK(t, symlink(model, link) == 0, "symlink");
+        CHECK_STATUS(t, igt_load(link, 0, &x, &err), IGT_OK, &err, "symlink to a model");
+        igt_free(x);
+        x = NULL;
+        remove(link);
+        remove(model);
+    }
+    igt_free(m);
+    alarm(0);
+}
+
+static int probe_tmpfile(const char *dir) {
+#ifdef O_TMPFILE
+    int fd = open(dir, O_TMPFILE | O_WRONLY, 0600);
+    if (fd >= 0) {
+        close(fd);
+        return 1;
+    }
+#endif
+    (void)dir;
+    return 0;
+}
+
+static int same_file_bytes(const char *path, const uint8_t *want, size_t size) {
+    size_t got = 0;
+    uint8_t *data = read_file(path, &got);
+    int same = data && got == size && memcmp(data, want, size) == 0;
+    free(data);
+    return same;
+}
+
+/* igt_save never follows a planted link, leaves no temporary file on error
+ * or kill, keeps the old file on failure, and survives concurrent saves. */
+static void test_save_safety(T *t) {
+    igt_model *a = random_model(t, 171, 4, 30, 600, 0, NULL);
+    igt_model *b = random_model(t, 172, 4, 30, 3000, IGT_TOPK_ALL, NULL);
+    if (!a || !b) { igt_free(a); igt_free(b); return; }
+    size_t sa = 0, sb = 0;
+    uint8_t *ia = model_bytes(t, a, &sa), *ib = model_bytes(t, b, &sb);
+    char out[1024], planted[1100], victim[1024], link[1024], victim2[1024], first[256];
+    path_in(t, out, sizeof out, "out.olif");
+    snprintf(planted, sizeof planted, "%s.tmp", out);
+    path_in(t, victim, sizeof victim, "victim");
+    path_in(t, link, sizeof link, "link.olif");
+    path_in(t, victim2, sizeof victim2, "victim2");
+    igt_error err;
+    /* 1. a symlink planted where the old code wrote its temporary file */
+    CHECK(t, write_file(victim, "victim", 6) && symlink(victim, planted) == 0, "plant %s", planted);
+    CHECK_STATUS(t, igt_save(a, out, &err), IGT_OK, &err, "save next to a planted link");
+    CHECK(t, same_file_bytes(victim, (const uint8_t *)"victim", 6), "the link's target was overwritten");
+    struct stat st;
+    CHECK(t, lstat(out, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0777) == 0600,
+          "saved file: mode %o", (unsigned)st.st_mode);
+    CHECK(t, same_file_bytes(out, ia, sa), "saved bytes differ");
+    /* 2. saving over a symlink replaces the link, not its target */
+    CHECK(t, write_file(victim2, "victim2", 7) && symlink(victim2, link) == 0, "symlink %s", link);
+    CHECK_STATUS(t, igt_save(a, link, &err), IGT_OK, &err, "save over a symlink");
+    CHECK(t, same_file_bytes(victim2, (const uint8_t *)"victim2", 7), "a symlink's target was overwritten");
+    CHECK(t, lstat(link, &st) == 0 && S_ISREG(st.st_mode), "the symlink was not replaced by the model");
+    remove(link);
+    remove(victim2);
+    const char *keep[] = {"out.olif", "out.olif.tmp", "victim"};
+    CHECK(t, stray_entries(t, keep, 3, first, sizeof first) == 0, "left behind: %s", first);
+    /* 3. a write error (file size limit): old file intact, nothing left */
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct rlimit rl = {4096, 4096};
+        signal(SIGXFSZ, SIG_IGN);
+        setrlimit(RLIMIT_FSIZE, &rl);
+        igt_error e2;
+        igt_status s2 = igt_save(b, out, &e2);
+        _exit(s2 == IGT_ERR_IO && strstr(e2.message, "out.olif") ? 0 : 10 + (int)s2);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(t, WIFEXITED(status) && WEXITSTATUS(status) == 0, "failing save: child status %d", status);
+    CHECK(t, same_file_bytes(out, ia, sa), "a failed save damaged the old file");
+    CHECK(t, stray_entries(t, keep, 3, first, sizeof first) == 0, "a failed save left %s", first);
+    /* 4. killed in the middle of writing (SIGXFSZ ends the process) */
+    fflush(stdout);
+    fflush(stderr);
+    pid = fork();
+    if (pid == 0) {
+        struct rlimit rl = {8192, 8192};
+        signal(SIGXFSZ, SIG_DFL);
+        setrlimit(RLIMIT_FSIZE, &rl);
+        igt_save(b, out, NULL);
+        _exit(3);
+    }
+    waitpid(pid, &status, 0);
+    CHECK(t, WIFSIGNALED(status) && WTERMSIG(status) == SIGXFSZ, "the saving child was not killed (%d)", status);
+    CHECK(t, same_file_bytes(out, ia, sa), "a killed save damaged the old file");
+    int stray = stray_entries(t, keep, 3, first, sizeof first);
+    if (probe_tmpfile(t->dir)) CHECK(t, stray == 0, "a killed save left %s (O_TMPFILE available)", first);
+    else if (stray) {       /* named temporary files: remove what the kill left */
+        char p[1300];
+        snprintf(p, sizeof p, "%s/%s", t->dir, first);
+        remove(p);
+    }
+    /* 5. two processes saving to the same path at once */
+    fflush(stdout);
+    fflush(stderr);
+    pid = fork();
+    if (pid == 0) {
+        int bad = 0;
+        for (int i = 0; i < 25; i++) bad += igt_save(a, out, NULL) != IGT_OK;
+        _exit(bad);
+    }
+    int bad = 0;
+    for (int i = 0; i < 25; i++) bad += igt_save(b, out, &err) != IGT_OK;
+    waitpid(pid, &status, 0);
+    CHECK(t, bad == 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "concurrent saves failed: %d here, child status %d", bad, status);
+    CHECK(t, same_file_bytes(out, ia, sa) || same_file_bytes(out, ib, sb), "concurrent saves mixed files");
+    CHECK(t, stray_entries(t, keep, 3, first, sizeof first) == 0, "concurrent saves left %s", first);
+    remove(out);
+    remove(planted);
+    remove(victim);
+    free(ia);
+    free(ib);
+    igt_free(a);
+    igt_free(b);
+}
+
+/* Every query entry point with bad pointers and extreme counts. */
+static void test_query_preconditions(T *t) {
+    uint32_t *rows = NULL;
+    igt_model *m = random_model(t, 181, 4, 20, 500, 2, &rows);
+    if (!m) { free(rows); return; }
+    igt_info info;
+    igt_get_info(m, &info);
+    uint32_t ctx[4] = {1, 2, 3, 4}, toks[8], cls[4], cnt[4];
+    igt_answer a, batch[3];
+    memset(&a, 0x55, sizeof a);
+    igt_predict(NULL, ctx, 4, &a);
+    CHECK(t, a.token == IGT_NO_TOKEN && a.depth == 0 && a.total == 0, "NULL model: token %u", a.token);
+    memset(&a, 0x55, sizeof a);
+    igt_predict(m, NULL, 3, &a);
+    CHECK(t, a.token == IGT_NO_TOKEN, "NULL context with n = 3: token %u", a.token);
+    igt_predict(m, NULL, 0, &a);
+    CHECK(t, a.token < info.vocab_size, "NULL context with n = 0 is the empty context");
+    igt_predict(m, ctx, 4, NULL);   /* nothing to write: nothing happens */
+    igt_predict_batch(NULL, ctx, 1, batch);
+    CHECK(t, batch[0].token == IGT_NO_TOKEN, "batch, NULL model");
+    igt_predict_batch(m, NULL, 3, batch);
+    CHECK(t, batch[0].token == IGT_NO_TOKEN && batch[2].token == IGT_NO_TOKEN, "batch, NULL rows");
+    igt_predict_batch(m, ctx, 1, NULL);
+    igt_predict_batch(m, NULL, 0, NULL);
+    CHECK(t, igt_draft(NULL, ctx, 4, 5, 0, 0.0, toks, NULL) == 0, "draft, NULL model");
+    CHECK(t, igt_draft(m, ctx, 4, 5, 0, 0.0, NULL, NULL) == 0, "draft, NULL tokens");
+    CHECK(t, igt_draft(m, NULL, 2, 5, 0, 0.0, toks, NULL) == 0, "draft, NULL context with n = 2");
+    CHECK(t, igt_draft(m, NULL, 0, 5, 0, 0.0, toks, NULL) == 5, "draft, empty context");
+    CHECK(t, igt_draft(m, ctx, 4, 0, 0, 0.0, NULL, NULL) == 0, "draft, k = 0");
+    CHECK(t, igt_draft(m, ctx, 4, 8, 0, NAN, toks, NULL) == 8, "draft, NaN min_share never stops");
+    CHECK(t, igt_draft(m, ctx, 4, 8, UINT32_MAX, 0.0, toks, NULL) == 0, "draft, huge min_depth");
+    CHECK(t, igt_draft(m, ctx, 4, 8, 0, INFINITY, toks, NULL) == 0, "draft, infinite min_share");
+    uint32_t extreme[4] = {UINT32_MAX, UINT32_MAX - 1, info.vocab_size, info.vocab_size + 1};
+    igt_predict(m, extreme, 4, &a);
+    CHECK(t, a.token == info.default_class && a.depth == 0, "extreme ids match nothing");
+    size_t have = igt_node_classes(m, 0, NULL, NULL, 0);
+    CHECK(t, have == 2 && igt_node_classes(m, 0, cls, NULL, 4) == 2 &&
+             igt_node_classes(m, 0, NULL, cnt, 4) == 2 && cls[0] == info.default_class,
+          "node_classes with one output");
+    CHECK(t, igt_node_classes(m, (uint32_t)info.n_nodes + 1, cls, cnt, 4) == 0 &&
+             igt_node_classes(m, UINT32_MAX, cls, cnt, 4) == 0 && igt_node_classes(NULL, 0, cls, cnt, 4) == 0,
+          "node_classes out of range");
+    igt_info z;
+    memset(&z, 0x55, sizeof z);
+    igt_get_info(NULL, &z);
+    CHECK(t, z.window == 0 && z.n_nodes == 0 && z.tokenizer_name[0] == 0, "info of NULL is zero");
+    igt_get_info(m, NULL);
+    igt_config_init(NULL, 10);
+    igt_free(m);
+    free(rows);
+}
+
+static void test_version_api(T *t) {
+    char want[32];
+    snprintf(want, sizeof want, "%d.%d.%d", IGT_VERSION_MAJOR, IGT_VERSION_MINOR, IGT_VERSION_PATCH);
+    CHECK(t, igt_version() && strcmp(igt_version(), IGT_VERSION_STRING) == 0 &&
+             strcmp(IGT_VERSION_STRING, want) == 0,
+          "version '%s', header says %s (%s)", igt_version() ? igt_version() : "(null)",
+          IGT_VERSION_STRING, want);
+    CHECK(t, igt_version_number() == IGT_VERSION_NUMBER &&
+             IGT_VERSION_NUMBER == IGT_VERSION_MAJOR * 10000 + IGT_VERSION_MINOR * 100 + IGT_VERSION_PATCH,
+          "version number %u", igt_version_number());
+}
+
+/* Many threads query one model at once; every answer equals the
+ * single-threaded one. */
+typedef struct {
+    const igt_model *m;
+    const uint32_t *ctx;        /* Q contexts of 6 ids */
+    const igt_answer *want;     /* predict of each */
+    const uint32_t *drafts;     /* Q x 6 */
+    const uint32_t *classes;    /* Q x 4 */
+    int q, rounds;
+    unsigned long bad;
+} query_job;
+
+enum { QN = 1500, QCTX = 6, QDRAFT = 6, QCLS = 4 };
+
+static void *query_worker(void *arg) {
+    query_job *j = arg;
+    for (int round = 0; round < j->rounds; round++)
+        for (int i = 0; i < j->q; i++) {
+            int q = (i * 7 + round * 131) % j->q;    /* each thread its own order */
+            igt_answer a, b[2];
+            igt_predict(j->m, j->ctx + q * QCTX, QCTX, &a);
+            j->bad += !same_answer(&a, &j->want[q]);
+            igt_predict_batch(j->m, j->ctx + q * QCTX + 2, 1, b);
+            j->bad += !same_answer(&b[0], &j->want[q]);
+            uint32_t toks[QDRAFT], cls[QCLS], cnt[QCLS];
+            size_t got = igt_draft(j->m, j->ctx + q * QCTX, QCTX, QDRAFT, 0, 0.0, toks, NULL);
+            j->bad += got != QDRAFT || memcmp(toks, j->drafts + q * QDRAFT, sizeof toks) != 0;
+            size_t nc = igt_node_classes(j->m, a.node, cls, cnt, QCLS);
+            for (size_t k = 0; k < nc && k < QCLS; k++) j->bad += cls[k] != j->classes[q * QCLS + k];
+        }
+    return NULL;
+}
+
+static void test_concurrent_queries(T *t) {
+    uint32_t *rows = NULL;
+    igt_model *m = random_model(t, 191, 4, 30, 3000, 4, &rows);
+    if (!m) { free(rows); return; }
+    rng_t r = rng_seed(192);
+    uint32_t *ctx = malloc(QN * QCTX * sizeof *ctx), *drafts = malloc(QN * QDRAFT * sizeof *drafts),
+             *classes = calloc(QN * QCLS, sizeof *classes);
+    igt_answer *want = malloc(QN * sizeof *want);
+    for (int q = 0; q < QN; q++) {
+        for (int i = 0; i < QCTX; i++) ctx[q * QCTX + i] = query_id(&r, 30);
+        if (q & 1) memcpy(ctx + q * QCTX + 2, rows + rng_below(&r, 3000) * 5, 4 * sizeof *ctx);
+        igt_predict(m, ctx + q * QCTX, QCTX, &want[q]);
+        igt_draft(m, ctx + q * QCTX, QCTX, QDRAFT, 0, 0.0, drafts + q * QDRAFT, NULL);
+        uint32_t cnt[QCLS];
+        igt_node_classes(m, want[q].node, classes + q * QCLS, cnt, QCLS);
+    }
+    enum { THREADS = 8 };
+    pthread_t tid[THREADS];
+    query_job jobs[THREADS];
+    int started = 0;
+    for (int k = 0; k < THREADS; k++) {
+        jobs[k] = (query_job){m, ctx, want, drafts, classes, QN, 3, 0};
+        started += pthread_create(&tid[k], NULL, query_worker, &jobs[k]) == 0;
+    }
+    CHECK(t, started == THREADS, "started %d of %d threads", started, THREADS);
+    unsigned long bad = 0;
+    for (int k = 0; k < started; k++) {
+        pthread_join(tid[k], NULL);
+        bad += jobs[k].bad;
+    }
+    CHECK(t, bad == 0, "%lu answers differ between threads and the single-threaded run", bad);
+    free(ctx);
+    free(drafts);
+    free(classes);
+    free(want);
+    free(rows);
+    igt_free(m);
+}
+
+/* ---- tests: building with threads and a memory limit ------------------------------------------- */
+
+typedef struct {
+    const char *spill_dir;
+    int calls, nonempty, merged, cancel_at_call;
+    const char *cancel_phase;
+} spill_watch;
+
+/* Checks, at every progress report, that the temporary directory holds no
+ * names (the files are unlinked at once); optionally cancels. */
+static int watch_spill(void *user, const char *phase, uint64_t done, uint64_t total) {
+    spill_watch *w = user;
+    (void)done;
+    (void)total;
+    w->calls++;
+    if (!dir_is_empty(w->spill_dir)) w->nonempty++;
+    if (!strcmp(phase, "merging")) w->merged++;
+    if (w->cancel_phase && !strcmp(phase, w->cancel_phase)) return 1;
+    return w->cancel_at_call && w->calls >= w->cancel_at_call;
+}
+
+typedef struct {
+    const uint32_t *rows;
+    size_t n_rows;
+    const uint32_t *tokens;
+    size_t n_tokens;
+    const uint64_t *starts;
+    size_t n_docs;
+} corpus_t;
+
+static igt_status build_corpus(const corpus_t *c, uint32_t F, uint32_t V, uint32_t top_k,
+                               uint32_t threads, uint64_t limit, const char *dir, spill_watch *w,
+                               igt_model **out, igt_error *err) {
+    igt_config cfg;
+    igt_config_init(&cfg, V);
+    cfg.window = F;
+    cfg.top_k = top_k;
+    igt_builder *b = NULL;
+    igt_status st = igt_builder_new(&cfg, &b, err);
+    if (!st) st = igt_builder_set_threads(b, threads, err);
+    if (!st && limit) st = igt_builder_set_memory_limit(b, limit, dir, err);
+    for (size_t i = 0; !st && i < c->n_rows; i += 777)
+        st = igt_builder_add_instances(b, c->rows + i * (F + 1), c->n_rows - i < 777 ? c->n_rows - i : 777, err);
+    if (!st && c->n_tokens) st = igt_builder_add_documents(b, c->tokens, c->n_tokens, c->starts, c->n_docs, err);
+    if (!st) st = igt_builder_build(b, out, w ? watch_spill : NULL, w, err);
+    igt_builder_free(b);
+    return st;
+}
+
+static void test_memory_limit(T *t) {
+    const uint32_t F = 4, V = 40;
+    char dir[1024];
+    path_in(t, dir, sizeof dir, "spill");
+    CHECK(t, mkdir(dir, 0700) == 0, "mkdir %s", dir);
+    rng_t r = rng_seed(201);
+    const size_t NR = 6000;
+    uint32_t *rows = random_instances(&r, F, V, NR);     /* independent rows: one segment each */
+    enum { NT = 24000, ND = 7 };
+    uint32_t *tokens = malloc(NT * sizeof *tokens);
+    uint64_t starts[ND] = {0, 10, 7010, 7011, 12000, 19000, 19500};  /* one document of 7000 */
+    for (size_t i = 0; i < NT; i++) tokens[i] = (i % 97 < 60) ? (uint32_t)(i % 13) : rng_below(&r, V);
+    /* the documents as continuing rows (each row continues the previous) */
+    uint32_t *drows = malloc(NT * (F + 1) * sizeof *drows);
+    for (size_t d = 0, at = 0; d < ND; d++) {
+        size_t s = starts[d], e = d + 1 < ND ? starts[d + 1] : NT;
+        for (size_t i = s; i < e; i++, at++) {
+            for (uint32_t j = 0; j < F; j++) drows[at * (F + 1) + j] = i - s >= F - j ? tokens[i - (F - j)] : V;
+            drows[at * (F + 1) + F] = tokens[i];
+        }
+    }
+    const corpus_t corpora[3] = {{rows, NR, NULL, 0, NULL, 0},
+                                 {NULL, 0, tokens, NT, starts, ND},
+                                 {drows, NT, NULL, 0, NULL, 0}};
+    const uint32_t topks[3] = {0, 3, IGT_TOPK_ALL};
+    igt_error err;
+    for (int c = 0; c < 3; c++) {
+        igt_model *ref = NULL;
+        CHECK_STATUS(t, build_corpus(&corpora[c], F, V, topks[c], 1, 0, NULL, NULL, &ref, &err), IGT_OK,
+                     &err, "unbounded build");
+        if (!ref) continue;
+        size_t rs = 0;
+        uint8_t *rb = model_bytes(t, ref, &rs);
+        const uint64_t limits[] = {IGT_MIN_MEMORY_LIMIT, 150000, 1u << 30};
+        const uint32_t threads[] = {1, 2, 3};
+        for (int l = 0; l < 3; l++)
+            for (int k = 0; k < 3; k++) {
+                spill_watch w = {dir, 0, 0, 0, 0, NULL};
+                igt_model *m = NULL;
+                char what[128];
+                snprintf(what, sizeof what, "corpus %d, limit %llu, %u threads", c,
+                         (unsigned long long)limits[l], threads[k]);
+                CHECK_STATUS(t, build_corpus(&corpora[c], F, V, topks[c], threads[k], limits[l], dir, &w, &m,
+                                             &err), IGT_OK, &err, what);
+                if (!m) continue;
+                size_t ms = 0;
+                uint8_t *mb = model_bytes(t, m, &ms);
+                CHECK(t, mb && rb && ms == rs && memcmp(mb, rb, rs) == 0, "%s: model differs from the unbounded one",
+                      what);
+                CHECK(t, w.nonempty == 0 && dir_is_empty(dir), "%s: temporary names visible", what);
+                if (l == 0) CHECK(t, w.merged > 0, "%s: the smallest limit should need merge passes", what);
+                free(mb);
+                igt_free(m);
+            }
+        free(rb);
+        igt_free(ref);
+    }
+    /* cancelling in each phase of a spilled build leaves nothing behind */
+    const char *phases[] = {"statistics", "sorting", "merging", "building", "writing"};
+    for (int p = 0; p < 5; p++) {
+        spill_watch w = {dir, 0, 0, 0, 0, phases[p]};
+        igt_model *m = (igt_model *)(uintptr_t)1;
+        CHECK_STATUS(t, build_corpus(&corpora[1], F, V, 3, 2, IGT_MIN_MEMORY_LIMIT, dir, &w, &m, &err),
+                     IGT_ERR_CANCELLED, &err, phases[p]);
+        CHECK(t, m == NULL && dir_is_empty(dir), "cancel at %s left a model or files", phases[p]);
+    }
+    for (int call = 1; call < 12; call += 3) {
+        spill_watch w = {dir, 0, 0, 0, call, NULL};
+        igt_model *m = NULL;
+        CHECK_STATUS(t, build_corpus(&corpora[0], F, V, 0, 2, IGT_MIN_MEMORY_LIMIT, dir, &w, &m, &err),
+                     IGT_ERR_CANCELLED, &err, "cancel at a report");
+        CHECK(t, dir_is_empty(dir), "cancel at report %d left files", call);
+    }
+    /* argument errors */
+    igt_config cfg;
+    igt_config_init(&cfg, V);
+    igt_builder *b = NULL;
+    CHECK_STATUS(t, igt_builder_new(&cfg, &b, &err), IGT_OK, &err, "builder_new");
+    CHECK_STATUS(t, igt_builder_set_memory_limit(b, IGT_MIN_MEMORY_LIMIT - 1, dir, &err), IGT_ERR_ARG, &err,
+                 "limit below the minimum");
+    char file[1100];
+    snprintf(file, sizeof file, "%s/plain-file", t->dir);
+    CHECK(t, write_file(file, "x", 1), "write %s", file);
+    CHECK_STATUS(t, igt_builder_set_memory_limit(b, 1 << 20, file, &err), IGT_ERR_ARG, &err, "tmpdir is a file");
+    CHECK(t, strstr(err.message, "plain-file") != NULL, "message names the directory: %s", err.message);
+    remove(file);
+    CHECK_STATUS(t, igt_builder_set_memory_limit(b, 1 << 20, "/no/such/dir/olifant", &err), IGT_ERR_IO, &err,
+                 "missing tmpdir");
+    CHECK_STATUS(t, igt_builder_set_memory_limit(NULL, 1 << 20, dir, &err), IGT_ERR_ARG, &err, "NULL builder");
+    CHECK_STATUS(t, igt_builder_add_instances(b, rows, 1, &err), IGT_OK, &err, "add");
+    CHECK_STATUS(t, igt_builder_set_memory_limit(b, 1 << 20, dir, &err), IGT_ERR_ARG, &err, "limit after adding");
+    CHECK_STATUS(t, igt_builder_set_threads(b, IGT_MAX_THREADS + 1, &err), IGT_ERR_ARG, &err, "too many threads");
+    CHECK_STATUS(t, igt_builder_set_threads(NULL, 1, &err), IGT_ERR_ARG, &err, "threads, NULL builder");
+    igt_builder_free(b);
+    /* the temporary directory disappears: the spill fails, the builder says so */
+    char gone[1100];
+    snprintf(gone, sizeof gone, "%s/gone", t->dir);
+    CHECK(t, mkdir(gone, 0700) == 0, "mkdir %s", gone);
+    CHECK_STATUS(t, igt_builder_new(&cfg, &b, &err), IGT_OK, &err, "builder_new");
+    CHECK_STATUS(t, igt_builder_set_memory_limit(b, IGT_MIN_MEMORY_LIMIT, gone, &err), IGT_OK, &err, "limit");
+    rmdir(gone);
+    igt_status st = IGT_OK;
+    for (size_t i = 0; i < NR && st == IGT_OK; i += 500) st = igt_builder_add_instances(b, rows + i * 5, 500, &err);
+    CHECK_STATUS(t, st, IGT_ERR_IO, &err, "spill into a removed directory");
+    CHECK_ERROR(t, igt_builder_add_instances(b, rows, 1, &err), &err, "add after a failed spill");
+    CHECK(t, strstr(err.message, "failed earlier") != NULL, "message: %s", err.message);
+    igt_model *m = NULL;
+    CHECK_ERROR(t, igt_builder_build(b, &m, NULL, NULL, &err), &err, "build after a failed spill");
+    igt_builder_free(b);
+    CHECK(t, dir_is_empty(dir), "files left in %s", dir);
+    rmdir(dir);
+    free(rows);
+    free(tokens);
+    free(drows);
+}
+
+/* The model does not depend on the number of threads. */
+static void test_threads_build(T *t) {
+    const uint32_t F = 5, V = 60;
+    rng_t r = rng_seed(211);
+    const size_t N = 8000;
+    uint32_t *rows = random_instances(&r, F, V, N);
+    const corpus_t c = {rows, N, NULL, 0, NULL, 0};
+    igt_error err;
+    uint8_t *ref = NULL;
+    size_t rs = 0;
+    const uint32_t threads[] = {1, 0, 2, 3, 7, IGT_MAX_THREADS};
+    for (int k = 0; k < 6; k++) {
+        igt_model *m = NULL;
+        CHECK_STATUS(t, build_corpus(&c, F, V, 2, threads[k], 0, NULL, NULL, &m, &err), IGT_OK, &err,
+                     "threaded build");
+        if (!m) continue;
+        size_t ms = 0;
+        uint8_t *mb = model_bytes(t, m, &ms);
+        if (!ref) {
+            ref = mb;
+            rs = ms;
+        } else {
+            CHECK(t, mb && ms == rs && memcmp(mb, ref, rs) == 0, "%u threads: model differs", threads[k]);
+            free(mb);
+        }
+        igt_free(m);
+    }
+    free(ref);
+    free(rows);
+}
+
 /* ---- main --------------------------------------------------------------------------- */
 
 typedef struct {
@@ -1600,6 +2672,21 @@ int main(int argc, char **argv) {
         {"header_fields", test_header_fields},
         {"structure_edits", test_structure_edits},
         {"byte_flips", test_byte_flips},
+        {"file_layout_v2", test_file_layout_v2},
+        {"id_widths", test_id_widths},
+        {"id_width_4", test_id_width_4},
+        {"v1_compat", test_v1_compat},
+        {"header_fields_v2", test_header_fields_v2},
+        {"structure_edits_v2", test_structure_edits_v2},
+        {"mutations", test_mutations},
+        {"file_changes", test_file_changes},
+        {"special_files", test_special_files},
+        {"save_safety", test_save_safety},
+        {"query_preconditions", test_query_preconditions},
+        {"version_api", test_version_api},
+        {"concurrent_queries", test_concurrent_queries},
+        {"memory_limit", test_memory_limit},
+        {"threads_build", test_threads_build},
     };
     char made[] = "/tmp/igtree-test-XXXXXX";
     T t = {NULL, 0, 0, NULL};

@@ -1,16 +1,18 @@
 /*
  * fuzz_load.c — libFuzzer harness for the IGTree model loader (igtree.h).
  *
- * Each input is a candidate model file. It is loaded with igt_load_buffer,
- * once with checksums and once with IGT_LOAD_SKIP_CHECKSUM, so that mutated
- * files reach the structural validation instead of stopping at the checksum.
- * A model that loads is then queried (predict, predict_batch, draft,
- * node_classes) with contexts taken from the input bytes and from its own
- * drafts, and every answer is checked against what the loader guarantees.
- * Sanitizers catch out-of-bounds reads; a broken guarantee traps.
+ * Each input is a candidate model file (format 2, or format 1, which is
+ * converted on load). It is loaded with igt_load_buffer, once with checksums
+ * and once with IGT_LOAD_SKIP_CHECKSUM, so that mutated files reach the
+ * structural validation instead of stopping at the checksum. A model that
+ * loads is then queried (predict, predict_batch, draft, node_classes) with
+ * contexts taken from the input bytes and from its own drafts, and every
+ * answer is checked against what the loader guarantees; it is also written
+ * back out (both formats) and must reload into the same model. Sanitizers
+ * catch out-of-bounds reads; a broken guarantee traps.
  *
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
- *         -Icsrc fuzz/fuzz_load.c csrc/igtree.c -lm -o fuzz/out/fuzz_load
+ *         -pthread -Icsrc fuzz/fuzz_load.c csrc/igt*.c -lm -o fuzz/out/fuzz_load
  *
  * See fuzz/README.md.
  */
@@ -18,7 +20,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #define REQUIRE(cond) do { if (!(cond)) __builtin_trap(); } while (0)
 
@@ -70,11 +74,14 @@ static void check_classes(const igt_model *m, const igt_info *info, uint32_t nod
 static void query(const igt_model *m, const uint8_t *data, size_t size) {
     igt_info info;
     igt_get_info(m, &info);
+    uint32_t version;
+    memcpy(&version, data + 8, 4);      /* a loaded file has a full header */
     REQUIRE(info.window >= 1 && info.window <= IGT_MAX_WINDOW);
     REQUIRE(info.vocab_size >= 1 && info.vocab_size < IGT_MAX_VOCAB);
     REQUIRE(info.padding_id == info.vocab_size);
     REQUIRE(info.default_class < info.vocab_size);
-    REQUIRE(info.file_size == size);
+    REQUIRE(info.format_version == IGT_FORMAT_VERSION);
+    REQUIRE(version == 1 || info.file_size == size);   /* version 1 is converted */
     REQUIRE(info.memory_mapped == 0);
     REQUIRE(memchr(info.tokenizer_name, 0, sizeof info.tokenizer_name) != NULL);
 
@@ -131,6 +138,29 @@ static void query(const igt_model *m, const uint8_t *data, size_t size) {
     check_classes(m, &info, UINT32_MAX);
 }
 
+/* Written back out in both formats, the model reloads into the same one. */
+static void roundtrip(const igt_model *m, const char *path) {
+    igt_info a, b;
+    igt_get_info(m, &a);
+    for (uint32_t version = 1; version <= 2; version++) {
+        igt_model *back = NULL;
+        REQUIRE(igt_save_version(m, path, version, NULL) == IGT_OK);
+        REQUIRE(igt_load(path, 0, &back, NULL) == IGT_OK);
+        igt_get_info(back, &b);
+        REQUIRE(memcmp(&a, &b, sizeof a) == 0);
+        uint32_t q[IGT_MAX_WINDOW] = {0};
+        igt_answer x, y;
+        for (uint32_t v = 0; v < 4; v++) {
+            for (uint32_t i = 0; i < a.window; i++) q[i] = (v * 7 + i) % (a.vocab_size + 1);
+            igt_predict(m, q, a.window, &x);
+            igt_predict(back, q, a.window, &y);
+            REQUIRE(memcmp(&x, &y, sizeof x) == 0);
+        }
+        igt_free(back);
+    }
+    remove(path);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     igt_error err;
     igt_model *m = NULL;
@@ -153,6 +183,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     }
     query(m, data, size);
+    if (data[size / 2] % 16 == 0) {     /* now and then: save and reload */
+        char path[64];
+        snprintf(path, sizeof path, "/tmp/fuzz_load.%ld.olif", (long)getpid());
+        roundtrip(m, path);
+    }
     igt_free(m);
     return 0;
 }

@@ -4,7 +4,8 @@
 
 The models are deterministic and tiny (a few KB each) and together cover the
 format's variants: windows 1..16, top_k none / some / all, gain-ratio,
-info-gain and explicit level orders, instances and documents.
+info-gain and explicit level orders, instances and documents, 2- and 3-byte
+ids; each is written in format 2 and, as *_v1.olif, in format 1 (still read).
 """
 from __future__ import annotations
 
@@ -47,21 +48,25 @@ def make_seeds(out_dir) -> list[Path]:
         ("w3_explicit_all", 3, 16, 200, TOPK_ALL, [2, 0, 1]),
         ("w1_top2", 1, 12, 100, 2, "gain_ratio"),
         ("w16_top1", 16, 8, 150, 1, "gain_ratio"),
+        ("w3_vocab70k_top2", 3, 70000, 200, 2, "gain_ratio"),
     ]
     written = []
     for name, window, vocab, n, top_k, order in specs:
         b = Builder(vocab_size=vocab, window=window, order=order, top_k=top_k,
                     tokenizer_name=f"seed-{name}", tokenizer_digest=bytes(range(32)))
         b.add_instances(_instances(rng, n, window, vocab))
-        path = out / f"{name}.olif"
-        b.build().save(path)
-        written.append(path)
+        written += _save_both(b.build(), out / name)
     b = Builder(vocab_size=20, window=5, top_k=4, tokenizer_name="seed-docs")
     b.add_documents(*_documents(rng, 8, 20))
-    path = out / "w5_documents_top4.olif"
-    b.build().save(path)
-    written.append(path)
+    written += _save_both(b.build(), out / "w5_documents_top4")
     return written
+
+
+def _save_both(model, stem):
+    v2, v1 = stem.with_name(stem.name + ".olif"), stem.with_name(stem.name + "_v1.olif")
+    model.save(v2)
+    model.save(v1, format_version=1)
+    return [v2, v1]
 
 
 if __name__ == "__main__":

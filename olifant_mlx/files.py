@@ -4,15 +4,91 @@ Every file olifant_mlx creates is written atomically: a unique temporary file cr
 exclusively in the target's folder (never following a planted link), fsynced, renamed over
 the target, and the folder fsynced — so a crash or a second writer never leaves a torn file.
 Files that can hold a user's text (draft models, histories, exports) are created 0600.
+A path the user names is opened without blocking and refused unless it is a regular file:
+a FIFO would hang the open, or the first read, forever.
 """
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
+import shutil
 import tempfile
 from pathlib import Path
 
 PRIVATE = 0o600
+
+
+class NotARegularFile(ValueError):
+    """A path that names a FIFO, a device, a socket or a folder where a file was wanted."""
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a device"),
+                       (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def open_regular(path, flags: int = os.O_RDONLY, mode: int = PRIVATE) -> int:
+    """A file descriptor on `path` (os.open flags), refused with NotARegularFile unless the
+    path is a regular file. Opened with O_NONBLOCK, so a FIFO never blocks the open; the
+    descriptor is made blocking again once fstat has shown a regular file."""
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), mode)
+    except OSError as e:
+        if e.errno == errno.ENXIO:          # a FIFO opened for writing with no reader
+            raise NotARegularFile(f"{path} is a FIFO, not a regular file") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotARegularFile(f"{path} is {_kind(st.st_mode)}, not a regular file")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def check_file_path(path, what: str = "file") -> None:
+    """For a file that will be read or created, before any slow work: a regular file, or
+    nothing yet in a folder that exists. A FIFO, device, folder or link to nothing is
+    NotARegularFile, naming `what` and the path; nothing is opened, so nothing blocks."""
+    path = os.fspath(path)
+    if os.path.islink(path) and not os.path.exists(path):
+        raise NotARegularFile(f"{what} {path} is a symbolic link to nothing: not followed "
+                              f"(remove it, or name another file)")
+    if os.path.exists(path):
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotARegularFile(f"{what} {path} is {_kind(mode)}, not a regular file")
+    elif not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        raise NotARegularFile(f"cannot create {what} {path}: its folder does not exist")
+
+
+def open_regular_file(path, mode: str = "r", encoding: str | None = "utf-8", errors: str | None = None):
+    """`open(path, mode)` for reading, but a FIFO, device or folder is NotARegularFile."""
+    if "b" in mode:
+        return os.fdopen(open_regular(path), "rb")
+    return os.fdopen(open_regular(path), "r", encoding=encoding, errors=errors)
+
+
+def read_regular(path) -> bytes:
+    """All bytes of a regular file (see open_regular)."""
+    with open_regular_file(path, "rb") as f:
+        return f.read()
+
+
+def make_private(fd: int) -> None:
+    """Tighten a file we own to 0600 when others may read it (it can hold a user's text);
+    where that is not possible (a read-only file system) the file is used as it is."""
+    st = os.fstat(fd)
+    if stat.S_IMODE(st.st_mode) & 0o077 and st.st_uid == os.getuid():
+        with contextlib.suppress(OSError):
+            os.fchmod(fd, stat.S_IMODE(st.st_mode) & PRIVATE)
 
 
 def cache_dir() -> Path:
@@ -35,6 +111,18 @@ def fsync_dir(path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def fsync_tree(root) -> None:
+    """fsync every file and folder under `root` (a folder about to be renamed into place)."""
+    for folder, _, names in os.walk(root):
+        for name in names:
+            fd = os.open(os.path.join(folder, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(folder)
 
 
 @contextlib.contextmanager
@@ -64,3 +152,27 @@ def write_atomic(path, data: bytes | str, mode: int = PRIVATE) -> Path:
     with atomic_writer(path, mode, binary=binary) as f:
         f.write(data)
     return Path(path)
+
+
+@contextlib.contextmanager
+def private_output(path, mode: int = PRIVATE):
+    """For writers that take a path rather than a file object (the C library's igt_save):
+    yields a path inside a fresh folder (0700) beside `path`. On success the file written
+    there is fsynced, given `mode` and renamed over `path`; on any error, Ctrl-C included,
+    the folder goes — `path` is the old file or the whole new one, never readable by others."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    folder = tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    tmp = Path(folder) / target.name
+    try:
+        yield tmp
+        os.chmod(tmp, mode)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    fsync_dir(target.parent)

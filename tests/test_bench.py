@@ -1,6 +1,8 @@
 """bench: the sweep, resume after a kill, metrics per generation, tables, energy labels."""
 import csv
 import json
+import os
+import stat
 
 import pytest
 from test_engine import VOCAB, tiny_llama
@@ -141,3 +143,85 @@ def test_reference_mode_and_predictions(tmp_path):
             assert c["predicted_speedup"] > 1.0
     paths = write_plots(cells, tmp_path, note="simulated verifier: reference text")
     assert paths and all(p.stat().st_size > 1000 for p in paths.values())
+
+
+# --- resume: a row is reused only for exactly what defines it ---------------------------------
+
+def small_sweep(runner, results, strategies=None, tasks=None, max_tokens=8):
+    return sweep(runner, tasks or {"legal": TASKS["legal"][:1]}, strategies or {"s": NgramDrafter()},
+                 [3], ["kv"], max_tokens, results)
+
+
+def test_resume_never_reuses_rows_of_other_settings(session, tmp_path):
+    """A rerun with other max tokens, another prompt file under the same task name, another
+    drafter under the same strategy name or another verifier under the same name runs again;
+    the same command resumes (runs nothing)."""
+    results = tmp_path / "r.jsonl"
+    first = small_sweep(session, results)
+    assert {r["n_tokens"] for r in first} == {8}
+    assert small_sweep(session, results) == first                       # resumed: the same rows
+    longer = small_sweep(session, results, max_tokens=14)
+    assert {r["n_tokens"] for r in longer} == {14}
+    other_prompts = small_sweep(session, results, tasks={"legal": ["Article 7 of the Directive"]})
+    assert other_prompts[0]["tokens"] != first[0]["tokens"]
+    assert other_prompts[0]["prompt_sha256"] != first[0]["prompt_sha256"]
+    other_drafter = small_sweep(session, results, strategies={"s": LookupDrafter()})
+    assert other_drafter[1]["drafter"] != first[1]["drafter"]
+    assert other_drafter[1]["time"] > first[1]["time"]                  # measured, not reused
+    other_model = ModelRunner(Verifier(tiny_llama(7), Tok(), Tok(), "tiny"))   # same name, other weights
+    assert other_model.identity != session.identity
+    again = small_sweep(other_model, results)
+    assert again[0]["tokens"] != first[0]["tokens"] and again[0]["verifier_id"] == other_model.identity
+    assert len(load_rows(results)) == 2 * 4 + 1       # every run kept apart (the plain row reused once)
+
+
+def test_a_spec_names_its_model_file_as_it_is(tmp_path):
+    from olifant_mlx.drafters import parse_spec
+    from olifant_mlx.draftmodel.igtree import Builder
+    from olifant_mlx.measure.bench import spec_identity
+
+    path = tmp_path / "d.olif"
+    b = Builder(vocab_size=VOCAB)
+    b.add_document(list(range(1, 40)))
+    b.build().save(path)
+    spec = parse_spec(f"olifant:{path}")
+    before = spec_identity(spec)
+    os.utime(path, ns=(1, 1))                   # the same name, retrained (another time)
+    assert spec_identity(spec) != before and spec_identity(parse_spec("ngram:3")) == "ngram:3"
+
+
+def test_lines_that_are_not_rows_are_skipped(session, tmp_path):
+    results = tmp_path / "r.jsonl"
+    rows = small_sweep(session, results)
+    with open(results, "a") as f:
+        f.write('3\n[1, 2]\n"text"\nnull\n{"verifier": "tiny"}\n\xff\xfe not utf-8\n{"torn": ')
+    assert small_sweep(session, results) == rows                        # resumes over them
+    assert load_rows(results) == rows
+    from olifant_mlx.measure.bench import read_results
+
+    assert read_results(results) == (rows, 7)                          # and counts them
+
+
+def test_results_and_tables_are_private_where_they_hold_outputs(session, tmp_path):
+    results = tmp_path / "r.jsonl"
+    small_sweep(session, results)
+    assert stat.S_IMODE(os.stat(results).st_mode) == 0o600             # rows hold generated ids
+    os.chmod(results, 0o644)
+    small_sweep(session, results, max_tokens=5)
+    assert stat.S_IMODE(os.stat(results).st_mode) == 0o600
+    paths = write_tables(aggregate(load_rows(results)), tmp_path / "tables")
+    assert all(p.is_file() for p in paths.values())
+    assert not list((tmp_path / "tables").glob(".*.tmp"))              # written atomically
+
+
+def test_prompt_files_that_are_not_prompts_are_named(tmp_path):
+    cases = {"a.jsonl": ('{"id": 1}\n', r"a.jsonl:1: wants an object"),
+             "b.jsonl": ('{"prompt": "ok"}\n[1, 2]\n', r"b.jsonl:2: wants an object"),
+             "c.jsonl": ('{"prompt": "ok"}\n{"prompt": \n', r"c.jsonl:2: not JSON"),
+             "d.txt": ("\n\n", "holds no prompt"),
+             "e.txt": (b"fine\n\xff\xfe\n", r"e.txt is not UTF-8 text")}
+    for name, (content, why) in cases.items():
+        path = tmp_path / name
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+        with pytest.raises(ValueError, match=why):
+            read_prompts(str(path))

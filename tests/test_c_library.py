@@ -1,10 +1,12 @@
-"""Robustness of the IGTree C library (csrc/igtree.c).
+"""Robustness of the IGTree C library (csrc/*.c).
 
 (a) the C test driver csrc/test_igtree.c built with AddressSanitizer and
     UndefinedBehaviorSanitizer, (b) the same driver built with -Wall -Wextra
     -Werror -O2 and no sanitizers, (c) the loader's errors as seen from Python
-    on random, truncated, wrong-version and damaged files, and (d) a short
-    libFuzzer run of fuzz/fuzz_load.c on freshly generated seeds.
+    on random, truncated, wrong-version and damaged files, and version-1 files
+    written by the previous library (tests/data/v1), (d) a short libFuzzer run
+    of fuzz/fuzz_load.c on freshly generated seeds, and (e) the header compiled
+    as plain C99 (and C++) with -pedantic -Werror.
 
 The C builds skip only when no C compiler is found or the sanitizer /
 libFuzzer runtime is missing; everything is small and takes seconds.
@@ -24,16 +26,20 @@ import numpy as np
 import pytest
 
 from olifant_mlx.draftmodel._igtree import lib
-from olifant_mlx.draftmodel.igtree import Builder, IGTree, IGTreeError, ModelFileError
+from olifant_mlx.draftmodel.igtree import (FORMAT_VERSION, LIBRARY_VERSION, Builder, IGTree,
+                                IGTreeError, ModelFileError)
 
 ROOT = Path(__file__).resolve().parent.parent
 CSRC = ROOT / "csrc"
 FUZZ = ROOT / "fuzz"
-SANITIZE = ["-std=c11", "-g", "-O1", "-fsanitize=address,undefined",
-            "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
-STRICT = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-O2"]
+V1_FIXTURES = Path(__file__).resolve().parent / "data" / "v1"
+LIBRARY = sorted(p for p in CSRC.glob("*.c") if not p.name.startswith("test_"))
+SANITIZE = ["-std=c99", "-g", "-O1", "-fsanitize=address,undefined",
+            "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-pthread"]
+STRICT = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", "-pthread"]
 VERSION_OFFSET = 8          # uint32 little-endian, covered by the header checksum
 HEADER_SIZE = 640
+V2_N_INTERNAL, V2_SECTIONS, V2_CHILD = 392, 440, 3   # mirrored from csrc/igt_file.c
 
 
 # ---- building C programs -------------------------------------------------------------
@@ -103,7 +109,7 @@ def sanitizer_env(compiler, tmp_path_factory):
 @pytest.mark.slow
 def test_c_driver_with_sanitizers(compiler, sanitizer_env, tmp_path):
     exe = tmp_path / "test_igtree_asan"
-    built = _compile(compiler, [CSRC / "igtree.c", CSRC / "test_igtree.c"], exe, SANITIZE)
+    built = _compile(compiler, [*LIBRARY, CSRC / "test_igtree.c"], exe, SANITIZE)
     assert built.returncode == 0, built.stderr
     scratch = tmp_path / "scratch"
     scratch.mkdir()
@@ -114,11 +120,45 @@ def test_c_driver_with_sanitizers(compiler, sanitizer_env, tmp_path):
 @pytest.mark.slow
 def test_c_driver_strict_warnings(compiler, tmp_path):
     exe = tmp_path / "test_igtree"
-    built = _compile(compiler, [CSRC / "igtree.c", CSRC / "test_igtree.c"], exe, STRICT)
+    built = _compile(compiler, [*LIBRARY, CSRC / "test_igtree.c"], exe, STRICT)
     assert built.returncode == 0, built.stderr
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     _driver_passed(_run([exe, scratch]))
+    assert list(scratch.iterdir()) == [], "the driver left files behind"
+
+
+@pytest.mark.parametrize("lang", ["c99", "c++"])
+def test_header_is_plain_c99(compiler, tmp_path, lang):
+    """igtree.h says plain C99 (and C++): it compiles so, pedantically, without warnings."""
+    src = tmp_path / ("use.cpp" if lang == "c++" else "use.c")
+    src.write_text('#include "igtree.h"\n'
+                   "int main(void) { igt_info info; igt_get_info(0, &info); "
+                   "return (int)info.window + (igt_version() ? 0 : 1); }\n")
+    if lang == "c++":
+        cxx = shutil.which("g++") or shutil.which("clang++")
+        if cxx is None:
+            pytest.skip("no C++ compiler")
+        cmd = [cxx, "-std=c++11", "-pedantic", "-Wall", "-Wextra", "-Werror", "-fsyntax-only",
+               "-I", str(CSRC), str(src)]
+    else:
+        cmd = [compiler, "-std=c99", "-pedantic", "-Wall", "-Wextra", "-Werror", "-fsyntax-only",
+               "-I", str(CSRC), str(src)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    # and the library itself is C99 with POSIX, no C11
+    for source in LIBRARY:
+        r = subprocess.run([compiler, "-std=c99", "-pedantic", "-Wall", "-Wextra", "-Werror",
+                            "-fsyntax-only", "-I", str(CSRC), str(source)],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, (source.name, r.stderr)
+
+
+def test_library_version():
+    major, minor, patch = (int(x) for x in LIBRARY_VERSION.split("."))
+    assert lib.igt_version_number() == lib.IGT_VERSION_NUMBER == major * 10000 + minor * 100 + patch
+    assert (lib.IGT_VERSION_MAJOR, lib.IGT_VERSION_MINOR, lib.IGT_VERSION_PATCH) == (major, minor, patch)
+    assert FORMAT_VERSION == lib.IGT_FORMAT_VERSION == 2
 
 
 # ---- (c): the loader's errors through Python --------------------------------------------------
@@ -167,7 +207,7 @@ def _queries_are_safe(model, rng, n=60):
 def test_loaded_model_answers_like_the_saved_one(model_file):
     path, data, ctx = model_file
     mapped, copied = IGTree.load(path), IGTree.from_bytes(data)
-    assert mapped.memory_mapped and not copied.memory_mapped
+    assert not mapped.memory_mapped and not copied.memory_mapped   # loads are private copies
     assert mapped.describe() == copied.describe()
     a, b = mapped.predict_batch(ctx), copied.predict_batch(ctx)
     assert (a == b).all()
@@ -231,8 +271,8 @@ def test_truncated_files(model_file, tmp_path):
 
 def test_wrong_version(model_file, tmp_path):
     _, data, _ = model_file
-    assert struct.unpack_from("<I", data, VERSION_OFFSET)[0] == 1
-    for version in (0, 2, 0xFFFFFFFF):
+    assert struct.unpack_from("<I", data, VERSION_OFFSET)[0] == FORMAT_VERSION == 2
+    for version in (0, 3, 0xFFFFFFFF):
         bumped = bytearray(data)
         struct.pack_into("<I", bumped, VERSION_OFFSET, version)
         err = _raises(bytes(bumped), lib.IGT_ERR_VERSION, "version", verify=False)
@@ -286,12 +326,41 @@ def test_byte_flips(model_file):
 
 def test_broken_child_index_is_corrupt(model_file):
     _, data, _ = model_file
-    n_nodes, = struct.unpack_from("<Q", data, 376)
-    child_at, = struct.unpack_from("<Q", data, 408 + 8 * 4)
-    for i in range(0, n_nodes + 1, 3):
+    n_internal, = struct.unpack_from("<Q", data, V2_N_INTERNAL)
+    child_at, = struct.unpack_from("<Q", data, V2_SECTIONS + 8 * V2_CHILD)
+    assert n_internal > 3
+    for i in range(0, n_internal + 1):
         broken = bytearray(data)
         struct.pack_into("<I", broken, child_at + 4 * i, 0xFFFFFFFF)
         _raises(bytes(broken), lib.IGT_ERR_CORRUPT, "corrupt", verify=False)
+
+
+@pytest.mark.parametrize("name", ["w4_gr_top3", "w4_gr_top0", "w3_explicit_all"])
+def test_version_1_files_still_load(name, tmp_path):
+    """Files written by the previous library (format 1) load, answer exactly as they did,
+    equal a fresh build from the same instances, and convert both ways byte for byte."""
+    old = (V1_FIXTURES / f"{name}.olif").read_bytes()
+    assert struct.unpack_from("<I", old, VERSION_OFFSET)[0] == 1
+    rows = np.load(V1_FIXTURES / f"{name}.rows.npy")
+    expected = np.load(V1_FIXTURES / f"{name}.expected.npz")
+    model = IGTree.load(V1_FIXTURES / f"{name}.olif")
+    assert (model.predict_batch(expected["queries"]) == expected["answers"]).all()
+    flat = [(i, c, n) for i in range(model.n_nodes + 1) for c, n in model.node_classes(i)]
+    assert np.array_equal(np.array(flat, dtype=np.uint32).reshape(-1, 3), expected["node_classes"])
+    fresh = Builder(vocab_size=model.vocab_size, window=model.window,
+                    order=model.order if model.order != "explicit" else model.permutation,
+                    top_k=model.top_k, tokenizer_name=model.tokenizer_name,
+                    tokenizer_digest=model.tokenizer_digest)
+    fresh.add_instances(rows)
+    fresh = fresh.build()
+    assert fresh.describe() == model.describe()
+    v2, v1 = tmp_path / "v2.olif", tmp_path / "v1.olif"
+    fresh.save(v2)
+    model.save(v1, format_version=1)
+    assert v1.read_bytes() == old, "version 1 -> 2 -> 1 is not the identity"
+    assert IGTree.load(v2).file_size == v2.stat().st_size < len(old)
+    fresh.save(v1, format_version=1)
+    assert v1.read_bytes() == old, "a fresh build saved as version 1 differs from the old library's file"
 
 
 def test_missing_file_names_the_path(tmp_path):
@@ -317,7 +386,7 @@ def test_libfuzzer_smoke(tmp_path):
     if _compile(clang, [probe], tmp_path / "probe", flags).returncode != 0:
         pytest.skip("clang cannot build libFuzzer targets (libclang-rt dev package missing?)")
     exe = tmp_path / "fuzz_load"
-    built = _compile(clang, [FUZZ / "fuzz_load.c", CSRC / "igtree.c"], exe, flags)
+    built = _compile(clang, [FUZZ / "fuzz_load.c", *LIBRARY], exe, [*flags, "-pthread"])
     assert built.returncode == 0, built.stderr
     seeds, corpus = tmp_path / "seeds", tmp_path / "corpus"
     corpus.mkdir()

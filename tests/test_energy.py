@@ -738,3 +738,154 @@ def test_cli_errors(capsys):
     if sys.platform != "darwin":
         assert main(["energy", "--backend", "ioreport", "--seconds", "0"]) == 1
         assert "macOS-only" in capsys.readouterr().err
+
+
+# --- bad input never becomes a measurement ---------------------------------------------------
+
+def wrong_shapes(good):
+    """Valid JSON that is not a replay trace, each case changing one thing of a good trace."""
+    s0 = good["samples"][0]
+    row = s0["rows"][0]
+
+    def with_sample(**change):
+        return {**good, "samples": [{**s0, **change}] + good["samples"][1:]}
+
+    def with_row(**change):
+        return with_sample(rows=[{**row, **change}] + s0["rows"][1:])
+
+    nan, inf = float("nan"), float("inf")
+    yield from [[], 3, "trace", None, {**good, "format": 3}, {**good, "samples": {}},
+                {**good, "samples": "abc"}, {**good, "samples": [1, 2]}, {**good, "samples": [{}, {}]},
+                with_sample(t_ns="soon"), with_sample(t_ns=nan), with_sample(t_ns=None), with_sample(t_ns=True),
+                {**good, "samples": [{"t_ns": 0}] + good["samples"][1:]}, with_sample(rows={}), with_sample(rows=[7]),
+                with_row(group=None), with_row(channel=5), with_row(unit=["mJ"]), with_row(subgroup=1),
+                with_row(value="12"), with_row(value=nan), with_row(value=inf), with_row(value=None)]
+
+
+def test_replay_traces_of_the_wrong_shape_are_named(fx, tmp_path):
+    good = json.loads(replay_path(fx, "m4_zeus_apple_silicon").read_text())
+    cases = list(wrong_shapes(good))
+    assert len(cases) == 24
+    for i, data in enumerate(cases):
+        path = tmp_path / f"case{i}.json"
+        path.write_text(json.dumps(data))                   # NaN and Infinity as JSON allows them
+        with pytest.raises(EnergyUnavailable, match=re.escape(str(path))):
+            open_meter(f"replay:{path}")
+
+
+def test_a_counter_that_goes_down_is_not_negative_energy(fx, tmp_path):
+    data = json.loads(replay_path(fx, "m4_zeus_apple_silicon").read_text())
+    for r in data["samples"][1]["rows"]:
+        if r["channel"] == "CPU Energy":
+            r["value"] = -1000                              # below the first sample's value
+    path = tmp_path / "down.json"
+    path.write_text(json.dumps(data))
+    clock = Clock(0)
+    meter = open_meter(f"replay:{path}", clock=clock, loop=False)
+    a = meter.mark()
+    clock.at(1)
+    w = meter.between(a, meter.mark())
+    assert all(j >= 0 for j in w.joules.values()) and w.total_j >= 0
+    assert any("went back" in x for x in w.warnings)
+
+
+def test_non_finite_readings_are_not_counted():
+    from olifant_mlx.energy.meter import CounterMeter
+
+    info = MeterInfo("test", ("cpu", "gpu"), ("cpu", "gpu"), "counter", "test")
+    readings = iter([{"cpu": 0.0, "gpu": 0.0}, {"cpu": 0.0, "gpu": 0.0}, {"cpu": float("nan"), "gpu": 1.0},
+                     {"cpu": float("inf"), "gpu": -2.0}, {"cpu": 3.0, "gpu": 1.0}])
+    clock = Clock(0)
+
+    def source():
+        clock.at(clock.t / 1e9 + 1)
+        return clock(), next(readings), []
+
+    meter = CounterMeter(info, source, clock=clock)      # the first reading is the baseline
+    a = meter.mark()
+    meter.read()
+    meter.read()
+    b = meter.mark()
+    w = meter.between(a, b)
+    assert w.joules == {"cpu": 3.0, "gpu": 2.0} and w.total_j == 5.0
+    assert json.dumps(w.as_dict(10), allow_nan=False)      # JSON, no NaN anywhere
+    assert sum("not a finite number" in x for x in w.warnings) == 2
+    assert any("went back" in x for x in w.warnings)
+
+
+def plist_doc(elapsed, **processor):
+    import plistlib
+
+    return plistlib.dumps({"elapsed_ns": elapsed, "processor": processor})
+
+
+@pytest.mark.parametrize("elapsed, processor", [
+    (1_000_000_000, {"cpu_energy": float("nan")}), (1_000_000_000, {"cpu_energy": float("inf")}),
+    (1_000_000_000, {"cpu_energy": -5.0}), (1_000_000_000, {"gpu_power": -1.0}),
+    (0, {"cpu_energy": 5.0}), (-10, {"cpu_energy": 5.0}), (float("nan"), {"cpu_energy": 5.0}),
+    (float("inf"), {"cpu_power": 5.0}), (1_000_000_000, {"cpu_energy": "5"})])
+def test_powermetrics_documents_that_measure_nothing_are_warnings(elapsed, processor):
+    samples, warnings = powermetrics.parse_documents([plist_doc(elapsed, **processor)])
+    assert samples == [] and len(warnings) == 1 and "ignored" in warnings[0]
+
+
+def test_powermetrics_text_samples_without_time_are_left_out():
+    head = "*** Sampled system activity (Mon Jan 1 00:00:00 2024 +0000) ({} elapsed) ***\n"
+    text = (head.format("0.00ms") + "CPU Power: 211 mW\n" + head.format("1.2.3ms") + "CPU Power: 5 mW\n"
+            + head.format("1000.00ms") + "CPU Power: 1.2.3 mW\n" + head.format("1000.00ms") + "CPU Power: 7 mW\n")
+    (s,) = powermetrics.samples_from_text(text)
+    assert s.joules == pytest.approx({"cpu": 0.007}) and s.watts == pytest.approx({"cpu": 0.007})
+    assert powermetrics.Sample(0, {"cpu": 1.0}).watts == {}
+
+
+def assert_measurements(samples):
+    for s in samples:
+        assert s.elapsed_ns > 0 and s.joules
+        assert all(isinstance(j, float) and 0 <= j < float("inf") for j in s.joules.values()), s
+
+
+def mutants(data: bytes, n: int, seed: int, spans=None):
+    """`n` copies of `data`, each with one byte replaced, at a position drawn from `spans`
+    ([(start, end)], default the whole of it): a seeded, repeatable sample."""
+    rng = random.Random(seed)
+    spans = spans or [(0, len(data))]
+    for _ in range(n):
+        start, end = rng.choice(spans)
+        b = bytearray(data)
+        b[rng.randrange(start, end)] = rng.randrange(256)
+        yield bytes(b)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_powermetrics_byte_mutants_never_raise(fx, seed):
+    """Every document of the fixture stream, one byte changed in its declaration, its opening
+    or its closing (where plistlib fails with LookupError, IndexError, AttributeError ...):
+    each parses to valid samples or to a warning, never an exception (which ended the meter's
+    reader thread). The slow test below mutates anywhere in the whole stream."""
+    docs = powermetrics.PlistSplitter().feed((fx / "powermetrics" / "plist_stream_3docs_derived.bin").read_bytes())
+    assert len(docs) == 3
+    doc = docs[seed]
+    for mutant in mutants(doc, 80, seed, spans=[(0, 240), (len(doc) - 240, len(doc))]):
+        samples, warnings = powermetrics.parse_documents([mutant])
+        assert_measurements(samples)
+        assert len(samples) + len(warnings) == 1
+
+
+@pytest.mark.slow
+def test_powermetrics_stream_mutants_never_raise(fx):
+    """3,000 one-byte mutants of the whole fixture stream, through the meter's own feed."""
+    data = (fx / "powermetrics" / "plist_stream_3docs_derived.bin").read_bytes()
+    for mutant in mutants(data, 3000, 0):
+        meter = powermetrics_meter(Clock(1))
+        meter.feed(mutant)
+        meter.end_of_stream()
+        assert_measurements(meter._log.samples)
+        assert meter.read().joules is None or all(j >= 0 for j in meter.read().joules.values())
+
+
+@pytest.mark.parametrize("flags", [["--seconds", "inf"], ["--seconds", "nan"], ["--interval", "nan"],
+                                   ["--interval", "0"]])
+def test_cli_refuses_durations_that_are_no_numbers(capsys, flags):
+    assert main(["energy", "--backend", "none", *flags]) == 1
+    err = capsys.readouterr().err
+    assert "--interval must be a positive number" in err and "Traceback" not in err

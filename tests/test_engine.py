@@ -317,3 +317,76 @@ def test_sampling_follows_the_model_distribution(model, prompts):
     greedy[int(np.argmax(probs))] = n
     obs_g = np.append(greedy[big], greedy[~big].sum())
     assert float(((obs_g - exp) ** 2 / np.maximum(exp, 1e-9)).sum()) > crit
+
+
+OUT_OF_VOCABULARY_CHILD = """
+import sys
+from test_engine import VOCAB, tiny_llama
+from olifant_mlx.engine import generate
+
+model = tiny_llama(0)
+prompt = [3, 1, 4, 1, 5]
+ref, _ = generate(model, prompt, max_tokens=12)
+
+
+class Wild:
+    '''The verifier's own next token first (so the KV regime runs the k-token pass), then junk.'''
+    name = "wild"
+
+    def __init__(self, junk):
+        self.junk = junk
+
+    def start(self, p):
+        pass
+
+    def draft(self, context, k):
+        done = len(context) - len(prompt)
+        return ref[done:done + 1] + [self.junk] * (k - 1)
+
+    def accept(self, tokens):
+        pass
+
+
+for junk in (10**6, VOCAB, -1, 2**40):
+    for kv in (True, False):
+        out, st = generate(model, prompt, Wild(junk), k=4, max_tokens=12, kv_cache=kv)
+        assert out == ref, (junk, kv)
+        assert st.accepted > 0 and st.drafted < 4 * st.steps   # cut after the good first draft
+for bad, why in (([1, 2, 10**6], "id 1000000 at position 2"), ([VOCAB], f"id {VOCAB} at position 0"),
+                 ([-1, 2], "id -1 at position 0")):
+    for kv in (True, False):
+        try:
+            generate(model, bad, max_tokens=3, kv_cache=kv)
+        except ValueError as e:
+            assert why in str(e) and "outside the verifier's vocabulary" in str(e), e
+        else:
+            raise AssertionError(f"prompt {bad} was accepted")
+print("ok")
+"""
+
+
+def test_ids_outside_the_vocabulary_never_reach_the_model():
+    """A drafter proposing 10**6 (or -1) after a good draft is cut there, both regimes, output
+    unchanged; a prompt id outside the vocabulary is refused by name. In a child process: an
+    unchecked id segfaults MLX's embedding lookup."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    r = subprocess.run([sys.executable, "-c", OUT_OF_VOCABULARY_CHILD], capture_output=True,
+                       text=True, cwd=Path(__file__).parent)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), (r.returncode, r.stderr[-2000:])
+
+
+def test_vocabulary_size_is_found_on_mlx_lm_models():
+    from olifant_mlx.engine.loop import model_vocab_size
+    from olifant_mlx.engine.reference import ReferenceModel
+
+    model = tiny_llama(5, layers=1)
+    assert model_vocab_size(model) == VOCAB
+    model.args.vocab_size = None                    # from the embedding alone
+    assert model_vocab_size(model) == VOCAB
+    model.args.vocab_size = 1000                    # the smaller of the two wins
+    assert model_vocab_size(model) == VOCAB
+    assert model_vocab_size(ReferenceModel([1, 2], 10)) == 10
+    assert model_vocab_size(object()) is None

@@ -132,5 +132,114 @@ def test_unsupported_and_damaged(tmp_path):
     with pytest.raises(GGUFError, match="architecture 'mamba' is not supported"):
         convert_gguf(tmp_path / "x.gguf", tmp_path / "out")
     (tmp_path / "bad.gguf").write_bytes(b"GGUF\x03\x00\x00\x00" + b"\xff" * 40)
-    with pytest.raises(GGUFError, match="not a readable GGUF"):
+    with pytest.raises(GGUFError, match="bad.gguf: truncated GGUF .*cut off in metadata entry 0"):
         convert_gguf(tmp_path / "bad.gguf", tmp_path / "out2")
+
+
+# --- the verifier cache: concurrent first runs ---------------------------------------------
+
+FIRST_RUN = """
+import json, sys
+from pathlib import Path
+from olifant_mlx.verifier import aliases
+
+wheel, sha, gguf_file = sys.argv[1:4]
+aliases.ALIASES["fake-alias"] = aliases.Alias(("fake-gguf==1.0",), ("fake_gguf/model.gguf",), sha, "test")
+aliases.download_wheel = lambda requirement, dest: Path(wheel)       # no network: a local wheel
+print("ready", flush=True)
+sys.stdin.readline()                                                 # every process at once
+for spec in ("fake-alias", gguf_file):
+    folder = Path(aliases.resolve_model(spec))
+    config = json.loads((folder / "config.json").read_text())
+    assert (folder / "model.safetensors").stat().st_size > 0
+    print(folder, config["num_hidden_layers"], flush=True)
+"""
+
+
+def test_concurrent_first_runs_share_one_cache_entry(tmp_path):
+    """Four processes resolve the same (fake, local) alias and the same GGUF file for the
+    first time at once: each gets a whole converted folder, and the cache holds no leftovers.
+    (Before: a fixed models/<alias>.tmp that each run deleted under the others.)"""
+    import hashlib
+    import os
+    import subprocess
+    import sys
+    import zipfile
+
+    gguf_file = tmp_path / "tiny.gguf"
+    write_gguf(tiny("llama"), "llama", gguf_file)
+    wheel = tmp_path / "fake_gguf-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.write(gguf_file, "fake_gguf/model.gguf")
+    sha = hashlib.sha256(gguf_file.read_bytes()).hexdigest()
+    env = {**os.environ, "OLIFANT_CACHE": str(tmp_path / "cache")}
+    procs = [subprocess.Popen([sys.executable, "-c", FIRST_RUN, str(wheel), sha, str(gguf_file)], env=env,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(4)]
+    for p in procs:
+        assert p.stdout.readline().strip() == "ready"
+    for p in procs:
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    outputs = []
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err[-3000:]
+        outputs.append(out.split())
+    assert all(o == outputs[0] for o in outputs) and outputs[0][1] == "2"
+    cache = tmp_path / "cache"
+    models = sorted(p.name for p in (cache / "models").iterdir())
+    assert len(models) == 4 and models[:2] == ["fake-alias", "fake-alias.lock"]     # + the GGUF's
+    assert sorted(p.name for p in (cache / "gguf").iterdir()) == ["fake-alias.gguf", "fake-alias.gguf.lock"]
+    assert (cache / "gguf" / "fake-alias.gguf").read_bytes() == gguf_file.read_bytes()
+
+
+def test_truncated_big_endian_and_incomplete_files_are_named(tmp_path):
+    """Each damaged file gets a GGUFError naming the file and its problem, not numpy's
+    reshape error or 'version 16777216'."""
+    good = tmp_path / "m.gguf"
+    write_gguf(tiny("llama"), "llama", good)
+    data = good.read_bytes()
+    cases = {0: "cut off in the magic number", 6: "cut off in the version", 20: "cut off in the metadata count",
+             1000: "cut off in metadata tokenizer.ggml.tokens", len(data) // 2: "truncated GGUF: tensor blk",
+             len(data) - 10: "truncated GGUF: tensor output.weight ends at byte"}
+    for n, why in cases.items():
+        cut = tmp_path / f"cut{n}.gguf"
+        cut.write_bytes(data[:n])
+        with pytest.raises(GGUFError, match=why) as e:
+            convert_gguf(cut, tmp_path / f"out{n}")
+        assert str(cut) in str(e.value)
+    be = tmp_path / "be.gguf"
+    w = gguf.GGUFWriter(str(be), "llama", endianess=gguf.GGUFEndian.BIG)
+    w.add_array("tokenizer.ggml.tokens", ["a"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(GGUFError, match=r"big-endian GGUF \(version 3\).*gguf-convert-endian"):
+        convert_gguf(be, tmp_path / "out-be")
+    (tmp_path / "v9.gguf").write_bytes(b"GGUF" + (9).to_bytes(4, "little") + bytes(16))
+    with pytest.raises(GGUFError, match="GGUF version 9 is not supported"):
+        convert_gguf(tmp_path / "v9.gguf", tmp_path / "out-v9")
+    bare = tmp_path / "bare.gguf"                     # a llama without its sizes
+    w = gguf.GGUFWriter(str(bare), "llama")
+    w.add_array("tokenizer.ggml.tokens", ["a", "b"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(GGUFError, match="metadata llama.attention.head_count is missing"):
+        convert_gguf(bare, tmp_path / "out-bare")
+
+
+def test_a_gguf_path_that_is_a_fifo_is_refused(tmp_path):
+    import os
+
+    from olifant_mlx.verifier import VerifierError, resolve_model
+
+    fifo = tmp_path / "model.gguf"
+    os.mkfifo(fifo)
+    with pytest.raises(VerifierError, match="not a regular file"):
+        resolve_model(str(fifo))
+    with pytest.raises(GGUFError, match="FIFO"):
+        convert_gguf(fifo, tmp_path / "out")

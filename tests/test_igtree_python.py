@@ -125,7 +125,8 @@ def test_save_load_roundtrip(tmp_path, model):
     path = tmp_path / "m.olif"
     model.save(path)
     loaded = IGTree.load(path)
-    assert loaded.memory_mapped and not model.memory_mapped
+    assert not loaded.memory_mapped and not model.memory_mapped   # a private copy of the file
+    assert path.stat().st_mode & 0o777 == 0o600, "model files hold corpus n-grams: mode 0600"
     assert loaded.describe() == model.describe()
     rows = np.random.default_rng(6).integers(0, V + 1, size=(1000, 4)).astype(np.uint32)
     assert (loaded.predict_batch(rows) == model.predict_batch(rows)).all()
@@ -204,3 +205,105 @@ def test_progress_callback_and_cancel():
     b.add_documents(*flat(random_docs(8)))
     with pytest.raises(IGTreeError, match="cancelled"):
         b.build(lambda phase, done, total: phase == "sorting")
+
+
+BAD_IDS = [-1, 2**32 + 3, 1.7, float("nan"), float("inf"), 2**70, None]
+
+
+def entry_points(model):
+    """Every way ids enter the binding, each fed one row of ids."""
+    w = model.window
+    yield "predict", lambda ids: model.predict(ids)
+    yield "predict_token", lambda ids: model.predict_token(ids)
+    yield "draft", lambda ids: model.draft(ids, 2)
+    yield "draft_answers", lambda ids: model.draft_answers(ids, 2)
+    yield "predict_batch", lambda ids: model.predict_batch(np.array([ids]))
+    yield "add_instances", lambda ids: Builder(vocab_size=V, window=w - 1).add_instances([ids])
+    yield "add_documents", lambda ids: Builder(vocab_size=V).add_documents(ids, [0])
+
+
+@pytest.mark.parametrize("bad", BAD_IDS, ids=repr)
+def test_one_rule_for_ids_at_every_entry_point(model, bad):
+    """No entry point wraps, aliases, truncates or zeroes an id: each refuses it by name, from
+    a list and from a numpy array alike (numpy's cast made -1 into 4294967295 silently)."""
+    for name, call in entry_points(model):
+        for form in (list, np.array):
+            ids = [1, 2, 3, bad]
+            if form is np.array and bad is not None:
+                ids = np.array(ids)
+            with pytest.raises(ValueError, match="must be"):
+                call(ids)
+                pytest.fail(f"{name} accepted {bad!r} as an id ({form.__name__})")
+
+
+def test_whole_numbers_in_any_form_are_the_same_ids(model):
+    ctx = [1, 2, 3, 4]
+    want = model.predict(ctx)
+    for form in (np.array(ctx), np.array(ctx, dtype=np.uint64), np.array(ctx, dtype=float), tuple(ctx)):
+        assert model.predict(form) == want and model.predict_token(form) == want.token
+        assert model.draft(form, 3) == model.draft(ctx, 3)
+    assert (model.predict_batch(np.array([ctx], dtype=float)) == model.predict_batch([ctx])).all()
+    with pytest.raises(ValueError, match="sequence of token ids"):
+        model.predict(np.array([ctx]))
+
+
+def test_memory_limit_and_threads_give_the_same_model(tmp_path):
+    """A bounded-memory build spills to temporary files and merges them; its model is
+    byte-identical to the in-memory one, for any number of threads, and no file remains."""
+    docs = random_docs(9, n_docs=60)
+    tokens, starts = flat(docs)
+    ref = tmp_path / "ref.olif"
+    build(docs, top_k=3).save(ref)
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    phases = set()
+
+    def watch(phase, done, total):
+        phases.add(phase)
+        assert list(spill.iterdir()) == [], "temporary files must have no names"
+        return False
+
+    for threads in (1, 2, 0):
+        for limit in (1 << 16, 1 << 30):
+            b = Builder(vocab_size=V, tokenizer_name="toy", tokenizer_digest=b"\x01" * 32, top_k=3,
+                        memory_limit=limit, tmpdir=spill, threads=threads)
+            b.add_documents(tokens, starts)
+            out = tmp_path / f"m{threads}_{limit}.olif"
+            b.build(watch).save(out)
+            assert out.read_bytes() == ref.read_bytes(), (threads, limit)
+    assert "merging" in phases, "the smallest limit should have spilled and merged"
+    assert list(spill.iterdir()) == []
+
+
+def test_cancelled_bounded_build_leaves_no_files(tmp_path):
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    for phase in ("statistics", "sorting", "building"):
+        b = Builder(vocab_size=V, memory_limit=1 << 16, tmpdir=spill, threads=2)
+        b.add_documents(*flat(random_docs(10, n_docs=60)))
+        with pytest.raises(IGTreeError, match="cancelled"):
+            b.build(lambda p, done, total, phase=phase: p == phase)
+        assert list(spill.iterdir()) == []
+
+
+def test_builder_option_errors(tmp_path):
+    with pytest.raises(IGTreeError, match="below the minimum"):
+        Builder(vocab_size=V, memory_limit=1000)
+    with pytest.raises(IGTreeError, match="no/such"):
+        Builder(vocab_size=V, memory_limit=1 << 20, tmpdir=tmp_path / "no/such")
+    with pytest.raises(IGTreeError, match="threads"):
+        Builder(vocab_size=V, threads=1000)
+    with pytest.raises(ValueError):
+        Builder(vocab_size=V, threads=-1)
+
+
+def test_save_as_version_1(tmp_path, model):
+    path = tmp_path / "v1.olif"
+    model.save(path, format_version=1)
+    assert path.read_bytes()[8] == 1
+    back = IGTree.load(path)
+    assert back.describe() == model.describe()
+    rows = np.random.default_rng(11).integers(0, V + 1, size=(500, 4)).astype(np.uint32)
+    assert (back.predict_batch(rows) == model.predict_batch(rows)).all()
+    with pytest.raises(IGTreeError, match="version 3"):
+        model.save(path, format_version=3)

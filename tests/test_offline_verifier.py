@@ -76,7 +76,7 @@ def test_generate_and_demo_commands(tmp_path):
             "--max-tokens", "12", "--json", "--stats")
     out = json.loads(r.stdout)
     assert len(out["tokens"]) == 12 and out["stats"]["drafter"] == "lookup"
-    assert "tok/s" in r.stderr and "acceptance" in r.stderr
+    assert "tokens-per-sec" in r.stderr and "acceptance" in r.stderr
     plain = json.loads(cli("generate", "--model", "smollm2-135m", "-p", LEGAL, "--max-tokens", "12",
                            "--json", "--no-kv-cache").stdout)
     assert plain["tokens"] == out["tokens"]

@@ -38,21 +38,27 @@ def test_mistral_tokenizer_identity(mistral):
 def test_train_info_draft(tmp_path, mistral):
     (tmp_path / "c.txt").write_text(CORPUS)
     out = tmp_path / "m.olif"
-    r = run("train", "--corpus", str(tmp_path / "c.txt"), "--out", str(out), "--eval",
-            str(tmp_path / "c.txt"), "--json", "--quiet")
+    r = run("train", "--tokenizer", "mistral", "--corpus", str(tmp_path / "c.txt"), "--out", str(out),
+            "--eval", str(tmp_path / "c.txt"), "--json", "--quiet")
     s = json.loads(r.stdout)
     assert s["documents"] == 30 and s["instances"] == 30 * len(mistral.encode(CORPUS.split("\n\n")[0]))
     (e,) = s["eval"].values()
     assert e["accuracy"] > 0.9  # evaluated on its own (repetitive) training text
     m = IGTree.load(out)
     assert m.tokenizer_name == MISTRAL_NAME and m.tokenizer_digest == mistral.digest
+    assert out.stat().st_mode & 0o777 == 0o600, "a model holds corpus n-grams: private"
     info = json.loads(run("info", str(out), "--json").stdout)
-    assert info["nodes"] == s["nodes"]
+    assert info["nodes"] == s["nodes"] and info["tokenizer"] == MISTRAL_NAME
+    assert info["verifier"] == "mistralai/Mistral-7B-v0.1"
+    # draft reads the tokenizer from the model file
     d = json.loads(run("draft", "-m", str(out), "-p", "The Member States shall bring into", "-k", "6",
                        "--json").stdout)
     assert d["text"].startswith(" force the laws"), d
-    table = run("train", "--corpus", str(tmp_path / "c.txt"), "--out", str(out), "--holdout", "0.2").stdout
+    table = run("train", "--tokenizer", "mistral", "--corpus", str(tmp_path / "c.txt"), "--out", str(out),
+                "--holdout", "0.2").stdout
     assert "instances" in table and "accuracy on holdout" in table
+    assert out.stat().st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.txt", "m.olif"], "no temporary files left"
 
 
 def test_wrong_tokenizer_is_an_error(tmp_path):
@@ -66,8 +72,16 @@ def test_wrong_tokenizer_is_an_error(tmp_path):
     out = tmp_path / "m.olif"
     run("train", "--corpus", str(tmp_path / "c.txt"), "--tokenizer", str(tmp_path / "sp.model"),
         "--out", str(out), "--quiet")
-    r = run("draft", "-m", str(out), "-p", "The Member", check=False)  # default: Mistral
-    assert r.returncode == 1 and "trained for tokenizer 'sp'" in r.stderr
+    # the file names a tokenizer that cannot be loaded by name: say which flag fixes it
+    r = run("draft", "-m", str(out), "-p", "The Member", check=False)
+    assert r.returncode == 1 and "tokenizer 'sp'" in r.stderr and "pass --tokenizer" in r.stderr
+    r = run("draft", "-m", str(out), "-p", "The Member", "--tokenizer", "mistral", check=False)
+    assert r.returncode == 1 and "trained for tokenizer 'sp'" in r.stderr and "--tokenizer" in r.stderr
+    d = json.loads(run("draft", "-m", str(out), "-p", "The Member", "--tokenizer", str(tmp_path / "sp.model"),
+                       "--json").stdout)
+    assert d["prompt_tokens"] > 0
+    info = json.loads(run("info", str(out), "--json").stdout)
+    assert info["tokenizer"] == "sp" and info["vocab_size"] == 50 and info["verifier"] is None
 
 
 def test_cli_errors(tmp_path):
@@ -125,7 +139,119 @@ def test_train_reports_progress(tmp_path, mistral):
     seen = []
     train([str(tmp_path / "c.txt")], mistral, tmp_path / "m.olif", show_progress=False,
           on_progress=lambda phase, done, total: seen.append((phase, done, total)))
+    assert (tmp_path / "m.olif").stat().st_mode & 0o777 == 0o600
     phases = [p for p, _, _ in seen]
     assert "reading c.txt" in phases and any(p.startswith("building: ") for p in phases)
     size = (tmp_path / "c.txt").stat().st_size
     assert ("reading c.txt", size, size) in seen    # the reading phase completes
+
+
+# ---- tokenizers that just match (issue 12) ---------------------------------------------------
+
+def test_train_defaults_to_the_default_verifiers_tokenizer(tmp_path):
+    """The first model a user trains is for the verifier `generate` uses by default, and `draft`
+    and `info` take its tokenizer from the file."""
+    from olifant_mlx.verifier import EMBEDDED_DEFAULT
+
+    (tmp_path / "c.txt").write_text(CORPUS)
+    out = tmp_path / "m.olif"
+    env = {"OLIFANT_MODEL": EMBEDDED_DEFAULT}     # the default verifier where Mistral is not cached
+    r = run_env(env, "train", "--corpus", str(tmp_path / "c.txt"), "--out", str(out), "--json")
+    assert f"tokenizer {EMBEDDED_DEFAULT}" in r.stderr and "default verifier" in r.stderr
+    verifier = load_tokenizer(EMBEDDED_DEFAULT)
+    m = IGTree.load(out)
+    assert m.tokenizer_digest == verifier.digest and m.vocab_size == verifier.vocab_size
+    m.check_tokenizer(verifier.name, verifier.vocab_size, verifier.digest)  # what generate checks
+    d = json.loads(run("draft", "-m", str(out), "-p", "The Member States shall", "-k", "3", "--json").stdout)
+    assert len(d["draft"]) == 3
+    assert json.loads(run("info", str(out), "--json").stdout)["verifier"] == EMBEDDED_DEFAULT
+    # --model trains for a named verifier
+    run("train", "--model", "smollm2-135m", "--corpus", str(tmp_path / "c.txt"), "--out", str(out), "--quiet")
+    assert IGTree.load(out).tokenizer_digest == verifier.digest
+
+
+def test_a_mismatch_names_the_flag_that_fixes_it(tmp_path, mistral):
+    from olifant_mlx.draftmodel.igtree import TokenizerMismatch
+    from olifant_mlx.draftmodel.train import train
+
+    (tmp_path / "c.txt").write_text(CORPUS)
+    train([str(tmp_path / "c.txt")], mistral, tmp_path / "m.olif", show_progress=False)
+    m = IGTree.load(tmp_path / "m.olif")
+    small = load_tokenizer("smollm2-135m")
+    with pytest.raises(TokenizerMismatch, match="retrain .*`train --model smollm2-135m`"):
+        m.check_tokenizer("smollm2-135m", small.vocab_size, small.digest)   # as generate calls it
+    r = run("draft", "-m", str(tmp_path / "m.olif"), "-p", "x", "--tokenizer", "smollm2-135m", check=False)
+    assert r.returncode == 1 and "omit --tokenizer" in r.stderr
+
+
+@pytest.mark.slow
+def test_generate_accepts_the_first_model_a_user_trains(tmp_path):
+    """train with no tokenizer flag, then generate with no verifier flag: they agree."""
+    (tmp_path / "c.txt").write_text(CORPUS)
+    env = {"OLIFANT_MODEL": "smollm2-135m"}
+    run_env(env, "train", "--corpus", str(tmp_path / "c.txt"), "--out", str(tmp_path / "m.olif"), "--quiet")
+    r = run_env(env, "generate", "--draft", f"olifant:{tmp_path / 'm.olif'}", "-p", "The Member States",
+                "--max-tokens", "4", "--json")
+    assert json.loads(r.stdout)["tokens"]
+
+
+def run_env(env, *args, check=True):
+    r = subprocess.run([sys.executable, "-m", "olifant_mlx", *args], capture_output=True, text=True,
+                       env={**os.environ, "COLUMNS": "120", **env})
+    if check and r.returncode != 0:
+        raise AssertionError(f"exit {r.returncode}: {r.stderr}")
+    return r
+
+
+# ---- arguments and inputs refused before slow work (issues 12, 17) ---------------------------
+
+@pytest.mark.parametrize("args,named", [
+    (["--max-tokens", "-5"], "--max-tokens"), (["--max-tokens", "0"], "--max-tokens"),
+    (["--holdout", "0.99"], "--holdout"), (["--holdout", "1"], "--holdout"), (["--holdout", "-0.1"], "--holdout"),
+    (["--eval-max", "-3"], "--eval-max"), (["--window", "0"], "--window"), (["--window", "17"], "--window"),
+    (["--top-k", "-1"], "--top-k"), (["--workers", "-2"], "--workers"), (["--window", "four"], "--window"),
+])
+def test_bad_arguments_are_usage_errors_naming_the_argument(tmp_path, args, named):
+    (tmp_path / "c.txt").write_text(CORPUS)
+    r = run("train", "--corpus", str(tmp_path / "c.txt"), "--out", str(tmp_path / "m.olif"), *args, check=False)
+    assert r.returncode == 2 and f"argument {named}:" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "m.olif").exists()
+
+
+def test_bad_permutation_and_output_are_named(tmp_path):
+    (tmp_path / "c.txt").write_text(CORPUS)
+    r = run("train", "--tokenizer", "mistral", "--corpus", str(tmp_path / "c.txt"), "--out",
+            str(tmp_path / "m.olif"), "--permutation", "3,2,1", check=False)
+    assert r.returncode == 1 and "--permutation 3,2,1" in r.stderr
+    r = run("train", "--tokenizer", "mistral", "--corpus", str(tmp_path / "c.txt"), "--out", str(tmp_path),
+            "--quiet", check=False)
+    assert r.returncode == 1 and "is a directory" in r.stderr
+
+
+def test_binary_corpus_is_refused_naming_the_file_unless_forced(tmp_path):
+    import random
+
+    bad = tmp_path / "noise.txt"
+    bad.write_bytes(random.Random(1).randbytes(50_000))
+    out = tmp_path / "m.olif"
+    r = run("train", "--tokenizer", "mistral", "--corpus", str(bad), "--out", str(out), "--quiet", check=False)
+    assert r.returncode == 1 and f"{bad} is not a text corpus" in r.stderr and "--force" in r.stderr
+    assert "Traceback" not in r.stderr and not out.exists()
+    assert "training for tokenizer" not in r.stderr, "refused before the tokenizer loads"
+    run("train", "--tokenizer", "mistral", "--corpus", str(bad), "--out", str(out), "--quiet", "--force")
+    assert out.exists()
+
+
+def test_corrupt_archive_is_an_error_naming_the_file(tmp_path):
+    import gzip
+
+    import random
+
+    data = bytearray(gzip.compress(CORPUS.encode() * 20))
+    data[20:-20:7] = random.Random(3).randbytes(len(data[20:-20:7]))   # a zlib.error inside
+    bad = tmp_path / "c.txt.gz"
+    bad.write_bytes(bytes(data))
+    r = run("train", "--tokenizer", "mistral", "--corpus", str(bad), "--out", str(tmp_path / "m.olif"),
+            "--quiet", check=False)
+    assert r.returncode == 1 and str(bad) in r.stderr and "cannot decompress" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "m.olif").exists()

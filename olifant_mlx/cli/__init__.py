@@ -34,15 +34,28 @@ def _prog() -> str:
     return "python -m olifant_mlx" if name in ("__main__.py", "-m", "") else name
 
 
+# GenerationOptions' fields as the command line spells them
+OPTION_FLAGS = {"k": "-k", "max_tokens": "--max-tokens", "max_kv_size": "--max-kv-size",
+                "temperature": "--temp/--temperature", "top_p": "--top-p", "seed": "--seed", "top_k": "--top-k",
+                "min_p": "--min-p", "repetition_penalty": "--repetition-penalty",
+                "repetition_context_size": "--repetition-context-size", "stop": "--stop",
+                "extra_eos_tokens": "--extra-eos-token", "history": "--history"}
+
+
 def main(argv=None) -> int:
     from olifant_mlx.draftmodel.corpus import CorpusError
     from olifant_mlx.draftmodel.igtree import IGTreeError, TokenizerMismatch
     from olifant_mlx.energy import EnergyError
+    from olifant_mlx.engine import OptionsError
     from olifant_mlx.verifier import TokenizerError, VerifierError
 
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except OptionsError as e:      # a usage error, said with the flag that caused it
+        flag = OPTION_FLAGS.get(e.option)
+        sys.stderr.write(f"error: {flag + ': ' if flag else ''}{e}\n")
+        return 2
     except BrokenPipeError:        # `... --json | head`: the reader left; say nothing more
         import os
 

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
-from olifant_mlx.cli.common import MODEL_HELP, draft_tokens, energy_help, open_meter
+from olifant_mlx.cli.common import MODEL_HELP, draft_tokens, energy_help, open_meter, whole_number
 
 QUICK = {"prompts": 2, "max_tokens": 24, "ks": [3], "regimes": ["kv"]}
 
@@ -19,6 +20,30 @@ def _pairs(items, what):
     return out
 
 
+def _first(*values):
+    """The first value given (0 counts as given: `--max-tokens 0` is not the default)."""
+    return next((v for v in values if v is not None), None)
+
+
+def _read_config(path) -> dict:
+    from olifant_mlx.files import read_regular
+
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        raise ValueError("--config needs Python 3.11 or newer (tomllib)") from None
+    try:
+        return tomllib.loads(read_regular(path).decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"--config {path}: not a TOML file ({e})") from None
+
+
+def _check_corpus(task, corpus):
+    """A reference corpus that is a path must be a file or a folder (a FIFO would hang)."""
+    if os.path.exists(corpus) and not (os.path.isfile(corpus) or os.path.isdir(corpus)):
+        raise ValueError(f"--reference {task}={corpus}: not a regular file or a folder")
+
+
 def cmd_bench(args) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
@@ -26,28 +51,26 @@ def cmd_bench(args) -> int:
 
     from olifant_mlx.drafters import build_drafter, parse_spec
     from olifant_mlx.engine import GenerationOptions
+    from olifant_mlx.files import check_file_path, write_atomic
     from olifant_mlx.measure.bench import (
         ModelRunner,
         ReferenceRunner,
+        Strategy,
         _fmt,
         add_predictions,
         aggregate,
         calibrate,
         continuations_of,
         read_prompts,
+        read_results,
+        spec_identity,
         sweep,
         write_plots,
         write_tables,
     )
     from olifant_mlx.verifier import default_model, load_tokenizer, load_verifier
 
-    cfg = {}
-    if args.config:
-        try:
-            import tomllib
-        except ImportError:  # Python 3.10
-            raise ValueError("--config needs Python 3.11 or newer (tomllib)") from None
-        cfg = tomllib.loads(Path(args.config).read_text())
+    cfg = _read_config(args.config) if args.config else {}
     tasks = {**cfg.get("tasks", {}), **_pairs(args.prompts, "--prompts")}
     strategies = {**cfg.get("strategies", {}), **_pairs(args.strategy, "--strategy")}
     if not tasks:
@@ -56,12 +79,17 @@ def cmd_bench(args) -> int:
     quick = QUICK if args.quick else {}
     ks = args.k or cfg.get("ks") or quick.get("ks") or [3, 5, 8]
     regimes = args.regimes or cfg.get("regimes") or quick.get("regimes") or ["kv", "uncached"]
-    n_prompts = args.n_prompts or cfg.get("prompts") or quick.get("prompts") or 100
-    max_tokens = args.max_tokens or cfg.get("max_tokens") or quick.get("max_tokens") or 100
+    n_prompts = _first(args.n_prompts, cfg.get("prompts"), quick.get("prompts"), 100)
+    max_tokens = _first(args.max_tokens, cfg.get("max_tokens"), quick.get("max_tokens"), 100)
+    if not isinstance(n_prompts, int) or n_prompts < 1:
+        raise ValueError(f"--n-prompts (prompts in --config) must be a whole number >= 1, got {n_prompts!r}")
     for k in ks:                      # every argument checked before any model loads
         GenerationOptions(k=k, max_tokens=max_tokens)
     specs = {name: parse_spec(spec) for name, spec in strategies.items()}
     texts = {t: read_prompts(p)[:n_prompts] for t, p in tasks.items()}
+    results = Path(args.results)
+    results.parent.mkdir(parents=True, exist_ok=True)
+    check_file_path(results, "results file")
     reference = args.verifier == "reference"
     model_spec = args.model or cfg.get("model")
     if reference:
@@ -72,6 +100,7 @@ def cmd_bench(args) -> int:
         ours = load_tokenizer(model_spec or default_model())
         conts = {}
         for t, corpus in refs.items():
+            _check_corpus(t, corpus)
             conts.update(continuations_of(texts[t], corpus))
         runner = ReferenceRunner(ours, conts)
         verifier = None
@@ -80,10 +109,12 @@ def cmd_bench(args) -> int:
         ours = verifier.identity
         runner = ModelRunner(verifier, open_meter(args.energy))
     name, label = runner.name, runner.label
-    drafters = {sname: build_drafter(spec, ours) for sname, spec in specs.items()}
-    results = Path(args.results)
-    results.parent.mkdir(parents=True, exist_ok=True)
+    drafters = {sname: Strategy(build_drafter(spec, ours), spec_identity(spec)) for sname, spec in specs.items()}
     con = Console(stderr=True)
+    skipped = read_results(results)[1]
+    if skipped:
+        con.print(f"warning: {skipped} line(s) of {results} are not result rows (cut short by a kill, "
+                  f"or not a row object); ignored")
     con.print(f"verifier {name}; energy: {label}; {len(texts)} task(s), "
               f"{len(drafters)} strategies, k {ks}, regimes {regimes}, {n_prompts} prompts x "
               f"{max_tokens} tokens; results -> {results}")
@@ -100,9 +131,8 @@ def cmd_bench(args) -> int:
     calibration = None
     if args.calibrate:
         calibration = calibrate(verifier or load_verifier(model_spec), next(iter(texts.values()))[0])
-        Path(args.out_dir).mkdir(parents=True, exist_ok=True)
-        (Path(args.out_dir) / "calibration.json").write_text(json.dumps(calibration, indent=2))
-    cells = [c for c in aggregate(rows) if c["verifier"] == name]
+        write_atomic(Path(args.out_dir) / "calibration.json", json.dumps(calibration, indent=2), 0o644)
+    cells = aggregate(rows)           # this sweep's rows only: the file may hold other settings
     add_predictions(cells, rows, calibration)
     paths = write_tables(cells, args.out_dir)
     paths.update(write_plots(cells, args.out_dir, note=label if reference else ""))
@@ -144,8 +174,8 @@ def add_parsers(sub):
     b.add_argument("--config", help="TOML with model, [tasks], [strategies], ks, regimes, prompts, max_tokens")
     b.add_argument("-k", nargs="+", type=draft_tokens, help="draft lengths to sweep")
     b.add_argument("--regimes", nargs="+", choices=["kv", "uncached"])
-    b.add_argument("--n-prompts", type=int)
-    b.add_argument("--max-tokens", type=int)
+    b.add_argument("--n-prompts", type=whole_number(1), help="prompts per task (default 100)")
+    b.add_argument("--max-tokens", type=whole_number(0), help="tokens per generation (default 100)")
     b.add_argument("--quick", action="store_true", help=f"small subset: {QUICK}")
     b.add_argument("--energy", help=energy_help())
     b.add_argument("--results", default="bench-results/results.jsonl",

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import stat
 import sys
 
 from olifant_mlx.drafters.registry import help_text
@@ -41,6 +39,21 @@ def open_meter(spec):
     from olifant_mlx.mlx_setup import mx
 
     return open_backend(spec, sync=mx.synchronize)
+def whole_number(minimum: int):
+    """argparse type: a whole number >= minimum (a usage error naming the flag otherwise)."""
+    import argparse
+
+    def parse(value: str) -> int:
+        try:
+            n = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number, got {value!r}") from None
+        if n < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {n}")
+        return n
+
+    parse.__name__ = f"whole number >= {minimum}"
+    return parse
 
 
 def draft_help() -> str:
@@ -113,21 +126,6 @@ def template_kwargs(args) -> dict:
     return cfg
 
 
-def check_history_path(path) -> None:
-    """A history file must be creatable or an existing regular file (never a FIFO or folder)."""
-    if not path:
-        return
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise ValueError(f"--history {path}: folder {folder} does not exist")
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISREG(st.st_mode):
-        raise ValueError(f"--history {path} is not a regular file")
-
-
 def prepare(args):
     """Everything checked before the verifier loads: options, the drafter spec and its draft
     model's tokenizer against the verifier's, the history path, the energy backend.
@@ -141,7 +139,10 @@ def prepare(args):
     if options.history and not uses_history(spec):
         raise ValueError("--history needs a hybrid drafter: --draft auto, hybrid[:PATH] or "
                          "adaptive:hybrid[:PATH]")
-    check_history_path(options.history)
+    if options.history:
+        from olifant_mlx.drafters.history import check_path
+
+        check_path(options.history)      # a FIFO, a folder or a dangling link: refused now
     if spec.model_file:
         check_draft_model(spec.model_file, args.model)
     meter = open_meter(getattr(args, "energy", None))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 
@@ -75,8 +76,9 @@ def _summary(window) -> str:
 def cmd_energy(args) -> int:
     spec = args.backend or os.environ.get(ENV) or "auto"
     parse_spec(spec)                       # a bad name fails before anything is probed
-    if args.interval <= 0 or args.seconds < 0:
-        raise ValueError("--interval must be positive and --seconds not negative")
+    if not (0 < args.interval < math.inf and 0 <= args.seconds < math.inf):   # NaN fails both
+        raise ValueError(f"--interval must be a positive number and --seconds a number >= 0, "
+                         f"got --interval {args.interval} --seconds {args.seconds}")
     status = detect()
     meter = open_meter(spec)
     used = meter.info.backend
@@ -89,7 +91,7 @@ def cmd_energy(args) -> int:
             ticks, window = sample(meter, args.seconds, args.interval)
             print(json.dumps({**meter.info.as_dict(), "measured": meter.info.measured,
                               "backends": backends, "readings": ticks,
-                              "window": window.as_dict()}, indent=2))
+                              "window": window.as_dict()}, indent=2, allow_nan=False))
             return 0
         from rich.console import Console
         from rich.live import Live

@@ -49,7 +49,10 @@ def open_session(args):
     from olifant_mlx.verifier import load_verifier
 
     options, spec, meter = prepare(args)
-    return Session(load_verifier(args.model), spec, options, meter=meter), options
+    session = Session(load_verifier(args.model), spec, options, meter=meter)
+    for warning in session.history.warnings if session.history is not None else ():
+        sys.stderr.write(f"warning: {warning}\n")
+    return session, options
 
 
 def stream_answer(session, prompt, options, args, out=sys.stdout):

@@ -1,6 +1,12 @@
-"""`train`, `info` and `draft`: make a draft model, describe one, draft with one alone."""
+"""`train`, `info` and `draft`: make a draft model, describe one, draft with one alone.
+
+Tokenizers just match: `train` trains for the default verifier (verifier.default_model())
+unless --model names another verifier or --tokenizer a tokenizer; a model file records its
+tokenizer (name, vocabulary size, digest), so `draft` and `info` read it from there."""
 from __future__ import annotations
 
+import argparse
+import os
 import sys
 
 from olifant_mlx.cli.common import draft_tokens, mb, print_json, table
@@ -8,18 +14,132 @@ from olifant_mlx.cli.common import draft_tokens, mb, print_json, table
 DEFAULT_CORPUS = "builtin:licenses"
 
 
-def cmd_train(args) -> int:
-    from olifant_mlx.draftmodel.train import train
-    from olifant_mlx.verifier import load_tokenizer
+# ---- argument types: a bad value is a usage error naming the argument ----------------------
 
-    tok = load_tokenizer(args.tokenizer)
-    order = args.order
-    if args.permutation:
-        order = [int(x) for x in args.permutation.split(",")]
-    s = train(args.corpus or [DEFAULT_CORPUS], tok, args.out, window=args.window, order=order,
+def _whole(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+
+
+def at_least(lo: int, unit: str):
+    """argparse type: a whole number >= lo."""
+    def parse(text: str) -> int:
+        n = _whole(text)
+        if n < lo:
+            raise argparse.ArgumentTypeError(f"must be at least {lo} {unit}, got {n}")
+        return n
+    parse.__name__ = f"at_least_{lo}"
+    return parse
+
+
+def window_size(text: str) -> int:
+    from olifant_mlx.draftmodel.train import MAX_WINDOW
+
+    n = _whole(text)
+    if not 1 <= n <= MAX_WINDOW:
+        raise argparse.ArgumentTypeError(f"must be 1 to {MAX_WINDOW} context tokens, got {n}")
+    return n
+
+
+def holdout_share(text: str) -> float:
+    from olifant_mlx.draftmodel.train import MAX_HOLDOUT
+
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a fraction such as 0.1, got {text!r}") from None
+    if not 0.0 <= x <= MAX_HOLDOUT:
+        raise argparse.ArgumentTypeError(
+            f"must be a fraction of the documents from 0 to {MAX_HOLDOUT} (more would leave too "
+            f"little to train on), got {text}")
+    return x
+
+
+def permutation(text: str, window: int) -> list[int]:
+    """--permutation '3,2,1,0' -> [3, 2, 1, 0], checked against --window."""
+    try:
+        perm = [int(x) for x in text.split(",")]
+    except ValueError:
+        perm = []
+    if sorted(perm) != list(range(window)):
+        raise ValueError(f"--permutation {text} is not an order of the window positions "
+                         f"0..{window - 1} (one each, root level first, e.g. "
+                         f"{','.join(map(str, reversed(range(window))))})")
+    return perm
+
+
+# ---- tokenizers ----------------------------------------------------------------------------
+
+def train_tokenizer(args):
+    """(tokenizer, why this one) for `train`: --tokenizer, --model's, or the default verifier's."""
+    from olifant_mlx.verifier import default_model, load_tokenizer
+
+    if args.tokenizer:
+        return load_tokenizer(args.tokenizer), "as --tokenizer says"
+    if args.model:
+        return load_tokenizer(args.model), f"verifier {args.model}'s"
+    return load_tokenizer(default_model()), "the default verifier's; --model or --tokenizer to change"
+
+
+def verifier_of(tokenizer_name: str) -> str | None:
+    """The verifier (or tokenizer) spec a recorded tokenizer name loads by, None if it names no
+    such thing (a tokenizer from a file is recorded by its file's stem)."""
+    from olifant_mlx.verifier import ALIASES, DEFAULT_MODEL
+    from olifant_mlx.verifier.tokenizers import MISTRAL_ALIASES
+
+    if tokenizer_name in MISTRAL_ALIASES:
+        return DEFAULT_MODEL
+    if tokenizer_name in ALIASES or os.path.exists(tokenizer_name):
+        return tokenizer_name
+    if tokenizer_name.count("/") == 1 and not tokenizer_name.startswith("."):
+        return tokenizer_name     # a hub id
+    return None
+
+
+def model_tokenizer(model, path, spec: str | None = None):
+    """The tokenizer a draft model was trained with: `spec` (--tokenizer), checked against the
+    file, or else the one the file names."""
+    from olifant_mlx.verifier import TokenizerError, load_tokenizer
+
+    name = model.tokenizer_name
+    by_name = verifier_of(name)
+    if spec:
+        tok = load_tokenizer(spec)
+        hint = "omit --tokenizer to use it" if by_name else "pass --tokenizer with its file or folder"
+        model.check_tokenizer(tok.name, tok.vocab_size, tok.digest,
+                              fix=f"{path} needs tokenizer {name!r}: {hint}")
+        return tok
+    if by_name is None:
+        raise TokenizerError(f"{path} was trained with tokenizer {name!r} (vocab {model.vocab_size:,}), "
+                             f"which cannot be loaded by name: pass --tokenizer with the tokenizer "
+                             f"file or model folder it was trained with")
+    try:
+        tok = load_tokenizer(name)
+    except TokenizerError as e:
+        raise TokenizerError(f"{path} was trained with tokenizer {name!r}, which cannot be loaded "
+                             f"({e}); pass --tokenizer with its file or folder") from e
+    model.check_tokenizer(tok.name, tok.vocab_size, tok.digest,
+                          fix=f"pass --tokenizer with the tokenizer {path} was trained with")
+    return tok
+
+
+# ---- commands ------------------------------------------------------------------------------
+
+def cmd_train(args) -> int:
+    from olifant_mlx.draftmodel.train import preflight, train
+
+    order = permutation(args.permutation, args.window) if args.permutation else args.order
+    corpora = args.corpus or [DEFAULT_CORPUS]
+    preflight(corpora, args.out, args.eval or (), args.text_field, args.force)  # before the tokenizer loads
+    tok, why = train_tokenizer(args)
+    if not args.quiet:
+        sys.stderr.write(f"training for tokenizer {tok.name}, vocab {tok.vocab_size:,} ({why})\n")
+    s = train(corpora, tok, args.out, window=args.window, order=order,
               top_k=args.top_k, max_tokens=args.max_tokens, holdout=args.holdout,
               eval_specs=args.eval or (), eval_max=args.eval_max, text_field=args.text_field,
-              show_progress=not args.quiet)
+              show_progress=not args.quiet, workers=args.workers, force=args.force)
     if args.json:
         print_json(s, indent=2)
         return 0
@@ -27,9 +147,10 @@ def cmd_train(args) -> int:
             ("documents", f"{s['documents']:,}"), ("instances", f"{s['instances']:,}"),
             ("nodes", f"{s['nodes']:,}"), ("classes", f"{s['classes']:,}"),
             ("level order", " ".join(f"t{p + 1}" for p in s["permutation"])),
-            ("file size", mb(s["file_bytes"])), ("read + tokenize", f"{s['read_tokenize_s']:.1f} s"),
-            ("build", f"{s['build_s']:.1f} s"), ("load (mmap)", f"{s['load_s'] * 1e3:.1f} ms"),
-            ("peak RSS", f"{s['peak_rss_mb']:.0f} MB")]
+            ("file size", mb(s["file_bytes"])),
+            ("read + tokenize", f"{s['read_tokenize_s']:.1f} s ({s['workers']} tokeniser threads)"),
+            ("build", f"{s['build_s']:.1f} s"), ("tokens/s", f"{s['tokens_per_s']:,}"),
+            ("load", f"{s['load_s'] * 1e3:.1f} ms"), ("peak RSS", f"{s['peak_rss_mb']:.0f} MB")]
     for name, e in s["eval"].items():
         rows.append((f"accuracy on {name}", f"{e['accuracy']:.2%} of {e['instances']:,}"))
     table("draft model trained", rows)
@@ -40,20 +161,21 @@ def cmd_info(args) -> int:
     from olifant_mlx.draftmodel.igtree import IGTree
 
     d = IGTree.load(args.model).describe()
+    d["verifier"] = verifier_of(d["tokenizer"])
     if args.json:
         print_json(d, indent=2)
-    else:
-        table(args.model, [(k, str(v)) for k, v in d.items()])
+        return 0
+    use = (f"generate --model {d['verifier']} --draft olifant:{args.model}" if d["verifier"] else
+           f"a verifier with tokenizer {d['tokenizer']!r} (vocab {d['vocab_size']:,})")
+    table(args.model, [(k, str(v)) for k, v in d.items() if k != "verifier"] + [("use with", use)])
     return 0
 
 
 def cmd_draft(args) -> int:
     from olifant_mlx.draftmodel.igtree import IGTree
-    from olifant_mlx.verifier import load_tokenizer
 
     m = IGTree.load(args.model)
-    tok = load_tokenizer(args.tokenizer)
-    m.check_tokenizer(tok.name, tok.vocab_size, tok.digest)
+    tok = model_tokenizer(m, args.model, args.tokenizer)
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     ids = tok.encode(prompt)
     ans = m.draft_answers(ids, args.k, min_depth=args.min_depth, min_share=args.min_share)
@@ -79,29 +201,39 @@ def cmd_draft(args) -> int:
 def add_parsers(sub):
     t = sub.add_parser("train", help="train a draft model on a corpus")
     t.add_argument("--corpus", nargs="+", metavar="PATH",
-                   help=".txt/.jsonl (.gz/.xz), a directory, builtin:licenses, or a HF dataset "
+                   help=".txt/.jsonl (.gz/.xz/.bz2), a directory, builtin:licenses, or a HF dataset "
                         f"name[:config]:split (default {DEFAULT_CORPUS})")
-    t.add_argument("--tokenizer", default="mistral",
-                   help="'mistral' (Mistral-7B-v0.1, default), a SentencePiece .model, or a "
-                        "HF/mlx-lm model path")
-    t.add_argument("--window", type=int, default=4, help="context tokens per instance (1..16)")
+    who = t.add_mutually_exclusive_group()
+    who.add_argument("--model", metavar="VERIFIER",
+                     help="train for this verifier (its tokenizer): alias, GGUF file, MLX folder or "
+                          "hub id (default: the default verifier, Mistral-7B-v0.1 if cached, else "
+                          "smollm2-135m)")
+    who.add_argument("--tokenizer",
+                     help="train with this tokenizer instead: 'mistral', a verifier alias, a "
+                          "SentencePiece .model, or a HF/mlx-lm model path")
+    t.add_argument("--window", type=window_size, default=4, help="context tokens per instance (1..16)")
     t.add_argument("--order", choices=["gain_ratio", "info_gain"], default="gain_ratio")
     t.add_argument("--permutation", help="explicit level order: 0-based window positions, root "
                                          "first, e.g. 3,2,1,0")
-    t.add_argument("--top-k", type=int, default=0,
+    t.add_argument("--top-k", type=at_least(0, "classes"), default=0,
                    help="class counts stored per node beyond the winner (0 = winner only)")
-    t.add_argument("--out", required=True, help="model file to write")
+    t.add_argument("--out", required=True, help="model file to write (mode 0600)")
     t.add_argument("--eval", nargs="+", metavar="PATH", help="held-out corpora to score")
-    t.add_argument("--holdout", type=float, default=0.0,
-                   help="fraction of documents held out of training and scored")
-    t.add_argument("--eval-max", type=int, help="score at most this many held-out tokens")
-    t.add_argument("--max-tokens", type=int, help="train on at most this many tokens")
+    t.add_argument("--holdout", type=holdout_share, default=0.0,
+                   help="fraction of documents held out of training and scored (0..0.5)")
+    t.add_argument("--eval-max", type=at_least(1, "tokens"), help="score at most this many held-out tokens")
+    t.add_argument("--max-tokens", type=at_least(1, "tokens"),
+                   help="train on at most this many tokens (reading stops there)")
+    t.add_argument("--workers", type=at_least(0, "threads"),
+                   help="tokeniser threads (default: one per CPU; 0: tokenise in the reading thread)")
+    t.add_argument("--force", action="store_true",
+                   help="train on files that do not look like text (binary, not UTF-8)")
     t.add_argument("--text-field", default="text", help="text field of .jsonl and datasets")
     t.add_argument("--json", action="store_true", help="print the summary as JSON")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     t.set_defaults(func=cmd_train)
 
-    i = sub.add_parser("info", help="describe a model file")
+    i = sub.add_parser("info", help="describe a model file (and the verifier it is for)")
     i.add_argument("model")
     i.add_argument("--json", action="store_true")
     i.set_defaults(func=cmd_info)
@@ -110,7 +242,7 @@ def add_parsers(sub):
     d.add_argument("-m", "--model", required=True)
     d.add_argument("-p", "--prompt", required=True, help="text, or - for stdin")
     d.add_argument("-k", type=draft_tokens, default=8)
-    d.add_argument("--tokenizer", default="mistral")
+    d.add_argument("--tokenizer", help="default: the tokenizer the model file names")
     d.add_argument("--min-depth", type=int, default=0)
     d.add_argument("--min-share", type=float, default=0.0)
     d.add_argument("--json", action="store_true")

@@ -7,11 +7,21 @@ can draft from what earlier ones wrote (a contract's recurring clauses, a report
 
 File: a 64-byte header (magic "OLIFHST1", u32 format version, u32 vocabulary size, the
 tokenizer's 32-byte vocabulary digest, 16 reserved bytes), then one record per session (u32
-length, that many u32 ids), little-endian. Loading validates every length and id: a foreign,
-corrupt or truncated file is a `HistoryError` (another tokenizer's a `TokenizerMismatch`).
+length, that many u32 ids), little-endian. Loading validates every length and id: a foreign
+or corrupt file is a `HistoryError` (another tokenizer's a `TokenizerMismatch`); an incomplete
+last record, left by a write that was killed or ran out of disk, is dropped with a warning
+(`warnings`) and cut off by the next append. An empty file is a history with no sessions.
+
+Several processes may share one file: appends (and the header of a new file) are written
+under an exclusive lock (fcntl.flock), loads read under a shared one, so every record is whole.
+A path that is not a regular file (a FIFO, a folder) or a symbolic link to nothing is refused:
+the history is never created through a link someone left pointing elsewhere.
 """
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import os
 import struct
 
@@ -19,15 +29,66 @@ import numpy as np
 
 from olifant_mlx.drafters.lookup import agreement, copy_signals
 from olifant_mlx.draftmodel.igtree import TokenizerMismatch
+from olifant_mlx.files import NotARegularFile, check_file_path, make_private, open_regular
 
 MAGIC = b"OLIFHST1"
 VERSION = 1
 HEADER = struct.Struct("<8sII32s16x")
+LENGTH = struct.Struct("<I")
 KEY = 3   # a continuation is looked up after the context's last KEY tokens
+OPEN_ATTEMPTS = 3   # open, else create; a second process may create it in between
 
 
 class HistoryError(ValueError):
     """A history file that is not one, is damaged, or cannot be used."""
+
+
+def record_spans(read, size: int):
+    """(offset of the ids, count) of every complete record after the header of a file of
+    `size` bytes, read through `read(offset, n)`; stops before an incomplete last record."""
+    pos = HEADER.size
+    while pos + LENGTH.size <= size:
+        (n,) = LENGTH.unpack(read(pos, LENGTH.size))
+        if pos + LENGTH.size + 4 * n > size:
+            return
+        yield pos + LENGTH.size, n
+        pos += LENGTH.size + 4 * n
+
+
+def records_end(spans) -> int:
+    """Where the complete records end (the header's end when there are none)."""
+    end = HEADER.size
+    for offset, n in spans:
+        end = offset + 4 * n
+    return end
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """os.write until every byte is written: a short write (a full disk) is not the end."""
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        if n <= 0:
+            raise OSError(errno.ENOSPC, "no byte could be written")
+        view = view[n:]
+
+
+@contextlib.contextmanager
+def locked(fd: int, kind: int):
+    fcntl.flock(fd, kind)
+    try:
+        yield fd
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def check_path(path) -> None:
+    """The checks that need no tokenizer, for surfaces to run before any model loads: the path
+    is a regular file, or nothing yet in a folder that exists; never a FIFO or a dangling link."""
+    try:
+        check_file_path(path, "history")
+    except NotARegularFile as e:
+        raise HistoryError(str(e)) from None
 
 
 class SessionHistory:
@@ -42,35 +103,73 @@ class SessionHistory:
         self.tokens = []           # sessions joined, each followed by -1 (never matched across)
         self.index = {}
         self.sessions = 0
-        if os.path.exists(self.path):
+        self.warnings = []         # what loading dropped (an incomplete last record), for the CLI
+        if os.path.lexists(self.path):
             for record in self._read():
                 self._add(record)
 
+    @property
+    def header(self) -> bytes:
+        return HEADER.pack(MAGIC, VERSION, self.vocab_size, self.digest)
+
+    def _open(self, flags: int) -> int:
+        """An fd on the file, refused unless it is a regular file; never follows a dangling link.
+        FileNotFoundError and FileExistsError are left to the caller (open, else create)."""
+        try:
+            return open_regular(self.path, flags)
+        except NotARegularFile as e:
+            raise HistoryError(f"history {e}") from None
+        except FileNotFoundError:
+            if os.path.islink(self.path):
+                raise HistoryError(f"history {self.path} is a symbolic link to nothing: not "
+                                   f"followed (remove it, or name another file)") from None
+            raise
+        except FileExistsError:
+            raise
+        except OSError as e:
+            raise HistoryError(f"cannot open history {self.path}: {e.strerror}") from None
+
     def _read(self):
-        with open(self.path, "rb") as f:
-            data = f.read()
-        if len(data) < HEADER.size or data[:8] != MAGIC:
+        try:
+            fd = self._open(os.O_RDONLY)
+        except FileNotFoundError:          # removed since we looked: no sessions
+            return []
+        with os.fdopen(fd, "rb") as f:
+            make_private(fd)
+            with locked(fd, fcntl.LOCK_SH):
+                data = f.read()
+        return self._parse(data)
+
+    def _check_header(self, head: bytes) -> None:
+        if head[:8] != MAGIC or len(head) < HEADER.size:
             raise HistoryError(f"{self.path} is not an olifant session history (bad magic)")
-        _, version, vocab, digest = HEADER.unpack_from(data)
+        _, version, vocab, digest = HEADER.unpack_from(head)
         if version != VERSION:
             raise HistoryError(f"{self.path}: history format version {version}, this build reads {VERSION}")
         if digest != self.digest or vocab != self.vocab_size:
             raise TokenizerMismatch(f"{self.path} holds another tokenizer's tokens (vocabulary "
                                     f"{vocab}, digest {digest.hex()[:12]}); use another file")
-        records, pos = [], HEADER.size
-        while pos < len(data):
-            if pos + 4 > len(data):
-                raise HistoryError(f"{self.path}: truncated record header at byte {pos}")
-            (n,) = struct.unpack_from("<I", data, pos)
-            if n > (len(data) - pos - 4) // 4:
-                raise HistoryError(f"{self.path}: record at byte {pos} claims {n} tokens, "
-                                   f"past the end of the file")
-            ids = np.frombuffer(data, dtype="<u4", count=n, offset=pos + 4)
+
+    def _parse(self, data: bytes):
+        if self.header.startswith(data):   # empty, or a new file's header cut short
+            if data:
+                self.warnings.append(f"{self.path}: dropped an incomplete header ({len(data)} bytes), "
+                                     f"left by an interrupted write; no sessions yet")
+            return []
+        self._check_header(data[:HEADER.size])
+        records = []
+        spans = list(record_spans(lambda pos, n: data[pos:pos + n], len(data)))
+        for offset, n in spans:
+            ids = np.frombuffer(data, dtype="<u4", count=n, offset=offset)
             if n and int(ids.max()) >= self.vocab_size:
-                raise HistoryError(f"{self.path}: record at byte {pos} holds token id {int(ids.max())} "
-                                   f">= vocabulary size {self.vocab_size}")
+                raise HistoryError(f"{self.path}: record at byte {offset - LENGTH.size} holds token id "
+                                   f"{int(ids.max())} >= vocabulary size {self.vocab_size}")
             records.append(ids.tolist())
-            pos += 4 + 4 * n
+        end = records_end(spans)
+        if end < len(data):
+            self.warnings.append(f"{self.path}: dropped an incomplete last record ({len(data) - end} "
+                                 f"bytes from byte {end}), left by an interrupted write; "
+                                 f"{len(records)} complete sessions kept")
         return records[-self._records_within(records):] if records else records
 
     def _records_within(self, records):
@@ -92,18 +191,62 @@ class SessionHistory:
         self.sessions += 1
 
     def append(self, ids):
-        """Remember one session (prompt + output ids) here and at the end of the file."""
+        """Remember one session (prompt + output ids) here and at the end of the file, under
+        an exclusive lock; a write that fails leaves the file as it was (HistoryError)."""
         ids = [int(t) for t in ids]
         if any(not 0 <= t < self.vocab_size for t in ids):
             raise HistoryError(f"token ids must be below the vocabulary size {self.vocab_size}")
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        record = LENGTH.pack(len(ids)) + np.asarray(ids, dtype="<u4").tobytes()
+        fd = self._open_or_create()
         try:
-            if os.fstat(fd).st_size == 0:
-                os.write(fd, HEADER.pack(MAGIC, VERSION, self.vocab_size, self.digest))
-            os.write(fd, struct.pack("<I", len(ids)) + np.asarray(ids, dtype="<u4").tobytes())
+            make_private(fd)
+            with locked(fd, fcntl.LOCK_EX):
+                self._write_at_end(fd, record, self._ready_for_append(fd), "this session")
         finally:
             os.close(fd)
         self._add(ids)
+
+    def _write_at_end(self, fd: int, data: bytes, end: int, what: str) -> None:
+        """Append `data` at `end` (the file's size) durably; on failure cut the file back to
+        `end` and raise a HistoryError saying why (a full disk, typically)."""
+        try:
+            write_all(fd, data)
+            os.fsync(fd)
+        except OSError as e:
+            os.ftruncate(fd, end)
+            raise HistoryError(f"could not write {what} to {self.path} ({e.strerror}); "
+                               f"its earlier sessions are kept") from None
+
+    def _open_or_create(self) -> int:
+        """Open the file for appending, or create it (0600, exclusively: never through a link)."""
+        flags = os.O_RDWR | os.O_APPEND
+        for _ in range(OPEN_ATTEMPTS):
+            try:
+                return self._open(flags)
+            except FileNotFoundError:
+                pass
+            try:
+                return self._open(flags | os.O_CREAT | os.O_EXCL)
+            except FileExistsError:        # another process created it first: open theirs
+                continue
+            except FileNotFoundError:
+                raise HistoryError(f"cannot create history {self.path}: its folder does not exist") from None
+        raise HistoryError(f"cannot open or create history {self.path}: it keeps appearing and vanishing")
+
+    def _ready_for_append(self, fd: int) -> int:
+        """Under the lock: write the header of a new (or empty) file, check an existing one's,
+        cut an incomplete last record; returns where the next record goes."""
+        size = os.fstat(fd).st_size
+        head = os.pread(fd, HEADER.size, 0)
+        if size < HEADER.size and self.header.startswith(head):   # new, or its header cut short
+            os.ftruncate(fd, 0)
+            self._write_at_end(fd, self.header, 0, "the header")
+            return HEADER.size
+        self._check_header(head)
+        end = records_end(record_spans(lambda pos, n: os.pread(fd, n, pos), size))
+        if end < size:
+            os.ftruncate(fd, end)
+        return end
 
     def continuation(self, context, k):
         """Up to k ids that followed the context's last KEY tokens the latest time they occurred,

@@ -2,8 +2,10 @@
 
 The cdef is derived from csrc/igtree.h itself, so the header stays the one
 statement of the API: preprocessor lines are dropped and integer macros are
-substituted by their values.
+substituted by their values (string macros such as IGT_VERSION_STRING are left
+out: igt_version() returns it).
 """
+import glob
 import os
 import re
 
@@ -21,6 +23,8 @@ def header_cdef(path):
         m = re.match(r"\s*#\s*define\s+(IGT_\w+)\s+(.+?)\s*$", line)
         if m:
             value = re.sub(r"(?<=[0-9a-fA-Fx])[uU]\b", "", m.group(2))
+            if value.startswith('"'):
+                continue
             macros[m.group(1)] = int(eval(value, {}))  # integer literals only
             continue
         if line.lstrip().startswith("#") or 'extern "C"' in line or line.strip() == "}":
@@ -36,12 +40,16 @@ def header_cdef(path):
 ffibuilder = FFI()
 ffibuilder.cdef(header_cdef(os.path.join(CSRC, "igtree.h")))
 ffibuilder.cdef('extern "Python" int _igt_progress(void *, const char *, uint64_t, uint64_t);')
+# every csrc/*.c except the test driver is the library
+SOURCES = sorted(os.path.relpath(p) for p in glob.glob(os.path.join(CSRC, "*.c"))
+                 if not os.path.basename(p).startswith("test_"))
 ffibuilder.set_source(
     "olifant_mlx.draftmodel._igtree",
     '#include "igtree.h"',
-    sources=[os.path.relpath(os.path.join(CSRC, "igtree.c"))],
+    sources=SOURCES,
     include_dirs=[os.path.relpath(CSRC)],
-    extra_compile_args=["-std=c11", "-O2"],
+    extra_compile_args=["-std=c99", "-O2", "-pthread"],
+    extra_link_args=["-pthread"],
     libraries=["m"],
     py_limited_api=True,    # one abi3 wheel per platform, for every Python >= 3.10
 )

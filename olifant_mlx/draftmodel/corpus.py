@@ -1,4 +1,4 @@
-"""Corpora for draft-model training: documents in, token windows out.
+"""Corpora for draft-model training: documents in, token batches out.
 
 Sources (`spec`):
 - `.txt` files, documents separated by blank lines; `.jsonl` files, one
@@ -11,18 +11,42 @@ Sources (`spec`):
 Text stays as the verifier sees it: line breaks and spacing inside a document
 are kept (verifiers emit newlines; a model trained on collapsed whitespace
 could never draft them). Each document starts a fresh, padded context.
+
+Only text: a file whose first bytes are binary (NUL bytes, mostly invalid
+UTF-8 or control characters, the magic of a known binary format) is refused
+before any slow work, and one that turns binary later when it gets there
+(`check_corpora`, `NotTextError`); `force=True` (`train --force`) reads it anyway.
+
+Memory is bounded by design, whatever the corpus looks like:
+- a line is read at most MAX_DOC_CHARS characters at a time, so one huge line
+  never sits in memory whole;
+- a longer document is split into parts of at most MAX_DOC_CHARS characters
+  (`split_document`): at its last line break before the limit, else its last
+  space or tab, else at the limit. The separator at a cut is dropped and each
+  part starts a fresh context, as a document does (one reset per ~250k tokens);
+- documents are tokenised in batches of about BATCH_CHARS characters with at
+  most a few batches in flight (`ordered_map`), and the consumer stops reading
+  as soon as it has enough (e.g. `train --max-tokens`).
 """
 from __future__ import annotations
 
 import bz2
+import codecs
 import gzip
 import hashlib
 import io
 import json
 import lzma
 import os
-from collections.abc import Callable, Iterator
+import queue
+import threading
+import time
+import zlib
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 
 import numpy as np
@@ -30,10 +54,39 @@ import numpy as np
 TEXT_SUFFIXES = (".txt", ".text")
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 COMPRESSED = {".gz": gzip.open, ".xz": lzma.open, ".bz2": bz2.open}
+# what a broken archive raises while it is read: bad headers, bad data, a cut-off end
+READ_ERRORS = (OSError, EOFError, lzma.LZMAError, zlib.error)
+
+MAX_DOC_CHARS = 1 << 20     # longest document part (and line piece) held at once
+MAX_JSONL_CHARS = 1 << 24   # longest .jsonl record: a record must be parsed whole
+BATCH_CHARS = 1 << 19       # text per tokenisation batch: bounds memory and Ctrl-C latency
+BATCH_DOCS = 256            # documents per tokenisation batch, at most
+SNIFF_BYTES = 1 << 16       # what decides whether a file is text
+BAD_SHARE = 0.01            # undecodable or control characters tolerated in text
+
+# (prefix, what it is): formats people mistake for corpora
+MAGIC = (
+    (b"\x7fELF", "an ELF executable or shared library"),
+    (b"\xcf\xfa\xed\xfe", "a Mach-O binary"), (b"\xce\xfa\xed\xfe", "a Mach-O binary"),
+    (b"\xca\xfe\xba\xbe", "a Mach-O universal binary or Java class"),
+    (b"%PDF-", "a PDF document (extract its text first, e.g. with pdftotext)"),
+    (b"PK\x03\x04", "a ZIP archive (also .docx, .odt, .epub: export its text first)"),
+    (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", "an OLE2 document (.doc, .xls: export its text first)"),
+    (b"\x89PNG\r\n\x1a\n", "a PNG image"), (b"\xff\xd8\xff", "a JPEG image"), (b"GIF8", "a GIF image"),
+    (b"\x1f\x8b", "gzip data (name the file .gz)"), (b"\xfd7zXZ\x00", "xz data (name the file .xz)"),
+    (b"BZh", "bzip2 data (name the file .bz2)"), (b"(\xb5/\xfd", "zstd data"),
+    (b"7z\xbc\xaf\x27\x1c", "a 7-Zip archive"), (b"SQLite format 3\x00", "an SQLite database"),
+    (b"\x00asm", "a WebAssembly module"),
+)
+_CONTROLS = bytes(c for c in range(32) if chr(c) not in "\t\n\r\f\v\x1b")
 
 
 class CorpusError(ValueError):
     """A corpus that cannot be read, or that holds no text."""
+
+
+class NotTextError(CorpusError):
+    """A corpus file that is not UTF-8 text (binary, another encoding); `force` reads it anyway."""
 
 
 @dataclass
@@ -51,6 +104,117 @@ class Progress:
             cb(self)
 
 
+# ---- is it text? ---------------------------------------------------------------------
+
+def binary_reason(head: bytes) -> str | None:
+    """Why a file starting with `head` is not UTF-8 text, or None if it is."""
+    for magic, what in MAGIC:
+        if head.startswith(magic) and (magic != b"BZh" or head[4:10] == b"1AY&SY"):
+            return f"it is {what}"
+    if head[257:262] == b"ustar":
+        return "it is a tar archive"
+    if b"\0" in head:
+        return "it holds NUL bytes (binary data, or UTF-16 text: convert it to UTF-8)"
+    bad = _invalid_utf8(head)
+    if bad > BAD_SHARE * len(head):
+        return (f"{bad / len(head):.0%} of its first bytes are not valid UTF-8 (binary data, "
+                f"or text in another encoding: convert it, e.g. iconv -f latin1 -t utf-8)")
+    controls = len(head) - len(head.translate(None, _CONTROLS))
+    if controls > BAD_SHARE * len(head):
+        return f"{controls / len(head):.0%} of its first bytes are control characters (binary data)"
+    return None
+
+
+def _invalid_utf8(head: bytes) -> int:
+    """Bytes of head that are not UTF-8 (a character cut at its end is not counted; a U+FFFD
+    in the text is valid UTF-8, as a corpus may hold)."""
+    decoder = codecs.getincrementaldecoder("utf-8")("ignore")
+    valid = decoder.decode(head, final=False)
+    pending = decoder.getstate()[0]       # the start of a character cut at the end
+    return len(head) - len(valid.encode("utf-8", "surrogatepass")) - len(pending)
+
+
+class _Undecodable(threading.local):
+    """Bytes the reading thread's decoder replaced so far (the 'olifant-count' handler)."""
+    count = 0
+
+
+_UNDECODABLE = _Undecodable()
+
+
+def _count_and_replace(e: UnicodeDecodeError):
+    _UNDECODABLE.count += e.end - e.start
+    return "\ufffd", e.end
+
+
+codecs.register_error("olifant-count", _count_and_replace)
+
+
+def _refuse(path, reason: str) -> NotTextError:
+    return NotTextError(f"{path} is not a text corpus: {reason}. Pass --force to train on it anyway")
+
+
+def _head(path: Path) -> bytes:
+    """The first SNIFF_BYTES bytes of a file, decompressed."""
+    _, opener = _split_suffix(path)
+    try:
+        with (opener or open)(path, "rb") as f:
+            return f.read(SNIFF_BYTES)
+    except READ_ERRORS as e:
+        raise CorpusError(f"{path}: cannot decompress or read it: {e}") from e
+
+
+def _check_jsonl_head(path: Path, head: bytes, text_field: str) -> None:
+    """The first record of a .jsonl file parses and has the text field."""
+    lines = head.split(b"\n")[:-1]    # whole lines only
+    n, first = next(((n, ln) for n, ln in enumerate(lines, 1) if ln.strip()), (0, None))
+    if first is not None:
+        _record_text(path, n, first, text_field)
+
+
+def _record_text(path, n: int, line, text_field: str):
+    """The text field of .jsonl record `line` (line n of path)."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise CorpusError(f"{path}:{n}: not JSON: {e.msg}") from e
+    if not isinstance(obj, dict) or text_field not in obj:
+        raise CorpusError(f"{path}:{n}: no field {text_field!r} (use --text-field)")
+    return obj[text_field]
+
+
+def check_file(path: Path, text_field: str = "text", force: bool = False) -> None:
+    """Refuse a file that cannot be read or is not text, from its first bytes (pipes and
+    devices are only checked as they are read)."""
+    if not path.is_file():
+        return
+    head = _head(path)
+    reason = None if force else binary_reason(head)
+    if reason:
+        raise _refuse(path, reason)
+    if _split_suffix(path)[0] in JSONL_SUFFIXES:
+        _check_jsonl_head(path, head, text_field)
+
+
+def check_corpora(specs, text_field: str = "text", force: bool = False) -> None:
+    """Everything that can be known about corpora before reading them: they exist, are text,
+    and their readers are installed. Raises CorpusError naming the source."""
+    for spec in specs:
+        spec = str(spec)
+        if spec == "builtin:licenses":
+            continue
+        path = Path(spec)
+        if not path.exists():
+            if _is_dataset(spec):
+                _import_datasets(spec)
+                continue
+            raise CorpusError(f"corpus {spec!r} does not exist")
+        for f in _files(path):
+            check_file(f, text_field, force)
+
+
+# ---- reading -------------------------------------------------------------------------
+
 def _split_suffix(path: Path):
     """(format suffix, opener) of e.g. x.txt.xz -> ('.txt', lzma.open)."""
     suffixes = [s.lower() for s in path.suffixes]
@@ -61,51 +225,141 @@ def _split_suffix(path: Path):
     return (suffixes[-1] if suffixes else ""), opener
 
 
-def _text_lines(path: Path, progress: Progress | None):
-    raw = open(path, "rb")
-    _, opener = _split_suffix(path)
-    stream = opener(raw) if opener else raw
-    text = io.TextIOWrapper(stream, encoding="utf-8", errors="replace", newline="\n")
-    total = os.fstat(raw.fileno()).st_size
+def _lines(path: Path, progress: Progress | None, limit: int, check: bool) -> Iterator[str]:
+    """The file's lines, decompressed and decoded, each at most `limit` characters (a longer
+    line comes in pieces). With `check`, stops at a stretch that is not text."""
+    total = 0
+    raw = stream = text = None
     try:
-        for i, line in enumerate(text):
-            if progress is not None and i % 4096 == 0:
+        raw = open(path, "rb")
+        total = os.fstat(raw.fileno()).st_size
+        _, opener = _split_suffix(path)
+        stream = opener(raw) if opener else raw
+        head = stream.read(SNIFF_BYTES)
+        reason = binary_reason(head) if check else None
+        if reason:
+            raise _refuse(path, reason)
+        text = io.TextIOWrapper(io.BufferedReader(_Prefixed(head, stream)), encoding="utf-8",
+                                errors="olifant-count", newline="\n")
+        undecodable = _UNDECODABLE.count
+        bad = chars = since = 0
+        while line := text.readline(limit):
+            if check:
+                bad += line.count("\0")
+                chars += len(line)
+                if chars >= SNIFF_BYTES:
+                    bad += _UNDECODABLE.count - undecodable
+                    _check_window(path, bad, chars, raw)
+                    undecodable, bad, chars = _UNDECODABLE.count, 0, 0
+            since += len(line)
+            if progress is not None and since >= SNIFF_BYTES:
+                since = 0
                 progress.update(done=raw.tell(), total=total)
             yield line
-    except (OSError, EOFError, lzma.LZMAError) as e:
-        raise CorpusError(f"{path}: cannot decompress or read: {e}") from e
+        if check and chars:
+            _check_window(path, bad + _UNDECODABLE.count - undecodable, chars, raw)
+    except READ_ERRORS as e:
+        raise CorpusError(f"{path}: cannot decompress or read it ({type(e).__name__}: {e}); "
+                          f"is the file complete?") from e
     finally:
         if progress is not None:
             progress.update(done=total, total=total)
-        text.close()
+        for f in (text, stream, raw):   # an archive's reader does not close the file under it
+            if f is not None:
+                f.close()
 
 
-def read_text_documents(path: Path, progress=None) -> Iterator[str]:
+class _Prefixed(io.RawIOBase):
+    """A stream whose first bytes were already read (to look at them), then the rest of it."""
+
+    def __init__(self, head: bytes, rest):
+        self.head = memoryview(head)
+        self.rest = rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        if not self.head:
+            return self.rest.readinto(b)
+        n = min(len(b), len(self.head))
+        b[:n] = self.head[:n]
+        self.head = self.head[n:]
+        return n
+
+
+def _check_window(path, bad: int, chars: int, raw) -> None:
+    if bad > BAD_SHARE * chars:
+        raise _refuse(path, f"{bad / chars:.0%} of the text before byte {raw.tell():,} is NUL "
+                            f"bytes or not valid UTF-8")
+
+
+def split_document(text: str, limit: int | None = None) -> list[str]:
+    """`text` in parts of at most `limit` characters (default MAX_DOC_CHARS): each cut at the
+    last line break before the limit, else the last space or tab, else at the limit; the
+    separator at a cut is dropped. The last part may be blank."""
+    limit = limit or MAX_DOC_CHARS
+    parts = []
+    while len(text) > limit:
+        cut = text.rfind("\n", 0, limit + 1)
+        if cut <= 0:
+            cut = max(text.rfind(" ", 0, limit + 1), text.rfind("\t", 0, limit + 1))
+        if cut <= 0:
+            parts.append(text[:limit])
+            text = text[limit:]
+        else:
+            parts.append(text[:cut])
+            text = text[cut + 1:]
+    parts.append(text)
+    return parts
+
+
+def _nonblank(parts) -> Iterator[str]:
+    return (p for p in parts if p.strip())
+
+
+def _documents(lines: Iterable[str], limit: int) -> Iterator[str]:
+    """Blank-line separated documents of at most `limit` characters; the lines inside keep
+    their breaks."""
+    parts: list[str] = []
+    size = 0
+    continued = False   # this piece continues a line longer than `limit`
+    for line in lines:
+        blank = not continued and not line.strip()
+        continued = not line.endswith("\n")
+        if blank:
+            if parts:
+                yield from _nonblank(["".join(parts).rstrip("\n")])
+            parts, size = [], 0
+            continue
+        parts.append(line)
+        size += len(line)
+        if size > limit:
+            *heads, rest = split_document("".join(parts), limit)
+            yield from _nonblank(heads)
+            parts, size = [rest], len(rest)
+    if parts:
+        yield from _nonblank(["".join(parts).rstrip("\n")])
+
+
+def read_text_documents(path: Path, progress=None, force: bool = False) -> Iterator[str]:
     """Blank-line separated documents; the lines inside keep their breaks."""
-    lines: list[str] = []
-    for line in _text_lines(path, progress):
-        if line.strip():
-            lines.append(line)
-        elif lines:
-            yield "".join(lines).rstrip("\n")
-            lines = []
-    if lines:
-        yield "".join(lines).rstrip("\n")
+    limit = MAX_DOC_CHARS
+    return _documents(_lines(path, progress, limit, check=not force), limit)
 
 
-def read_jsonl_documents(path: Path, text_field: str, progress=None) -> Iterator[str]:
-    for n, line in enumerate(_text_lines(path, progress), 1):
+def read_jsonl_documents(path: Path, text_field: str, progress=None, force: bool = False
+                         ) -> Iterator[str]:
+    limit = MAX_JSONL_CHARS
+    for n, line in enumerate(_lines(path, progress, limit, check=not force), 1):
+        if len(line) >= limit and not line.endswith("\n"):
+            raise CorpusError(f"{path}:{n}: a record longer than {limit:,} characters "
+                              f"(split the document into several records)")
         if not line.strip():
             continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise CorpusError(f"{path}:{n}: not JSON: {e.msg}") from e
-        if not isinstance(obj, dict) or text_field not in obj:
-            raise CorpusError(f"{path}:{n}: no field {text_field!r} (use --text-field)")
-        text = obj[text_field]
-        if isinstance(text, str) and text.strip():
-            yield text
+        text = _record_text(path, n, line, text_field)
+        if isinstance(text, str):
+            yield from _nonblank(split_document(text))
 
 
 def license_documents() -> Iterator[str]:
@@ -129,23 +383,32 @@ def license_documents() -> Iterator[str]:
             if len(text) < 200 or key in seen:
                 continue
             seen.add(key)
-            yield text
+            yield from _nonblank(split_document(text))
 
 
-def hf_documents(spec: str, text_field: str) -> Iterator[str]:
-    parts = spec.split(":")
-    name, config, split = (parts[0], None, parts[1]) if len(parts) == 2 else parts
+def _is_dataset(spec: str) -> bool:
+    return ":" in spec and not spec.startswith((".", "/"))
+
+
+def _import_datasets(spec: str):
     try:
         import datasets
     except ImportError as e:
         raise CorpusError(f"{spec!r} looks like a Hugging Face dataset, but the 'datasets' "
                           f"package is not installed (pip install datasets)") from e
+    return datasets
+
+
+def hf_documents(spec: str, text_field: str) -> Iterator[str]:
+    parts = spec.split(":")
+    name, config, split = (parts[0], None, parts[1]) if len(parts) == 2 else parts
+    datasets = _import_datasets(spec)
     ds = datasets.load_dataset(name, config, split=split, streaming=True)
     for row in ds:
         if text_field not in row:
             raise CorpusError(f"dataset {spec}: no field {text_field!r} (use --text-field)")
-        if isinstance(row[text_field], str) and row[text_field].strip():
-            yield row[text_field]
+        if isinstance(row[text_field], str):
+            yield from _nonblank(split_document(row[text_field]))
 
 
 def _files(path: Path) -> list[Path]:
@@ -158,9 +421,9 @@ def _files(path: Path) -> list[Path]:
     return [path]
 
 
-def iter_documents(spec: str, text_field: str = "text", progress: Progress | None = None
-                   ) -> Iterator[str]:
-    """Documents of one corpus source (see module docstring)."""
+def iter_documents(spec: str, text_field: str = "text", progress: Progress | None = None,
+                   force: bool = False) -> Iterator[str]:
+    """Documents of one corpus source (see module docstring), none longer than MAX_DOC_CHARS."""
     if spec == "builtin:licenses":
         if progress is not None:
             progress.update(source=spec)
@@ -168,7 +431,7 @@ def iter_documents(spec: str, text_field: str = "text", progress: Progress | Non
         return
     path = Path(spec)
     if not path.exists():
-        if ":" in spec and not spec.startswith((".", "/")):
+        if _is_dataset(spec):
             yield from hf_documents(spec, text_field)
             return
         raise CorpusError(f"corpus {spec!r} does not exist")
@@ -177,34 +440,136 @@ def iter_documents(spec: str, text_field: str = "text", progress: Progress | Non
             progress.update(source=str(f), done=0, total=0)
         fmt, _ = _split_suffix(f)
         if fmt in JSONL_SUFFIXES:
-            yield from read_jsonl_documents(f, text_field, progress)
+            yield from read_jsonl_documents(f, text_field, progress, force)
         else:
-            yield from read_text_documents(f, progress)
+            yield from read_text_documents(f, progress, force)
 
 
-def tokenized_batches(docs: Iterator[str], tokenizer, batch_docs: int = 256,
-                      on_batch: Callable[[int, int], None] | None = None):
-    """Yield (tokens uint32, doc_starts uint64) for batches of documents."""
+# ---- tokenising ----------------------------------------------------------------------
+
+def text_batches(docs: Iterable[str], max_chars: int | None = None,
+                 max_docs: int = BATCH_DOCS) -> Iterator[list[str]]:
+    """Documents in batches of at most `max_docs` and about `max_chars` characters (default
+    BATCH_CHARS; a longer document alone)."""
+    max_chars = max_chars or BATCH_CHARS
     batch: list[str] = []
-
-    def flush():
-        ids = tokenizer.encode_batch(batch)
-        lengths = np.fromiter((len(t) for t in ids), dtype=np.uint64, count=len(ids))
-        tokens = np.fromiter((i for t in ids for i in t), dtype=np.uint32, count=int(lengths.sum()))
-        starts = np.zeros(len(ids), dtype=np.uint64)
-        np.cumsum(lengths[:-1], out=starts[1:])
-        keep = lengths > 0
-        if on_batch:
-            on_batch(int(keep.sum()), tokens.size)
-        return tokens, starts[keep]
-
+    size = 0
     for doc in docs:
+        if batch and (len(batch) >= max_docs or size + len(doc) > max_chars):
+            yield batch
+            batch, size = [], 0
         batch.append(doc)
-        if len(batch) >= batch_docs:
-            yield flush()
-            batch = []
+        size += len(doc)
     if batch:
-        yield flush()
+        yield batch
+
+
+def encode_texts(tokenizer, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(every text's ids concatenated, uint32; each text's token count, int64)."""
+    ids = tokenizer.encode_batch(texts)
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+    tokens = np.fromiter(chain.from_iterable(ids), dtype=np.uint32, count=int(lengths.sum()))
+    return tokens, lengths
+
+
+def doc_starts(lengths: np.ndarray) -> np.ndarray:
+    """Offsets of the non-empty documents of these lengths in their concatenation (uint64)."""
+    kept = lengths[lengths > 0]
+    starts = np.zeros(kept.size, dtype=np.uint64)
+    starts[1:] = np.cumsum(kept[:-1])
+    return starts
+
+
+def ordered_map(fn: Callable, items: Iterable, workers: int, ahead: int | None = None) -> Iterator:
+    """fn(item) for every item, results in input order, computed on `workers` threads (0: in
+    this thread, one after another). Items are drawn in this thread as room frees up, at most
+    `ahead` in flight (default two per worker), so memory stays bounded and stopping early
+    (break, an error, Ctrl-C) leaves little work behind. The threads are daemons: an
+    interrupted process never waits for a call in progress."""
+    if workers <= 0:
+        yield from map(fn, items)
+        return
+    tasks: queue.SimpleQueue = queue.SimpleQueue()
+
+    def work():
+        while (task := tasks.get()) is not None:
+            fut, item = task
+            if fut.set_running_or_notify_cancel():
+                try:
+                    fut.set_result(fn(item))
+                except BaseException as e:  # handed to the consumer, who re-raises it
+                    fut.set_exception(e)
+
+    threads = [threading.Thread(target=work, daemon=True, name=f"olifant-map-{i}")
+               for i in range(workers)]
+    for t in threads:
+        t.start()
+    ahead = ahead or 2 * workers
+    pending: deque = deque()
+    try:
+        for item in items:
+            fut: Future = Future()
+            tasks.put((fut, item))
+            pending.append(fut)
+            if len(pending) >= ahead:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        for fut in pending:
+            fut.cancel()
+        for _ in threads:
+            tasks.put(None)
+
+
+@dataclass
+class Timing:
+    """Where a pipeline's time goes: reading (the consuming thread, while it draws
+    documents) and tokenising (summed over batches, whichever thread ran them)."""
+    read_s: float = 0.0
+    tokenize_s: float = 0.0
+
+    def timed(self, items: Iterable) -> Iterator:
+        """items, with the time spent producing each added to read_s."""
+        it = iter(items)
+        while True:
+            t = time.perf_counter()
+            try:
+                item = next(it)
+            except StopIteration:
+                return
+            finally:
+                self.read_s += time.perf_counter() - t
+            yield item
+
+
+def token_batches(docs: Iterable[str], tokenizer, workers: int = 0, timing: Timing | None = None,
+                  max_chars: int | None = None, max_docs: int = BATCH_DOCS) -> Iterator:
+    """(tokens uint32, lengths int64) per batch of documents, in corpus order, tokenised on
+    `workers` threads (0: here): lengths has an entry per document, 0 for one without tokens,
+    so the results do not depend on the number of workers."""
+    timing = timing if timing is not None else Timing()
+
+    def encode(texts):
+        t = time.perf_counter()
+        tokens, lengths = encode_texts(tokenizer, texts)
+        return tokens, lengths, time.perf_counter() - t
+
+    batches = timing.timed(text_batches(docs, max_chars, max_docs))
+    for tokens, lengths, seconds in ordered_map(encode, batches, workers):
+        timing.tokenize_s += seconds
+        yield tokens, lengths
+
+
+def tokenized_batches(docs: Iterable[str], tokenizer, batch_docs: int = BATCH_DOCS,
+                      on_batch: Callable[[int, int], None] | None = None, workers: int = 0):
+    """Yield (tokens uint32, doc_starts uint64) for batches of documents (see token_batches);
+    empty documents are dropped."""
+    for tokens, lengths in token_batches(docs, tokenizer, workers, max_docs=batch_docs):
+        starts = doc_starts(lengths)
+        if on_batch:
+            on_batch(int(starts.size), int(tokens.size))
+        yield tokens, starts
 
 
 def windows(tokens: np.ndarray, doc_starts: np.ndarray, window: int, padding_id: int):

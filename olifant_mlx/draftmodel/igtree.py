@@ -5,6 +5,7 @@ tokens) is one C call; Python only moves numpy buffers.
 """
 from __future__ import annotations
 
+import operator
 import os
 from dataclasses import dataclass
 
@@ -20,14 +21,16 @@ except ImportError as _e:  # pragma: no cover - depends on how the package was i
         f"directory, or build in place with `pip install -e .`.") from _e
 
 TOPK_ALL = 0xFFFFFFFF
+ORDERS = {"gain_ratio": lib.IGT_ORDER_GAIN_RATIO, "info_gain": lib.IGT_ORDER_INFO_GAIN}
+LIBRARY_VERSION = ffi.string(lib.igt_version()).decode()   # the C library's "MAJOR.MINOR.PATCH"
+FORMAT_VERSION = lib.IGT_FORMAT_VERSION                     # what save() writes
 
 
 def library_version() -> dict:
-    """The C library's identity: the model file format version it writes and reads."""
-    return {"format_version": int(lib.IGT_FORMAT_VERSION), "max_window": int(lib.IGT_MAX_WINDOW)}
+    """The C library's identity: its version, the model file format it writes, the widest window."""
+    return {"version": LIBRARY_VERSION, "format_version": int(FORMAT_VERSION),
+            "max_window": int(lib.IGT_MAX_WINDOW)}
 
-
-ORDERS = {"gain_ratio": lib.IGT_ORDER_GAIN_RATIO, "info_gain": lib.IGT_ORDER_INFO_GAIN}
 
 ANSWER_DTYPE = np.dtype(
     [("token", "<u4"), ("depth", "<u4"), ("leaf", "<u4"), ("node", "<u4"),
@@ -90,15 +93,56 @@ class Answer:
         return self.winner_count / self.total if self.total else 0.0
 
 
-def _u32(a) -> np.ndarray:
-    return np.ascontiguousarray(a, dtype=np.uint32)
+def _index(x, what: str) -> int:
+    try:
+        return operator.index(x)
+    except TypeError:
+        raise ValueError(f"{what} must be whole numbers, got {x!r}") from None
+
+
+def _whole_numbers(a, what: str, dtype=np.uint32) -> np.ndarray:
+    """`a` as a contiguous `dtype` array, refused (ValueError naming `what`) unless every value
+    is a whole number that dtype holds. The one rule of every entry point: numpy's own cast
+    would wrap -1 to 4294967295, alias id + 2**32 to id, truncate 1.7 and turn NaN into 0."""
+    arr = np.asarray(a)
+    if arr.dtype == object:                  # Python ints beyond int64, or not numbers at all
+        arr = np.array([_index(x, what) for x in arr.ravel()], dtype=object).reshape(arr.shape)
+    elif arr.dtype.kind == "f":              # whole floats (3.0) are exact; 1.7, NaN, inf are not
+        not_whole = ~np.isfinite(arr) | (arr != np.floor(arr))
+        if not_whole.any():
+            raise ValueError(f"{what} must be whole numbers, got {float(arr[not_whole][0])!r}")
+    elif arr.dtype.kind not in "iu" and arr.size:
+        raise ValueError(f"{what} must be whole numbers, got {arr.dtype} values")
+    top = int(np.iinfo(dtype).max)
+    if arr.size and (int(arr.min()) < 0 or int(arr.max()) > top):
+        bad = int(arr.min()) if int(arr.min()) < 0 else int(arr.max())
+        raise ValueError(f"{what} must be from 0 to {top}, got {bad}")
+    return np.ascontiguousarray(arr, dtype=dtype)
+
+
+def _u32(a, what: str = "token ids") -> np.ndarray:
+    return _whole_numbers(a, what)
+
+
+def _context(context, window: int) -> list:
+    """The last `window` ids of a context (oldest first), checked like every other input."""
+    ctx = _u32(context[-window:], "context")
+    if ctx.ndim != 1:
+        raise ValueError(f"a context is a sequence of token ids, got shape {ctx.shape}")
+    return ctx.tolist()
 
 
 class Builder:
-    """Collects training instances, then builds an IGTree."""
+    """Collects training instances, then builds an IGTree.
+
+    memory_limit (bytes, optional) bounds the memory for instances and their sorting:
+    beyond it they go to temporary files in tmpdir (default $TMPDIR or /tmp), removed
+    however the build ends; the model is the same as without a limit. threads: 1 (default),
+    n, or 0 for one per CPU; the model does not depend on it."""
 
     def __init__(self, vocab_size: int, window: int = 4, order="gain_ratio", top_k: int = 0,
-                 tokenizer_name: str = "", tokenizer_digest: bytes = b""):
+                 tokenizer_name: str = "", tokenizer_digest: bytes = b"",
+                 memory_limit: int | None = None, tmpdir=None, threads: int = 1):
         cfg = ffi.new("igt_config *")
         lib.igt_config_init(cfg, vocab_size)
         cfg.window = window
@@ -127,13 +171,21 @@ class Builder:
         out = ffi.new("igt_builder **")
         _check(lib.igt_builder_new(cfg, out, err), err)
         self._b = ffi.gc(out[0], lib.igt_builder_free)
+        if threads < 0:
+            raise ValueError(f"threads must be >= 0, got {threads}")
+        _check(lib.igt_builder_set_threads(self._b, threads, err), err)
+        if memory_limit is not None:
+            if memory_limit < 0:
+                raise ValueError(f"memory_limit must be >= 0, got {memory_limit}")
+            tmp = os.fsencode(tmpdir) if tmpdir is not None else ffi.NULL
+            _check(lib.igt_builder_set_memory_limit(self._b, memory_limit, tmp, err), err)
 
     def __len__(self) -> int:
         return int(lib.igt_builder_count(self._b))
 
     def add_instances(self, rows) -> None:
         """rows: (n, window+1) ids — context oldest first, then the class."""
-        rows = _u32(rows)
+        rows = _u32(rows, "instances")
         if rows.ndim != 2 or rows.shape[1] != self.window + 1:
             raise ValueError(f"instances must have shape (n, {self.window + 1}), got {rows.shape}")
         err = ffi.new("igt_error *")
@@ -142,8 +194,8 @@ class Builder:
 
     def add_documents(self, tokens, doc_starts) -> None:
         """tokens: all documents' ids concatenated; doc_starts: offset of each document."""
-        tokens = _u32(tokens)
-        starts = np.ascontiguousarray(doc_starts, dtype=np.uint64)
+        tokens = _u32(tokens, "document tokens")
+        starts = _whole_numbers(doc_starts, "document starts", np.uint64)
         err = ffi.new("igt_error *")
         _check(lib.igt_builder_add_documents(
             self._b, ffi.from_buffer("uint32_t[]", tokens), tokens.size,
@@ -185,7 +237,7 @@ class IGTree:
         self.n_dist_entries = int(info.n_dist_entries)
         self.file_size = int(info.file_size)
         self.default_class = int(info.default_class)
-        self.memory_mapped = bool(info.memory_mapped)
+        self.memory_mapped = bool(info.memory_mapped)  # always False: loads are private copies
         self.format_version = int(info.format_version)
         self.order = {v: k for k, v in ORDERS.items()}.get(int(info.order), "explicit")
         self.tokenizer_name = ffi.string(info.tokenizer_name).decode("utf-8", "replace")
@@ -194,7 +246,9 @@ class IGTree:
     # -- files -------------------------------------------------------------
     @classmethod
     def load(cls, path, verify_checksum: bool = True) -> IGTree:
-        """Memory-map a model file; a bad file raises ModelFileError naming the problem."""
+        """Read a model file (format 1 or 2) into private memory and validate it; a bad
+        file raises ModelFileError naming the problem. The model never reads the file
+        again, so replacing or truncating it cannot affect the model."""
         err = ffi.new("igt_error *")
         out = ffi.new("igt_model **")
         flags = 0 if verify_checksum else lib.IGT_LOAD_SKIP_CHECKSUM
@@ -215,28 +269,29 @@ class IGTree:
         _check(lib.igt_load_buffer(data, len(data), flags, out, err), err)
         return cls(out[0])
 
-    def save(self, path) -> None:
+    def save(self, path, format_version: int = FORMAT_VERSION) -> None:
+        """Write atomically (mode 0600); format_version=1 for readers older than version 2."""
         err = ffi.new("igt_error *")
-        _check(lib.igt_save(self._m, os.fsencode(path), err), err)
+        _check(lib.igt_save_version(self._m, os.fsencode(path), format_version, err), err)
 
     # -- queries -----------------------------------------------------------
     def predict(self, context) -> Answer:
         """The answer for the ids after `context` (oldest first; last `window` used)."""
-        ctx = context[-self.window:]
+        ctx = _context(context, self.window)
         a = ffi.new("igt_answer *")          # per call: a model is queried from many threads
-        lib.igt_predict(self._m, ffi.new("uint32_t[]", list(ctx)), len(ctx), a)
+        lib.igt_predict(self._m, ffi.new("uint32_t[]", ctx), len(ctx), a)
         return Answer(a.token, a.depth, bool(a.leaf), a.node, a.winner_count, a.total, a.distance)
 
     def predict_token(self, context) -> int:
         """Fast path: only the predicted id."""
-        ctx = context[-self.window:]
+        ctx = _context(context, self.window)
         a = ffi.new("igt_answer *")
-        lib.igt_predict(self._m, ffi.new("uint32_t[]", list(ctx)), len(ctx), a)
+        lib.igt_predict(self._m, ffi.new("uint32_t[]", ctx), len(ctx), a)
         return a.token
 
     def predict_batch(self, rows) -> np.ndarray:
         """rows: (n, window) ids, oldest first. Returns a structured array (ANSWER_DTYPE)."""
-        rows = _u32(rows)
+        rows = _u32(rows, "queries")
         if rows.ndim != 2 or rows.shape[1] != self.window:
             raise ValueError(f"queries must have shape (n, {self.window}), got {rows.shape}")
         out = np.empty(rows.shape[0], dtype=ANSWER_DTYPE)
@@ -252,7 +307,7 @@ class IGTree:
         """
         if k < 0:
             raise ValueError(f"k must be >= 0, got {k}")
-        ctx = list(context[-self.window:])
+        ctx = _context(context, self.window)
         tokens = ffi.new("uint32_t[]", max(k, 1))
         n = lib.igt_draft(self._m, ffi.new("uint32_t[]", ctx), len(ctx), k, min_depth,
                           min_share, tokens, ffi.NULL)
@@ -260,7 +315,7 @@ class IGTree:
 
     def draft_answers(self, context, k: int, min_depth: int = 0, min_share: float = 0.0) -> np.ndarray:
         """Like draft, with the full answer (depth, counts) of every drafted id."""
-        ctx = list(context[-self.window:])
+        ctx = _context(context, self.window)
         tokens = ffi.new("uint32_t[]", max(k, 1))
         out = np.empty(max(k, 1), dtype=ANSWER_DTYPE)
         n = lib.igt_draft(self._m, ffi.new("uint32_t[]", ctx), len(ctx), k, min_depth,
@@ -276,14 +331,14 @@ class IGTree:
 
     # -- identity ----------------------------------------------------------
     def check_tokenizer(self, name: str, vocab_size: int, digest: bytes, fix: str | None = None) -> None:
-        """Raise TokenizerMismatch unless the model was trained with this tokenizer; `fix`
-        says what to do instead (default: train one for this tokenizer)."""
+        """Raise TokenizerMismatch unless the model was trained with this tokenizer; the
+        message ends with `fix` (default: retrain for the verifier `name`)."""
         if self.vocab_size != vocab_size or self.tokenizer_digest != digest[:32].ljust(32, b"\0"):
+            fix = fix or f"retrain the draft model for this verifier: `train --model {name}`"
             raise TokenizerMismatch(
                 f"draft model was trained for tokenizer {self.tokenizer_name!r} "
                 f"(vocab {self.vocab_size}, digest {self.tokenizer_digest.hex()[:12]}) but the "
-                f"verifier uses {name!r} (vocab {vocab_size}, digest {digest.hex()[:12]}); "
-                f"{fix or f'train one for it with `train --model {name}`'}")
+                f"verifier uses {name!r} (vocab {vocab_size}, digest {digest.hex()[:12]}); {fix}")
 
     def describe(self) -> dict:
         return {

@@ -8,6 +8,7 @@ measures nothing says so with None, never with 0.0.
 """
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -46,6 +47,21 @@ class MeterInfo:
         return {"backend": self.backend, "label": self.label, "headline": list(self.headline),
                 "domains": list(self.domains), "method": self.method, "scope": self.scope,
                 "estimate": self.estimate, "source": self.source}
+
+
+def measurable(deltas: dict) -> tuple[dict, list]:
+    """The joules that count, and why others do not: a meter never reports a non-finite or
+    negative quantity as a measurement. A NaN reading or a counter that went back (a reset, a
+    trace whose values decrease) adds nothing to the totals; a warning says so."""
+    kept, warnings = {}, []
+    for d, j in deltas.items():
+        if not isinstance(j, (int, float)) or not math.isfinite(j):
+            warnings.append(f"{d} energy reading {j!r} is not a finite number: this interval is not counted")
+        elif j < 0:
+            warnings.append(f"{d} energy counter went back by {-j:.6g} J (reset?): this interval is not counted")
+        else:
+            kept[d] = float(j)
+    return kept, warnings
 
 
 def headline_sum(values: dict | None, info: MeterInfo):
@@ -224,6 +240,8 @@ class CounterMeter(BaseMeter):
             return Reading(self.info, self._clock(), None)
         with self._lock:
             t, deltas, warnings = self._source()
+            deltas, refused = measurable(deltas)
+            warnings = list(warnings) + refused
             for d, j in deltas.items():
                 self._total[d] = self._total.get(d, 0.0) + j
             stalls = (s.update(t, deltas) for s in self._watches)

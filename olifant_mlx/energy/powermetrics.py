@@ -10,6 +10,7 @@ The parsers are pure and tested on recorded captures without macOS.
 from __future__ import annotations
 
 import bisect
+import math
 import os
 import platform
 import plistlib
@@ -19,7 +20,6 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from xml.parsers.expat import ExpatError
 
 from olifant_mlx.energy.meter import (BaseMeter, EnergyUnavailable, Mark, MeterInfo, Power,
                                       Reading, Window, WarningLog)
@@ -39,22 +39,41 @@ class Sample:
 
     @property
     def watts(self) -> dict:
+        if self.elapsed_ns <= 0:
+            return {}
         return {d: j / (self.elapsed_ns / 1e9) for d, j in self.joules.items()}
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def make_sample(elapsed_ns, joules: dict, t_end_ns: int | None = None) -> Sample:
+    """A Sample, refused (ValueError) unless it covers some time and every energy is a finite
+    number >= 0: a meter never reports anything else as a measurement."""
+    if not _finite(elapsed_ns) or elapsed_ns <= 0:
+        raise ValueError(f"powermetrics sample with elapsed time {elapsed_ns!r} ns")
+    bad = {d: j for d, j in joules.items() if not _finite(j) or j < 0}
+    if bad or not joules:
+        raise ValueError(f"powermetrics sample with energies {bad or 'none'} (J)")
+    return Sample(int(elapsed_ns), {d: float(j) for d, j in joules.items()}, t_end_ns)
 
 
 def sample_from_plist(doc: bytes, t_end_ns: int | None = None) -> Sample:
     """One `-f plist` document: `processor.<d>_energy` mJ, else `<d>_power` mW x elapsed."""
     d = plistlib.loads(doc)
-    p, elapsed = d["processor"], int(d["elapsed_ns"])
+    if not isinstance(d, dict) or not isinstance(d.get("processor"), dict):
+        raise ValueError("powermetrics document without a processor dictionary")
+    p, elapsed = d["processor"], d.get("elapsed_ns")
+    if not _finite(elapsed):
+        raise ValueError(f"powermetrics document with elapsed_ns {elapsed!r}")
     joules = {}
     for dom in DOMAINS:
-        if f"{dom}_energy" in p:
+        if _finite(p.get(f"{dom}_energy")):
             joules[dom] = p[f"{dom}_energy"] / 1e3
-        elif f"{dom}_power" in p:
+        elif _finite(p.get(f"{dom}_power")):
             joules[dom] = p[f"{dom}_power"] / 1e3 * elapsed / 1e9
-    if not joules or elapsed <= 0:
-        raise ValueError("powermetrics document without processor energy or elapsed time")
-    return Sample(elapsed, joules, t_end_ns)
+    return make_sample(elapsed, joules, t_end_ns)
 
 
 class PlistSplitter:
@@ -87,7 +106,7 @@ def parse_documents(docs, times=None):
     for i, doc in enumerate(docs):
         try:
             samples.append(sample_from_plist(doc, None if times is None else times[i]))
-        except (ExpatError, plistlib.InvalidFileException, ValueError, KeyError, TypeError) as e:
+        except Exception as e:   # plistlib fails on damaged bytes in many ways (Expat, Index, Lookup...)
             warnings.append(f"ignored an unreadable powermetrics document "
                             f"({type(e).__name__}: {e})")
     return samples, warnings
@@ -113,18 +132,25 @@ def samples_from_text(text: str) -> list[Sample]:
 
     The first `X Power:` line of each sample counts: with the gpu_power sampler `GPU Power`
     appears again under "GPU usage". `Package Power` is not CPU+GPU+ANE(+DRAM) and stays apart.
+    A sample whose numbers do not parse, or that covers no time, is left out.
     """
     samples = []
     heads = list(_HEADER.finditer(text))
     for h, nxt in zip(heads, heads[1:] + [None]):
         block = text[h.end():nxt.start() if nxt else len(text)]
-        elapsed = int(round(float(h["ms"]) * 1e6))
-        joules = {}
-        for m in _POWER.finditer(block):
-            joules.setdefault(m["dom"].lower(), float(m["mw"]) / 1e3 * elapsed / 1e9)
-        if joules:
-            samples.append(Sample(elapsed, {d: joules[d] for d in DOMAINS if d in joules}))
+        try:
+            samples.append(_text_sample(h["ms"], _POWER.finditer(block)))
+        except ValueError:
+            continue
     return samples
+
+
+def _text_sample(ms: str, powers) -> Sample:
+    elapsed = int(round(float(ms) * 1e6))
+    joules = {}
+    for m in powers:
+        joules.setdefault(m["dom"].lower(), float(m["mw"]) / 1e3 * elapsed / 1e9)
+    return make_sample(elapsed, {d: joules[d] for d in DOMAINS if d in joules})
 
 
 class SampleLog:
@@ -291,9 +317,11 @@ def open_meter(arg=None, *, clock=time.monotonic_ns, interval_ms: int = 250, syn
 
     def pump():
         fd = proc.stdout.fileno()
-        while chunk := os.read(fd, 1 << 16):
-            meter.feed(chunk)
-        meter.end_of_stream()
+        try:
+            while chunk := os.read(fd, 1 << 16):
+                meter.feed(chunk)
+        finally:                   # whatever stops the reader, windows stop waiting for it
+            meter.end_of_stream()
 
     threading.Thread(target=pump, name="powermetrics", daemon=True).start()
     return meter

@@ -10,31 +10,74 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 import time
-from pathlib import Path
 
 from olifant_mlx.energy import apple
 from olifant_mlx.energy.meter import CounterMeter, EnergyUnavailable, MeterInfo
+from olifant_mlx.files import read_regular
 
 FORMAT = "olifant-ioreport-replay/1"
+ROW_TEXT = ("group", "channel", "unit")
+
+
+class TraceError(EnergyUnavailable):
+    """A replay trace that is not one: the message names the file and the place."""
+
+
+def _finite_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _row(r, where) -> apple.Row:
+    """One row of a sample, checked: text fields are strings, the value a finite number."""
+    if not isinstance(r, dict):
+        raise TraceError(f"{where}: a row must be an object, got {type(r).__name__}")
+    for key in ROW_TEXT:
+        if not isinstance(r.get(key), str):
+            raise TraceError(f"{where}: {key!r} must be a string, got {r.get(key)!r}")
+    if not isinstance(r.get("subgroup", ""), str):
+        raise TraceError(f"{where}: 'subgroup' must be a string, got {r['subgroup']!r}")
+    if not _finite_number(r.get("value")):
+        raise TraceError(f"{where}: 'value' must be a finite number, got {r.get('value')!r}")
+    return apple.Row(r["group"], r.get("subgroup", ""), r["channel"], r["unit"], r["value"])
+
+
+def _sample(s, where) -> tuple[int, list]:
+    if not isinstance(s, dict):
+        raise TraceError(f"{where}: a sample must be an object, got {type(s).__name__}")
+    if not _finite_number(s.get("t_ns")):
+        raise TraceError(f"{where}: 't_ns' must be a finite number, got {s.get('t_ns')!r}")
+    if not isinstance(s.get("rows"), list):
+        raise TraceError(f"{where}: 'rows' must be a list, got {s.get('rows')!r}")
+    return int(s["t_ns"]), [_row(r, f"{where}, row {i}") for i, r in enumerate(s["rows"])]
+
+
+def _samples(data, path) -> list:
+    """The trace's (t_ns, rows) in time order, every field checked (TraceError names it)."""
+    if not isinstance(data, dict):
+        raise TraceError(f"{path}: a replay trace is a JSON object, got {type(data).__name__}")
+    if data.get("format", FORMAT) != FORMAT:
+        raise TraceError(f"{path}: format {data.get('format')!r}, expected {FORMAT!r}")
+    samples = data.get("samples", [])
+    if not isinstance(samples, list):
+        raise TraceError(f"{path}: 'samples' must be a list, got {type(samples).__name__}")
+    checked = [_sample(s, f"{path}: sample {i}") for i, s in enumerate(samples)]
+    if len(checked) < 2:
+        raise TraceError(f"{path}: a replay trace needs at least two samples")
+    return sorted(checked, key=lambda s: s[0])
 
 
 def load_trace(path) -> tuple[list[int], list[dict], list[str]]:
     """(t_ns per sample, cumulative joules per domain per sample, warnings)."""
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as e:
+        data = json.loads(read_regular(path).decode("utf-8"))
+    except (OSError, ValueError) as e:      # NotARegularFile and bad UTF-8 are ValueErrors
         raise EnergyUnavailable(f"cannot read replay trace {path}: {e}") from None
-    if data.get("format", FORMAT) != FORMAT:
-        raise EnergyUnavailable(f"{path}: format {data.get('format')!r}, expected {FORMAT!r}")
-    samples = sorted(data.get("samples", ()), key=lambda s: s["t_ns"])
-    if len(samples) < 2:
-        raise EnergyUnavailable(f"{path}: a replay trace needs at least two samples")
     times, totals, warnings = [], [], []
-    for s in samples:
-        j, w = apple.joules([apple.Row(r["group"], r.get("subgroup", ""), r["channel"], r["unit"],
-                                       r["value"]) for r in s["rows"]])
-        times.append(int(s["t_ns"]))
+    for t, rows in _samples(data, path):
+        j, w = apple.joules(rows)
+        times.append(t)
         totals.append(j)
         warnings.extend(w)
     return times, totals, list(dict.fromkeys(warnings))

@@ -24,6 +24,49 @@ from olifant_mlx.engine.stats import Stats, Step
 from olifant_mlx.mlx_setup import mx
 
 MAX_K = 64
+EMBEDDING_NAMES = ("embed_tokens", "wte", "tok_embeddings", "word_embeddings")
+
+
+def _embedding_rows(model) -> int | None:
+    """Rows of the model's token embedding (an id at or past them crashes MLX's lookup)."""
+    if not hasattr(model, "named_modules"):
+        return None
+    for name, module in model.named_modules():
+        if name.rpartition(".")[2] in EMBEDDING_NAMES and "weight" in module:
+            return int(getattr(module, "num_embeddings", None) or module["weight"].shape[0])
+    return None
+
+
+def model_vocab_size(model) -> int | None:
+    """How many ids the verifier reads and scores: the smallest of its own `vocab_size`, its
+    args' vocab_size and its token embedding's rows; None when none is found (ids unchecked)."""
+    args = getattr(model, "args", None)
+    found = (getattr(model, "vocab_size", None), getattr(args, "vocab_size", None),
+             _embedding_rows(model))
+    sizes = [n for n in found if isinstance(n, int) and n > 0]
+    return min(sizes) if sizes else None
+
+
+def _in_vocabulary(drafts, vocab_size):
+    """The drafts up to the first id the verifier cannot read: such a draft can never be
+    accepted, and feeding it to the model would crash the embedding lookup."""
+    if vocab_size is None:
+        return drafts
+    for i, t in enumerate(drafts):
+        if not 0 <= t < vocab_size:
+            return drafts[:i]
+    return drafts
+
+
+def _check_prompt(prompt, vocab_size):
+    if not prompt:
+        raise ValueError("empty prompt: the verifier needs at least one token")
+    if vocab_size is None:
+        return
+    for i, t in enumerate(prompt):
+        if not 0 <= t < vocab_size:
+            raise ValueError(f"prompt token id {t} at position {i} is outside the verifier's "
+                             f"vocabulary (ids 0 to {vocab_size - 1})")
 
 
 @dataclass
@@ -105,18 +148,21 @@ def _cut(emitted, eos, room):
 def generate_steps(model, prompt, drafter=None, k: int = 3, max_tokens: int = 100,
                    kv_cache: bool = True, eos_ids=(), max_kv_size: int | None = None,
                    bos_id: int | None = None, stats: Stats | None = None,
-                   sampling: Sampling | None = None, on_prefill=None, processors=()):
+                   sampling: Sampling | None = None, on_prefill=None, processors=(),
+                   vocab_size: int | None = None):
     """Yield a Step per verifier pass until max_tokens or an EOS token (not emitted).
     Greedy by default; with `sampling`, the verifier samples (see Sampling); `processors`
     (mlx-lm logits processors: processor(tokens, logits) -> logits) shape every choice. The
-    drafter sees the prompt without a leading BOS unless it `wants_bos`."""
+    drafter sees the prompt without a leading BOS unless it `wants_bos`. `vocab_size`
+    (default: found on the model) bounds the ids: a prompt id outside it is refused, drafts are
+    cut before one."""
     if not 0 <= k <= MAX_K:
         raise ValueError(f"k must be between 0 and {MAX_K}, got {k}")
     if max_tokens < 0:
         raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
     prompt = [int(t) for t in prompt]
-    if not prompt:
-        raise ValueError("empty prompt: the verifier needs at least one token")
+    vocab_size = vocab_size or model_vocab_size(model)
+    _check_prompt(prompt, vocab_size)
     drafter = as_drafter(drafter)
     eos = set(int(e) for e in eos_ids)
     skip = 0 if drafter.wants_bos or bos_id is None or prompt[0] != bos_id else 1
@@ -137,6 +183,7 @@ def generate_steps(model, prompt, drafter=None, k: int = 3, max_tokens: int = 10
     while True:
         ts = time.perf_counter()
         drafts = [int(t) for t in drafter.draft(seq[skip:], k)[:k]] if k else []
+        drafts = _in_vocabulary(drafts, vocab_size)
         td = time.perf_counter()
         verdict = verifier.verify(seq, drafts)
         kept, reason = _cut(verdict.emitted, eos, max_tokens - produced)

@@ -37,6 +37,7 @@ class ReferenceModel:
     def __init__(self, truth, vocab_size: int):
         self.truth = mx.array(list(truth) + [0], dtype=mx.int32)   # after the end: any token
         self.n = len(truth)
+        self.vocab_size = vocab_size
         self.vocab = mx.arange(vocab_size, dtype=mx.int32)
 
     def make_cache(self):

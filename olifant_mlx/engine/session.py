@@ -25,13 +25,18 @@ from dataclasses import dataclass
 from olifant_mlx.drafters.base import Drafter, as_drafter
 from olifant_mlx.drafters.registry import (DrafterSpec, build_drafter, parse_spec, resolve_auto,
                                            uses_history)
-from olifant_mlx.engine.loop import MAX_K, generate_steps
+from olifant_mlx.engine.loop import MAX_K, generate_steps, model_vocab_size
 from olifant_mlx.engine.sampling import Sampling
 from olifant_mlx.engine.stats import Stats, Step
 
 
 class OptionsError(ValueError):
-    """A generation option out of range; the message names the option."""
+    """A generation option out of range; the message names the option, `option` is its field
+    (surfaces show their own spelling of it: the CLI its flag)."""
+
+    def __init__(self, message: str, option: str = ""):
+        super().__init__(message)
+        self.option = option
 
 
 class ContextError(ValueError):
@@ -82,36 +87,38 @@ class GenerationOptions:
     history: str | None = None         # opt-in session history file (hybrid drafters)
 
     def __post_init__(self):
-        def bad(what):
-            raise OptionsError(what)
+        def bad(option, what):
+            raise OptionsError(what, option)
 
         if not isinstance(self.k, int) or not 0 <= self.k <= MAX_K:
-            bad(f"k (draft tokens per step) must be a whole number from 0 to {MAX_K}, got {self.k!r}")
+            bad("k", f"k (draft tokens per step) must be a whole number from 0 to {MAX_K}, got {self.k!r}")
         if not isinstance(self.max_tokens, int) or self.max_tokens < 0:
-            bad(f"max tokens must be a whole number >= 0, got {self.max_tokens!r}")
+            bad("max_tokens", f"max tokens must be a whole number >= 0, got {self.max_tokens!r}")
         if self.max_kv_size is not None and (not isinstance(self.max_kv_size, int)
                                              or self.max_kv_size < 1):
-            bad(f"max KV size must be a whole number of tokens >= 1 (or none), got {self.max_kv_size!r}")
+            bad("max_kv_size", f"max KV size must be a whole number of tokens >= 1 (or none), "
+                               f"got {self.max_kv_size!r}")
         if not _number(self.temperature) or not 0 <= self.temperature < math.inf:
-            bad(f"temperature must be a number >= 0 (0 is greedy), got {self.temperature!r}")
+            bad("temperature", f"temperature must be a number >= 0 (0 is greedy), got {self.temperature!r}")
         if not _number(self.top_p) or not 0 < self.top_p <= 1:
-            bad(f"top-p must be in (0, 1], got {self.top_p!r}")
+            bad("top_p", f"top-p must be in (0, 1], got {self.top_p!r}")
         if not _number(self.min_p) or not 0 <= self.min_p < 1:
-            bad(f"min-p must be in [0, 1), got {self.min_p!r}")
+            bad("min_p", f"min-p must be in [0, 1), got {self.min_p!r}")
         if not isinstance(self.top_k, int) or self.top_k < 0:
-            bad(f"top-k must be a whole number >= 0 (0 is off), got {self.top_k!r}")
+            bad("top_k", f"top-k must be a whole number >= 0 (0 is off), got {self.top_k!r}")
         if not isinstance(self.seed, int):
-            bad(f"seed must be a whole number, got {self.seed!r}")
+            bad("seed", f"seed must be a whole number, got {self.seed!r}")
         if self.repetition_penalty is not None and (not _number(self.repetition_penalty)
                                                     or not 0 < self.repetition_penalty < math.inf):
-            bad(f"repetition penalty must be a number > 0, got {self.repetition_penalty!r}")
+            bad("repetition_penalty", f"repetition penalty must be a number > 0, got {self.repetition_penalty!r}")
         if not isinstance(self.repetition_context_size, int) or self.repetition_context_size < 1:
-            bad(f"repetition context size must be a whole number >= 1, got {self.repetition_context_size!r}")
+            bad("repetition_context_size", f"repetition context size must be a whole number >= 1, "
+                                           f"got {self.repetition_context_size!r}")
         if not isinstance(self.stop, tuple) or not all(isinstance(x, str) and x for x in self.stop):
-            bad(f"stop sequences must be non-empty strings, got {self.stop!r}")
+            bad("stop", f"stop sequences must be non-empty strings, got {self.stop!r}")
         if not isinstance(self.extra_eos_tokens, tuple) or not all(isinstance(x, str) and x
                                                                    for x in self.extra_eos_tokens):
-            bad(f"extra EOS tokens must be non-empty strings, got {self.extra_eos_tokens!r}")
+            bad("extra_eos_tokens", f"extra EOS tokens must be non-empty strings, got {self.extra_eos_tokens!r}")
 
     @property
     def sampling(self) -> Sampling | None:
@@ -233,6 +240,7 @@ class Session:
     def __init__(self, verifier, drafter="none", options: GenerationOptions | None = None,
                  meter=None):
         self.verifier = verifier
+        self.vocab_size = model_vocab_size(verifier.model)   # once: the engine checks ids against it
         self.options = options or GenerationOptions()
         self.meter = meter
         self.history = None
@@ -256,7 +264,7 @@ class Session:
                 spec = resolve_auto(self.verifier.identity)
             if self.history is not None and not uses_history(spec):
                 raise OptionsError("a session history is read only by a hybrid drafter: use "
-                                   "--draft hybrid:PATH or adaptive:hybrid:PATH")
+                                   "--draft hybrid:PATH or adaptive:hybrid:PATH", "history")
             self.spec = spec
             drafter = build_drafter(spec, self.verifier.identity, self.history)
         else:
@@ -380,7 +388,7 @@ class Session:
                               kv_cache=opts.kv_cache, eos_ids=eos_ids,
                               max_kv_size=opts.max_kv_size, bos_id=v.bos_id, stats=stats,
                               sampling=opts.sampling, on_prefill=on_prefill,
-                              processors=opts.processors())
+                              processors=opts.processors(), vocab_size=self.vocab_size)
 
     def _finish(self, ids, tokens, stats, drafter, start):
         """Energy of the generation; the opt-in history remembers prompt and output."""

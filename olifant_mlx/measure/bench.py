@@ -4,45 +4,154 @@ Each prompt is first generated plain (the greedy reference); every strategy then
 the same prompt in the same process, so its speedup, ROUGE-L and exact-match flag are
 relative to that reference. Every generation becomes one JSON line, appended as soon as
 it finishes: a killed run resumes where it stopped (rows already present are skipped;
-the reference tokens are stored with the plain row). Energy comes from the meter when
-one is available (with its label); process CPU seconds per 100 tokens are always
-recorded, labelled as compute, never as energy.
+the reference tokens are stored with the plain row). A row is keyed by everything that
+defines it (`KEY_FIELDS`): the verifier and a digest of its weights and tokenizer, the
+prompt's text (a digest), max tokens, the drafter (its spec and its model file's size and
+time), k and the regime, so a rerun with anything changed runs again instead of showing
+old numbers as new. The results file holds generated token ids: it is created 0600.
+Energy comes from the meter when one is available (with its label); process CPU seconds
+per 100 tokens are always recorded, labelled as compute, never as energy.
 """
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
+import os
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 from olifant_mlx.engine import GenerationOptions, Session, reference
+from olifant_mlx.files import PRIVATE, atomic_writer, make_private, open_regular, open_regular_file, write_atomic
 from olifant_mlx.measure.metrics import rouge_l
 
+TABLE_MODE = 0o644
+KEY_FIELDS = ("verifier", "verifier_id", "task", "regime", "strategy", "drafter", "k", "prompt",
+              "prompt_sha256", "max_tokens")
+# what aggregate() reads of every row: a line without them is not a result row
+ROW_FIELDS = ("verifier", "task", "regime", "strategy", "k", "prompt", "n_tokens", "seconds",
+              "plain_seconds", "acceptance", "mean_accepted_length", "rouge_l", "exact_match",
+              "compute_cpu_s_per_100_tokens", "energy_j", "energy_label")
+
+
+def digest(*parts) -> str:
+    """A short hex digest of some strings (NUL-separated, so ("ab", "c") != ("a", "bc"))."""
+    return hashlib.sha256("\0".join(str(p) for p in parts).encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
 def row_key(r) -> tuple:
-    return (r["verifier"], r["task"], r["regime"], r["strategy"], r["k"], r["prompt"])
+    """What defines a row; rows written before a field existed lack it and never match."""
+    return tuple(r.get(f) for f in KEY_FIELDS)
+
+
+def read_results(path) -> tuple[list, int]:
+    """(rows of a results file, how many non-blank lines are not rows: cut short by a kill,
+    or JSON that is not a result object)."""
+    rows, skipped = [], 0
+    if not Path(path).is_file():
+        return rows, skipped
+    with open_regular_file(path, errors="replace") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                row = None
+            if isinstance(row, dict) and all(k in row for k in ROW_FIELDS):
+                rows.append(row)
+            else:
+                skipped += 1
+    return rows, skipped
 
 
 def load_rows(path) -> list:
-    """Rows of a results file; a line cut short by a kill is ignored."""
-    rows = []
-    if Path(path).is_file():
-        for line in open(path, encoding="utf-8"):
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return rows
+    """Rows of a results file; a line cut short by a kill, or that is no result row, is ignored."""
+    return read_results(path)[0]
 
 
-def _end_torn_line(path):
-    """A run killed mid-write leaves a partial last line: end it so new rows stay whole."""
-    p = Path(path)
-    if p.is_file() and p.stat().st_size:
-        with open(p, "rb+") as f:
-            f.seek(-1, 2)
-            if f.read(1) != b"\n":
-                f.write(b"\n")
+def open_results(path):
+    """The results file for appending (created 0600: rows hold generated token ids); a partial
+    last line left by a kill is ended first, so new rows stay whole."""
+    fd = open_regular(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, PRIVATE)
+    make_private(fd)
+    size = os.fstat(fd).st_size
+    if size and os.pread(fd, 1, size - 1) != b"\n":
+        os.write(fd, b"\n")
+    return os.fdopen(fd, "a", encoding="utf-8")
+
+
+def file_stamp(path) -> str:
+    st = os.stat(path)
+    return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"
+
+
+WEIGHT_SAMPLE = 4096    # leading values of every weight array that go into its fingerprint
+
+
+def weights_fingerprint(model, h) -> None:
+    """Feed `h` the name, shape, dtype and leading values of every weight array: cheap at any
+    size, and another training run (or checkpoint) of the same architecture differs."""
+    if not callable(getattr(model, "parameters", None)):
+        return
+    import numpy as np
+    from mlx.utils import tree_flatten
+
+    from olifant_mlx.mlx_setup import mx
+
+    for name, p in tree_flatten(model.parameters()):
+        h.update(f"{name}:{tuple(p.shape)}:{p.dtype}".encode())
+        h.update(np.asarray(p.reshape(-1)[:WEIGHT_SAMPLE].astype(mx.float32)).tobytes())
+
+
+def verifier_identity(verifier) -> str:
+    """A digest of what defines a verifier's output: its name and path, its tokenizer's
+    vocabulary digest, the size and time of its weight and config files, and its weights."""
+    path = str(getattr(verifier, "path", "") or "")
+    h = hashlib.sha256(f"{verifier.name}\0{path}\0{verifier.identity.digest.hex()}".encode())
+    folder = Path(path)
+    if path and folder.is_dir():
+        for f in sorted(folder.glob("*.safetensors")) + [folder / "config.json"]:
+            if f.is_file():
+                h.update(f"\0{f.name}:{file_stamp(f)}".encode())
+    weights_fingerprint(verifier.model, h)
+    return h.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A drafter and what defines its drafts (`spec_identity` of its spec)."""
+    drafter: object
+    identity: str
+
+
+def spec_identity(spec) -> str:
+    """A drafter spec's text and, when it reads a draft-model file, that file's size and time
+    (a model retrained under the same name is another drafter)."""
+    path = spec.model_file
+    return spec.text + (f"@{file_stamp(path)}" if path and os.path.isfile(path) else "")
+
+
+def drafter_identity(drafter, depth: int = 3) -> str:
+    """A drafter object given without a spec: its class, name and settings, the drafters it
+    wraps, and the description of a model it holds."""
+    parts = [f"{type(drafter).__qualname__}:{getattr(drafter, 'name', '')}"]
+    for key, value in sorted(getattr(drafter, "__dict__", {}).items()):
+        if key.startswith("_"):
+            continue
+        if isinstance(value, (bool, int, float, str)):
+            parts.append(f"{key}={value!r}")
+        elif depth and callable(getattr(value, "draft", None)):
+            parts.append(f"{key}=({drafter_identity(value, depth - 1)})")
+        elif callable(getattr(value, "describe", None)):
+            parts.append(f"{key}={json.dumps(value.describe(), sort_keys=True)}")
+    return " ".join(parts)
+
+
+def as_strategy(drafter) -> Strategy:
+    return drafter if isinstance(drafter, Strategy) else Strategy(drafter, drafter_identity(drafter))
 
 
 class ModelRunner:
@@ -51,8 +160,12 @@ class ModelRunner:
     def __init__(self, verifier, meter=None):
         self.verifier = verifier
         self.name = verifier.name
+        self.identity = verifier_identity(verifier)
         self.meter = meter
         self.label = meter.info.label if meter is not None else "not measured"
+
+    def prompt_id(self, prompt) -> str:
+        return digest(prompt)
 
     def run(self, prompt, drafter, k, kv, max_tokens):
         """(tokens, Stats, energy window or None, CPU seconds) of one generation."""
@@ -73,6 +186,12 @@ class ReferenceRunner:
     def __init__(self, tokenizer, continuations: dict):
         self.tokenizer = tokenizer          # our Tokenizer (encode without BOS)
         self.continuations = continuations  # prompt text -> the document's continuation text
+        self.identity = digest("reference", tokenizer.name, tokenizer.vocab_size,
+                               getattr(tokenizer, "digest", b"").hex())
+
+    def prompt_id(self, prompt) -> str:
+        """The prompt and its document's continuation: the reference 'verifier' answers it."""
+        return digest(prompt, self.continuations[prompt])
 
     def run(self, prompt, drafter, k, kv, max_tokens):
         ids = self.tokenizer.encode(prompt)
@@ -107,51 +226,52 @@ def alternating_rounds(runner, prompts, runners, rounds, max_tokens, kv) -> list
 
 def sweep(runner, tasks: dict, strategies: dict, ks, regimes, max_tokens: int, results,
           n_prompts=None, on_progress=None):
-    """Run every missing cell; append rows to `results`; return all rows.
+    """Run every missing cell; append rows to `results`; return this sweep's rows (the file
+    may hold others: other settings, verifiers or prompts).
 
     runner: a ModelRunner or a ReferenceRunner; tasks: {name: [prompt texts]}; strategies:
-    {name: drafter} (a drafter resets itself in start(), so one serves every run).
+    {name: drafter or Strategy} (a drafter resets itself in start(), so one serves every run).
     """
-    verifier = runner.name
+    strategies = {name: as_strategy(s) for name, s in strategies.items()}
+    fixed = {"verifier": runner.name, "verifier_id": runner.identity, "max_tokens": max_tokens}
 
-    def run(text, drafter, k, kv):
-        return runner.run(text, drafter, k, kv, max_tokens)
-    rows = load_rows(results)
-    done = {row_key(r): r for r in rows}
-    plan = [(task, regime, i, text) for task, texts in tasks.items() for regime in regimes
-            for i, text in enumerate(texts[:n_prompts])]
-    planned = [(verifier, task, regime, name, k, i) for task, regime, i, _ in plan
-               for name, k in [("plain", 0)] + [(s, k) for s in strategies for k in ks]]
-    total, finished = len(planned), sum(key in done for key in planned)
-    _end_torn_line(results)
-    with open(results, "a", encoding="utf-8") as out:
+    def cell(task, regime, i, prompt_id, strategy, drafter, k):
+        return {**fixed, "task": task, "regime": regime, "strategy": strategy, "drafter": drafter,
+                "k": k, "prompt": i, "prompt_sha256": prompt_id}
+
+    done = {row_key(r): r for r in load_rows(results)}
+    plan = [(task, regime, i, text, runner.prompt_id(text)) for task, texts in tasks.items()
+            for regime in regimes for i, text in enumerate(texts[:n_prompts])]
+    planned = [cell(task, regime, i, pid, "plain", "none", 0) for task, regime, i, _, pid in plan]
+    planned += [cell(task, regime, i, pid, name, s.identity, k) for task, regime, i, _, pid in plan
+                for name, s in strategies.items() for k in ks]
+    total, finished = len(planned), sum(row_key(c) in done for c in planned)
+    with open_results(results) as out:
         def record(row):
-            rows.append(row)
+            nonlocal finished
+            done[row_key(row)] = row
             out.write(json.dumps(row) + "\n")
             out.flush()
+            finished += 1
+            if on_progress:
+                on_progress(finished, total)
 
-        for task, regime, i, text in plan:
+        for task, regime, i, text, pid in plan:
             kv = regime == "kv"
-            ref_row = done.get((verifier, task, regime, "plain", 0, i))
-            if ref_row is None:
-                ref, st, w, cpu = run(text, None, 0, kv)
-                ref_row = make_row(verifier, task, regime, "plain", 0, i, ref, ref, st, w, cpu)
-                record(ref_row)
-                finished += 1
-                if on_progress:
-                    on_progress(finished, total)
-            ref = ref_row["tokens"]
-            for name, drafter in strategies.items():
+            plain = cell(task, regime, i, pid, "plain", "none", 0)
+            if row_key(plain) not in done:
+                ref, st, w, cpu = runner.run(text, None, 0, kv, max_tokens)
+                record(make_row(plain, ref, ref, st, w, cpu))
+            ref_row = done[row_key(plain)]
+            for name, s in strategies.items():
                 for k in ks:
-                    if (verifier, task, regime, name, k, i) in done:
+                    c = cell(task, regime, i, pid, name, s.identity, k)
+                    if row_key(c) in done:
                         continue
-                    out_tokens, st, w, cpu = run(text, drafter, k, kv)
-                    record(make_row(verifier, task, regime, name, k, i, out_tokens, ref, st, w, cpu,
+                    out_tokens, st, w, cpu = runner.run(text, s.drafter, k, kv, max_tokens)
+                    record(make_row(c, out_tokens, ref_row["tokens"], st, w, cpu,
                                     plain_s=ref_row["seconds"]))
-                    finished += 1
-                    if on_progress:
-                        on_progress(finished, total)
-    return rows
+    return [done[row_key(c)] for c in planned]
 
 
 def continuations_of(prompts, corpus) -> dict:
@@ -174,14 +294,13 @@ def continuations_of(prompts, corpus) -> dict:
     return found
 
 
-def make_row(verifier, task, regime, strategy, k, prompt, tokens, ref, stats, window, cpu_s,
-             plain_s=None):
+def make_row(cell: dict, tokens, ref, stats, window, cpu_s, plain_s=None):
+    """A row: the cell's key fields (KEY_FIELDS) and what one generation measured."""
     d = stats.as_dict()
     n = len(tokens)
     energy = window.as_dict(n) if window is not None else {"backend": "none", "energy_j": None}
     return {
-        "verifier": verifier, "task": task, "regime": regime, "strategy": strategy, "k": k,
-        "prompt": prompt, "tokens": tokens if strategy == "plain" else None, "n_tokens": n,
+        **cell, "tokens": tokens if cell["strategy"] == "plain" else None, "n_tokens": n,
         "seconds": d["seconds"], "tokens_per_s": d["tokens_per_s"], "steps": d["steps"],
         "acceptance": d["acceptance"], "mean_accepted_length": d["mean_accepted_length"],
         "drafted": d["drafted"], "accepted": d["accepted"], "forward_tokens": d["forward_tokens"],
@@ -300,10 +419,10 @@ def add_predictions(cells, rows, calibration: dict | None) -> None:
 
 
 def write_tables(cells, out_dir) -> dict:
-    """CSV (machines) and Markdown (people) of the aggregated cells; returns the paths."""
+    """CSV (machines) and Markdown (people) of the aggregated cells, each written atomically;
+    returns the paths. They hold aggregates only (no prompt, no generated text): 0644."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "bench.csv", "w", newline="") as f:
+    with atomic_writer(out / "bench.csv", TABLE_MODE, binary=False) as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS)
         w.writeheader()
         for c in cells:
@@ -315,7 +434,7 @@ def write_tables(cells, out_dir) -> dict:
         lines += [f"## {title}", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         lines += ["| " + " | ".join(_fmt(k, c.get(k)) for k in cols) + " |" for c in cells]
         lines.append("")
-    (out / "bench.md").write_text("\n".join(lines))
+    write_atomic(out / "bench.md", "\n".join(lines), TABLE_MODE)
     return {"csv": out / "bench.csv", "markdown": out / "bench.md"}
 
 
@@ -405,15 +524,30 @@ def _timed(fn):
 
 
 def read_prompts(path) -> list:
-    """Prompts: a .jsonl with a "prompt" (or "text") field per line, or text one per line."""
+    """Prompts: a .jsonl with a "prompt" (or "text") field per line, or text one per line.
+    A line that is not such an object is a ValueError naming the file and the line."""
+    path = str(path)
+    jsonl = path.endswith((".jsonl", ".json"))
     out = []
-    for line in open(path, encoding="utf-8"):
-        line = line.rstrip("\n")
-        if not line.strip():
-            continue
-        if path.endswith((".jsonl", ".json")):
-            obj = json.loads(line)
-            out.append(obj.get("prompt") or obj["text"])
-        else:
-            out.append(line)
+    with open_regular_file(path) as f:
+        try:
+            for n, line in enumerate(f, start=1):
+                line = line.rstrip("\n")
+                if line.strip():
+                    out.append(_jsonl_prompt(line, path, n) if jsonl else line)
+        except UnicodeDecodeError as e:
+            raise ValueError(f"prompt file {path} is not UTF-8 text ({e.reason})") from None
+    if not out:
+        raise ValueError(f"prompt file {path} holds no prompt")
     return out
+
+
+def _jsonl_prompt(line: str, path: str, n: int) -> str:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}:{n}: not JSON ({e.msg})") from None
+    text = (obj.get("prompt") or obj.get("text")) if isinstance(obj, dict) else None
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"{path}:{n}: wants an object with a non-empty \"prompt\" (or \"text\") string")
+    return text

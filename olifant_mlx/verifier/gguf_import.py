@@ -15,15 +15,139 @@ from __future__ import annotations
 
 import json
 import re
+import struct
 from pathlib import Path
 
 import numpy as np
 
+from olifant_mlx.files import NotARegularFile, open_regular_file
+
 SUPPORTED = ("llama", "qwen2", "gemma3")
+VERSIONS = (2, 3)
+SCALAR_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # GGUFValueType
+STRING, ARRAY, UINT32 = 8, 9, 4
+MAX_DIMS = 8
 
 
 class GGUFError(ValueError):
     """A GGUF file that cannot be converted (unsupported architecture, damaged file)."""
+
+
+class _Cursor:
+    """Reads a GGUF file's header front to back; running off the end is a GGUFError that
+    names the file, what was being read and where."""
+
+    def __init__(self, f, size: int, path):
+        self.f, self.size, self.path, self.pos = f, size, path, 0
+
+    def need(self, n: int, what: str) -> None:
+        if self.pos + n > self.size:
+            raise GGUFError(f"{self.path}: truncated GGUF ({self.size:,} bytes): cut off in {what} "
+                            f"at byte {self.pos:,} (an interrupted download or copy?)")
+
+    def take(self, n: int, what: str) -> bytes:
+        self.need(n, what)
+        self.pos += n
+        return self.f.read(n)
+
+    def skip(self, n: int, what: str) -> None:
+        self.need(n, what)
+        self.pos += n
+        self.f.seek(self.pos)
+
+    def u32(self, what: str) -> int:
+        return struct.unpack("<I", self.take(4, what))[0]
+
+    def u64(self, what: str) -> int:
+        return struct.unpack("<Q", self.take(8, what))[0]
+
+    def string(self, what: str) -> bytes:
+        return self.take(self.u64(what), what)
+
+
+def _skip_value(cur: _Cursor, vtype: int, what: str, nested: bool = False) -> None:
+    if vtype in SCALAR_BYTES:
+        cur.skip(SCALAR_BYTES[vtype], what)
+    elif vtype == STRING:
+        cur.skip(cur.u64(what), what)
+    elif vtype == ARRAY and not nested:
+        itype, count = cur.u32(what), cur.u64(what)
+        if itype in SCALAR_BYTES:
+            cur.skip(SCALAR_BYTES[itype] * count, what)
+        else:
+            for _ in range(count):        # each item takes bytes: a false count runs off the end
+                _skip_value(cur, itype, what, nested=True)
+    else:
+        raise GGUFError(f"{cur.path}: damaged GGUF: {what} has unknown value type {vtype}")
+
+
+def _version(cur: _Cursor) -> int:
+    magic = cur.take(4, "the magic number")
+    if magic != b"GGUF":
+        raise GGUFError(f"{cur.path}: not a GGUF file (it starts with {magic!r}, not b'GGUF')")
+    version = cur.u32("the version")
+    swapped = int.from_bytes(version.to_bytes(4, "little"), "big")
+    if version not in VERSIONS and swapped in VERSIONS:
+        raise GGUFError(f"{cur.path}: a big-endian GGUF (version {swapped}); only little-endian "
+                        f"files (llama.cpp's default) are read: convert it with gguf-convert-endian")
+    if version not in VERSIONS:
+        raise GGUFError(f"{cur.path}: GGUF version {version} is not supported (versions "
+                        f"{', '.join(map(str, VERSIONS))} are)")
+    return version
+
+
+def _tensor_end(cur: _Cursor, i: int) -> tuple[str, int]:
+    """One tensor info: (name, offset of its data's end from the data section's start)."""
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    what = f"tensor info {i}"
+    name = cur.string(what).decode("utf-8", "replace")
+    n_dims = cur.u32(what)
+    if n_dims > MAX_DIMS:
+        raise GGUFError(f"{cur.path}: damaged GGUF: tensor {name} claims {n_dims} dimensions")
+    elements = int(np.prod([cur.u64(what) for _ in range(n_dims)], dtype=object))
+    kind, offset = cur.u32(what), cur.u64(what)
+    try:
+        block, type_bytes = GGML_QUANT_SIZES[GGMLQuantizationType(kind)]
+    except (ValueError, KeyError):
+        raise GGUFError(f"{cur.path}: tensor {name} has unknown data type {kind}") from None
+    if elements % block:
+        raise GGUFError(f"{cur.path}: damaged GGUF: tensor {name} has {elements} values, not whole "
+                        f"blocks of {block}")
+    return name, offset + elements // block * type_bytes
+
+
+def check_layout(path) -> None:
+    """Walk a GGUF file's header, metadata and tensor table, and check its tensors' data lies
+    within the file: a truncated, damaged, big-endian or foreign file is a GGUFError naming
+    the file and the problem, before the gguf reader fails on it with numpy's errors."""
+    try:
+        f = open_regular_file(path, "rb")
+    except NotARegularFile as e:
+        raise GGUFError(f"GGUF {e}") from None
+    except OSError as e:
+        raise GGUFError(f"cannot read GGUF file {path}: {e.strerror}") from None
+    with f:
+        import os
+
+        cur = _Cursor(f, os.fstat(f.fileno()).st_size, path)
+        _version(cur)
+        n_tensors, n_kv = cur.u64("the tensor count"), cur.u64("the metadata count")
+        alignment = 32
+        for i in range(n_kv):
+            key = cur.string(f"metadata entry {i}").decode("utf-8", "replace")
+            vtype = cur.u32(f"metadata {key}")
+            if key == "general.alignment" and vtype == UINT32:
+                alignment = cur.u32(f"metadata {key}") or 32
+            else:
+                _skip_value(cur, vtype, f"metadata {key}")
+        ends = [_tensor_end(cur, i) for i in range(n_tensors)]
+        data_start = -(-cur.pos // alignment) * alignment
+        for name, end in ends:
+            if data_start + end > cur.size:
+                raise GGUFError(f"{path}: truncated GGUF: tensor {name} ends at byte "
+                                f"{data_start + end:,} but the file has {cur.size:,} bytes "
+                                f"(an interrupted download or copy?)")
 
 
 def _fields(reader) -> dict:
@@ -36,17 +160,25 @@ def _fields(reader) -> dict:
     return out
 
 
-def _config(arch: str, meta: dict, has_output: bool) -> dict:
+def _config(arch: str, meta: dict, has_output: bool, path="") -> dict:
     def g(name, default=None):
         return meta.get(f"{arch}.{name}", default)
 
-    heads = int(g("attention.head_count"))
-    hidden = int(g("embedding_length"))
+    def need(name):
+        value = g(name)
+        if not isinstance(value, (int, np.integer)) or value <= 0:
+            raise GGUFError(f"{path}: metadata {arch}.{name} is missing or not a positive number ({value!r})")
+        return int(value)
+
+    if not meta.get("tokenizer.ggml.tokens"):
+        raise GGUFError(f"{path}: metadata tokenizer.ggml.tokens (the vocabulary) is missing")
+    heads = need("attention.head_count")
+    hidden = need("embedding_length")
     vocab = len(meta["tokenizer.ggml.tokens"])
     common = {
         "hidden_size": hidden,
-        "intermediate_size": int(g("feed_forward_length")),
-        "num_hidden_layers": int(g("block_count")),
+        "intermediate_size": need("feed_forward_length"),
+        "num_hidden_layers": need("block_count"),
         "num_attention_heads": heads,
         "num_key_value_heads": int(g("attention.head_count_kv", heads)),
         "rms_norm_eps": float(g("attention.layer_norm_rms_epsilon", 1e-6)),
@@ -209,6 +341,7 @@ def convert_gguf(gguf_path, out_dir, dtype: str | None = None, keep_quantized: b
     from olifant_mlx.mlx_setup import mx
 
     path = Path(gguf_path)
+    check_layout(path)
     try:
         reader = gguf.GGUFReader(str(path))
     except Exception as e:
@@ -218,7 +351,7 @@ def convert_gguf(gguf_path, out_dir, dtype: str | None = None, keep_quantized: b
     if arch not in SUPPORTED:
         raise GGUFError(f"{path}: architecture {arch!r} is not supported (supported: {', '.join(SUPPORTED)})")
     names = {t.name for t in reader.tensors}
-    config = _config(arch, meta, has_output="output.weight" in names)
+    config = _config(arch, meta, has_output="output.weight" in names, path=path)
     n_params = sum(int(np.prod(t.shape)) for t in reader.tensors)
     dtype = dtype or ("float32" if n_params < 1_500_000_000 else "float16")
     quantization = native_quantization(reader, arch) if keep_quantized else None
