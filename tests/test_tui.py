@@ -388,9 +388,11 @@ def test_incompatible_draft_model_is_marked_and_refused(tmp_path):
             await pilot.press("f6")
             table.move_cursor(row=table.get_row_index(str(bad)))
             await pilot.click("#use-model")
+            await pilot.pause()
             assert app.query_one("#set-draft-arg").value == str(bad)     # unchanged
             table.move_cursor(row=table.get_row_index(str(good)))
             await pilot.click("#use-model")
+            await pilot.pause()
             assert app.query_one("#set-draft-arg").value == str(good)
             await pilot.press("f2", "ctrl+r")                  # answer the waiting message
             await settle(pilot, app)
