@@ -29,6 +29,7 @@ MIT = ('THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS 
        "FOR ANY CLAIM, DAMAGES OR OTHER LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR "
        "OTHERWISE, ARISING FROM, OUT OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER "
        "DEALINGS IN THE SOFTWARE.")
+CUT = MIT.index(" THE WARRANTIES")      # a document's beginning that ends at a word's end
 
 
 def run(coro):
@@ -311,10 +312,9 @@ def test_changing_the_drafter_never_reloads_the_verifier():
             await send(pilot, app, "one")
             assert app.loads == FakeVerifier.loads == 1
             assert str(app.session.requested) == "auto" and app.session.spec.text.startswith("adaptive:hybrid")
-            await pilot.press("f7")
-            app.query_one("#set-drafter").value = "ngram"
-            app.query_one("#set-draft-arg").value = "3"
-            app.query_one("#set-adaptive").value = False
+            # as a person does: F7, Tab to the drafter list, open it, "ng" for ngram, Tab to its
+            # argument, 3, Tab to the draft length, space to turn adaptive off
+            await pilot.press("f7", "tab", "enter", "n", "g", "enter", "tab", "3", "tab", "space")
             await pilot.pause()
             assert "drafter ngram:3" in static_text(app, "#set-check")
             await pilot.press("ctrl+g")                  # from the Settings tab: writes in Chat
@@ -322,8 +322,9 @@ def test_changing_the_drafter_never_reloads_the_verifier():
             assert app.tabs.active == "chat"
             await send(pilot, app, "two")
             assert app.session.spec.text == "ngram:3" and app.session.drafter.name.startswith("ngram")
-            app.query_one("#set-adaptive").value = True
-            await pilot.pause()
+            await pilot.press("f7")
+            app.query_one("#set-adaptive").focus()
+            await pilot.press("space", "f2")
             await send(pilot, app, "three")
             assert app.session.spec.text == "adaptive:ngram:3"
             assert app.loads == FakeVerifier.loads == 1          # one verifier, three drafters
@@ -418,6 +419,31 @@ def test_replay_energy_live_numbers_and_power_chart(shared):
             assert app.last_window.total_j > 0
             assert " J" in static_text(app, "#chat-status")
             assert app.query(".power")
+
+    run(go())
+
+
+def test_power_skips_readings_where_no_counter_advanced(shared):
+    """A trace's counters step once a second; a tick between two steps is not 0 W."""
+    now = [0]
+
+    async def go():
+        app = fake_app(energy=replay_spec(shared), meter_clock=lambda: now[0])
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            domain = app.meter.info.domains[0]
+            app.generating = True                        # as while a generation runs
+            app.meter.power()                            # the baseline, at 0 s
+            now[0] = 1_500_000_000                       # past the trace's step at 1 s
+            app._tick_power()
+            label = str(app.query_one(f"#power-label-{domain}").content)
+            assert f"{domain}   0.00 W" not in label and app.live.series[domain]
+            points = len(app.live.series[domain])
+            now[0] = 1_900_000_000                       # no step since: nothing to show
+            app._tick_power()
+            assert str(app.query_one(f"#power-label-{domain}").content) == label
+            assert len(app.live.series[domain]) == points
+            app.generating = False
 
     run(go())
 
@@ -601,28 +627,45 @@ def real_draft(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_real_two_turn_conversation_drafted_equals_plain(real_draft):
-    """Two turns with the offline instruct verifier, drafting with an adaptive hybrid over a
-    real draft model: each answer is the plain (undrafted) answer, token for token."""
+def test_real_two_turn_conversation_drafted_equals_plain(real_draft, monkeypatch):
+    """Two turns with the offline instruct verifier at 80x24, typed and sent with keys: the
+    first drafted by an adaptive hybrid over a real draft model, then the drafter changed in
+    Settings (keys again) to an adaptive olifant drafter for the second, without loading the
+    verifier again. Each answer is the plain (undrafted) answer, token for token."""
+    from olifant_mlx import verifier
     from olifant_mlx.engine import Session
 
     _, model_path = real_draft
+    loads = []
+    real_load = verifier.load_verifier
+    monkeypatch.setattr(verifier, "load_verifier", lambda *a, **kw: loads.append(a) or real_load(*a, **kw))
 
     async def go():
         app = OlifantApp(model="smollm2-135m", draft=f"adaptive:hybrid:{model_path}", k=4,
-                         max_tokens=12, energy="none", model_dirs=[model_path.parent])
-        async with app.run_test(size=SIZE) as pilot:
-            await send(pilot, app, "Write one sentence about software warranties.", timeout=300)
-            await send(pilot, app, "Now say it more formally.", timeout=300)
+                         max_tokens=16, energy="none", model_dirs=[model_path.parent])
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            assert app.focused is app.chat_tab.composer
+            await pilot.press(*"Write one sentence about software warranties.", "ctrl+g")
+            await settle(pilot, app, 300)
+            assert app.session.spec.text == f"adaptive:hybrid:{model_path}"
+            # Settings: drafter list, "o" for olifant, its argument the same model
+            await pilot.press("f7", "tab", "enter", "o", "enter", "tab", "ctrl+a", *str(model_path))
+            await pilot.pause()
+            assert f"drafter adaptive:olifant:{model_path}" in static_text(app, "#set-check")
+            await pilot.press("f2", *"Now say it more formally.", "ctrl+g")
+            await settle(pilot, app, 300)
+            assert app.session.spec.text == f"adaptive:olifant:{model_path}"
             conv = app.current["chat"]
             assert [t.role for t in conv.turns] == ["user", "assistant"] * 2
+            assert conv.turns[2].content == "Now say it more formally."
             assert all(t.content for t in conv.turns), conv.turns
-            assert sum(t.stats["drafted"] for t in conv.turns[1::2]) > 0
+            assert all(t.stats["drafted"] > 0 for t in conv.turns[1::2])
+            assert len(loads) == 1 and app.loads == 1           # one verifier, two drafters
             plain = Session(app.session.verifier, "none")      # the same verifier, no reload
             for i in (1, 3):
-                expected = plain.generate(conv.chat(i), app.session.options.replace(k=0, max_tokens=12))
+                expected = plain.generate(conv.chat(i), app.session.options.replace(k=0, max_tokens=16))
                 assert conv.turns[i].content == expected.text, i
-            assert app.loads == 1
 
     run(go())
 
@@ -634,22 +677,22 @@ def test_real_document_continuation_and_compare(real_draft):
     async def go():
         app = OlifantApp(model="smollm2-135m", draft=f"olifant:{model_path}", k=4, max_tokens=16,
                          energy="none", model_dirs=[model_path.parent], mode="document",
-                         prompt=MIT[:120])
+                         prompt=MIT[:CUT])
         async with app.run_test(size=SIZE) as pilot:
             await pilot.press("ctrl+g")
             await settle(pilot, app, 300)
             assert "failed" not in static_text(app, "#doc-status"), static_text(app, "#doc-status")
             ed = app.query_one(DocEditor)
-            continuation = ed.text[120:]
+            continuation = ed.text[CUT:]
             assert continuation.strip() and ed.marks_list
             s = app.last_stats
             assert s.tokens > 0 and s.accepted > 0
             # joined to the text as the verifier reads them together (the first space kept)
             v = app.session.verifier
-            out = list(app.session.stream(MIT[:120], app.session.options.replace(max_tokens=16, k=0),
+            out = list(app.session.stream(MIT[:CUT], app.session.options.replace(max_tokens=16, k=0),
                                           continuation=True))
             tokens = [t for r in out for t in r.tokens]
-            ids = [t for t in v.encode(MIT[:120]) if t != v.bos_id]
+            ids = [t for t in v.encode(MIT[:CUT]) if t != v.bos_id]
             assert "".join(r.text for r in out) == continuation
             assert v.identity.decode(ids + tokens) == v.identity.decode(ids) + continuation
             # the same prompt, plain then speculative: identical output

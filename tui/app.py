@@ -336,12 +336,17 @@ class OlifantApp(App):
         p = self.meter.power()
         if not p.watts:
             return
-        self.live.add_power(p.watts)
+        # no counter advanced since the last tick (counters that update less often than the
+        # tick, as a replayed trace's): not 0 W; the next reading holds that energy
+        advanced = any(p.watts.values())
+        if advanced:
+            self.live.add_power(p.watts)
         for job in self.jobs.values():
             if p.total_w is not None:
                 job.live_j = (job.live_j or 0.0) + p.total_w * p.seconds
-                self.live.show_energy(render.energy_text(None, 0, self.meter.info.label, job.live_j,
-                                                         p.total_w))
+                if advanced:
+                    self.live.show_energy(render.energy_text(None, 0, self.meter.info.label, job.live_j,
+                                                             p.total_w))
 
     # ---- conversations and the opt-in store ------------------------------------------
 

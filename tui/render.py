@@ -44,8 +44,9 @@ def stats_text(stats, elapsed: float | None = None) -> str:
 def status_line(stats, state: str = "", energy_j: float | None = None) -> str:
     """The same numbers in one line, for the status bar under the output."""
     parts = [state] if state else []
+    saved = passes_saved(stats)
     parts += [f"{stats.tokens} tok, {stats.tokens_per_s:.1f}/s", f"acc {stats.acceptance:.0%}",
-              f"MAL {stats.mean_accepted_length:.2f}", f"{passes_saved(stats)} passes saved"]
+              f"MAL {stats.mean_accepted_length:.2f}", f"{saved} {'pass' if saved == 1 else 'passes'} saved"]
     if energy_j is not None:
         parts.append(f"{energy_j:.2f} J")
     return " · ".join(parts)

@@ -6,8 +6,9 @@ being continued, then at 160x48 plain vs speculative, the calculator, the draft 
 (at 80x24) the settings. The drafter is `auto` over the demo's draft model (builtin:licenses)
 when `python -m olifant_mlx demo` has cached it, else over a small model trained here, in a
 temporary folder, from the MIT licence text. The energy panel uses a recorded Apple-Silicon
-trace (`--energy replay:PATH`), labelled as a replay. SVGs become PNGs with rsvg-convert
-(apt-get install librsvg2-bin) or cairosvg when installed.
+trace (`--energy replay:PATH`), labelled as a replay. The screenshots are SVGs (Textual's
+`export_screenshot`); `--png` also turns them into PNGs with rsvg-convert (apt-get install
+librsvg2-bin) or cairosvg when installed.
 """
 from __future__ import annotations
 
@@ -117,7 +118,7 @@ async def shoot(out: Path, size, draft_dir: Path, energy: str | None, max_tokens
     return shots
 
 
-def main(argv=None, keep_svg=False) -> int:
+def main(argv=None) -> int:
     from olifant_mlx.draftmodel.train import train
     from olifant_mlx.files import cache_dir
     from olifant_mlx.verifier import load_tokenizer
@@ -127,6 +128,7 @@ def main(argv=None, keep_svg=False) -> int:
     ap.add_argument("--energy", help="energy backend spec (default: a replay of ../shared's M4 trace "
                                      "when present, else auto)")
     ap.add_argument("-m", "--max-tokens", type=int, default=60)
+    ap.add_argument("--png", action="store_true", help="also write PNGs (rsvg-convert or cairosvg)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -158,11 +160,11 @@ def main(argv=None, keep_svg=False) -> int:
         for size in SIZES:
             shots += asyncio.run(shoot(out, size, drafts, energy, args.max_tokens))
         for svg in shots:
-            png = svg.with_suffix(".png")
-            to_png(svg, png)
-            if not keep_svg:
-                svg.unlink()
-            print(png)
+            print(svg)
+            if args.png:
+                png = svg.with_suffix(".png")
+                to_png(svg, png)
+                print(png)
     return 0
 
 
