@@ -298,6 +298,13 @@ def test_conversation_list_switches_between_conversations():
             await pilot.pause()
             assert app.current["chat"] is first
             assert app.chat_tab.view(0).turn.content == "first"
+            # the list highlights the conversation or document of the tab in use
+            await pilot.press("f3")
+            await pilot.pause()
+            assert options.get_option_at_index(options.highlighted).id == app.current["document"].id
+            await pilot.press("f2")
+            await pilot.pause()
+            assert options.get_option_at_index(options.highlighted).id == first.id
 
     run(go())
 

@@ -287,8 +287,10 @@ class OlifantApp(App):
         self._tab_changed(tab)
 
     def _tab_changed(self, tab: str) -> None:
-        if tab in WORKSPACE:
+        if tab in WORKSPACE and tab != self.mode:
             self.mode = tab
+            if self.current:
+                self._show_list()     # the list highlights this tab's conversation
         self._layout()                # (the focus moving into the tab refreshes the footer)
 
     def action_toggle_panel(self, panel: str) -> None:
