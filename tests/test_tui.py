@@ -194,11 +194,10 @@ def test_exports_are_0600_with_the_right_content(tmp_path):
         async with app.run_test(size=SIZE) as pilot:
             await send(pilot, app, "Draft a clause.")
             answer = fake_text(9)
-            for name in ("chat.md", "chat.txt", "chat.json"):
+            for name in ("chat.md", "chat.txt", "chat.json"):       # the path typed, as a person does
                 await pilot.press("ctrl+s")
                 await pilot.pause()
-                app.screen.query_one("#save-path").value = str(tmp_path / name)
-                await pilot.press("enter")
+                await pilot.press(*str(tmp_path / name), "enter")
                 await pilot.pause()
             md, txt = (tmp_path / "chat.md").read_text(), (tmp_path / "chat.txt").read_text()
             assert "## You\n\nDraft a clause." in md and answer in md and "acceptance" in md

@@ -6,6 +6,7 @@ import random
 import stat
 
 import pytest
+from tui_fakes import FakeDetok
 
 from olifant_mlx.engine import Session, Step
 from olifant_mlx.tui import store
@@ -162,12 +163,12 @@ def test_drafter_specs_of_the_settings_form():
 
 # ---- the Session: a continuation keeps its first space ---------------------------------------
 
-class TrimmingDetok:
+class TrimmingDetok(FakeDetok):
     """Like mlx-lm's streaming detokenizers: the space before the first word is dropped."""
     PIECES = {1: "NOT", 2: " LIMITED", 3: " TO", 4: " THE", 5: " WARRANTIES"}
 
     def __init__(self):
-        self.text, self._seg = "", ""
+        self.reset()
 
     def add_token(self, t):
         piece = self.PIECES[t]
@@ -175,14 +176,6 @@ class TrimmingDetok:
             piece = piece.lstrip(" ")
         self.text += piece
         self._seg += piece
-
-    def finalize(self):
-        pass
-
-    @property
-    def last_segment(self):
-        seg, self._seg = self._seg, ""
-        return seg
 
 
 class Ident:
