@@ -391,15 +391,22 @@ def test_incompatible_draft_model_is_marked_and_refused(tmp_path):
             assert FakeVerifier.loads == 0                   # ... and before loading the verifier
             assert any("trained for tokenizer 'other-tok'" in m.message for m in app._notifications)
             assert [t.role for t in app.current["chat"].turns] == ["user"]
-            # the Models list refuses it too, and takes the one that fits
-            await pilot.press("f6")
-            table.move_cursor(row=table.get_row_index(str(bad)))
-            await pilot.click("#use-model")
-            await pilot.pause()
+            # the Models list refuses it too, and takes the one that fits: with keys, the
+            # arrows to its row, Tab to "Use as drafter", Enter
+            async def use(path):
+                await pilot.press("f6")
+                assert app.focused is table
+                await pilot.press("home", *["down"] * table.get_row_index(str(path)))
+                assert app.query_one("ModelsTab").selected().path == path
+                await pilot.press("tab")
+                assert app.focused.id == "use-model"
+                await pilot.press("enter")
+                await pilot.pause()
+
+            await use(bad)
             assert app.query_one("#set-draft-arg").value == str(bad)     # unchanged
-            table.move_cursor(row=table.get_row_index(str(good)))
-            await pilot.click("#use-model")
-            await pilot.pause()
+            assert any("not used" in m.message for m in app._notifications)
+            await use(good)
             assert app.query_one("#set-draft-arg").value == str(good)
             await pilot.press("f2", "ctrl+r")                  # answer the waiting message
             await settle(pilot, app)
