@@ -587,7 +587,22 @@ def test_themes_are_textuals():
 
 # ---- snapshots of the deterministic screens -----------------------------------------------
 
+def pinned_textual() -> str | None:
+    """The Textual version the snapshots are drawn with (.ci/constraints.txt)."""
+    constraints = Path(__file__).parents[1] / ".ci/constraints.txt"
+    for line in constraints.read_text().splitlines() if constraints.is_file() else ():
+        name, _, version = line.partition("==")
+        if name.strip().lower() == "textual":
+            return version.strip()
+    return None
+
+
 def check_snapshot(name: str, svg: str):
+    import textual
+
+    pinned = pinned_textual()
+    if pinned and textual.__version__ != pinned and os.environ.get("OLIFANT_UPDATE_SNAPSHOTS") != "1":
+        pytest.skip(f"the snapshots are Textual {pinned}'s (.ci/constraints.txt); this is {textual.__version__}")
     path = SNAPSHOTS / f"{name}.svg"
     if os.environ.get("OLIFANT_UPDATE_SNAPSHOTS") == "1":
         SNAPSHOTS.mkdir(exist_ok=True)
