@@ -2,6 +2,7 @@
 line, provenance marks that follow edits, conversations and their exports, the opt-in
 saved-conversations file, the settings' drafter specs, and the Session's continuation text."""
 import json
+import os
 import random
 import stat
 
@@ -145,6 +146,15 @@ def test_store_round_trip_0600_and_refusals(tmp_path):
         store.load(str(tmp_path))
     with pytest.raises(store.StoreError, match="does not exist"):
         store.save(str(tmp_path / "no" / "such.json"), [])
+    fifo, dangling = tmp_path / "fifo.json", tmp_path / "link.json"
+    os.mkfifo(fifo)
+    dangling.symlink_to(tmp_path / "nothing.json")
+    for bad, message in [(fifo, "a FIFO"), (dangling, "link to nothing")]:    # refused, never opened
+        with pytest.raises(store.StoreError, match=message):
+            store.load(str(bad))
+        with pytest.raises(store.StoreError, match=message):
+            store.save(str(bad), [chat()])
+    assert not (tmp_path / "nothing.json").exists()
 
 
 # ---- the settings' drafter specs -----------------------------------------------------------

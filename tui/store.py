@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 
-from olifant_mlx.files import write_atomic
+from olifant_mlx.files import NotARegularFile, check_file_path, read_regular, write_atomic
 from olifant_mlx.tui.conversation import Conversation, ConversationError
 
 FORMAT = "olifant_mlx.conversations"
@@ -25,16 +24,12 @@ class StoreError(ValueError):
 
 
 def check_path(path: str) -> None:
-    """A store must be creatable in an existing folder, or be an existing regular file."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise StoreError(f"conversations file {path}: folder {folder} does not exist")
+    """A store must be an existing regular file, or creatable in an existing folder: a FIFO,
+    a device, a folder or a link to nothing is refused (nothing is opened, nothing blocks)."""
     try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISREG(st.st_mode):
-        raise StoreError(f"conversations file {path} is not a regular file")
+        check_file_path(path, "conversations file")
+    except NotARegularFile as e:
+        raise StoreError(str(e)) from None
 
 
 def load(path: str) -> list[Conversation]:
@@ -46,8 +41,7 @@ def load(path: str) -> list[Conversation]:
         size = os.path.getsize(path)
         if size > MAX_BYTES:
             raise StoreError(f"{path} is {size:,} bytes, more than a conversations file holds")
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        data = json.loads(read_regular(path).decode("utf-8"))    # a FIFO swapped in is refused
     except (OSError, UnicodeDecodeError, ValueError) as e:
         if isinstance(e, StoreError):
             raise
