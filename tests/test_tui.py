@@ -227,6 +227,12 @@ def test_exports_are_0600_with_the_right_content(tmp_path):
             await pilot.press("enter")
             await pilot.pause()
             assert "exists" in static_text(app.screen, "#save-note")
+            # a path that cannot be a new file is refused in the dialog, which stays open
+            app.screen.query_one("#save-path").value = str(tmp_path / "no" / "such.md")
+            await pilot.press("enter")
+            await pilot.pause()
+            assert "folder does not exist" in static_text(app.screen, "#save-note")
+            assert type(app.screen).__name__ == "ExportScreen"
             await pilot.press("escape")
             assert (tmp_path / "chat.md").read_text() == md
         for p in tmp_path.iterdir():

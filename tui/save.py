@@ -11,6 +11,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Static
 
+from olifant_mlx.files import NotARegularFile, check_file_path
 from olifant_mlx.tui.conversation import FORMATS, format_for
 
 
@@ -55,6 +56,11 @@ class ExportScreen(ModalScreen):
             return
         if os.path.isdir(path):
             self.query_one("#save-note", Static).update(f"{path} is a folder: add a file name")
+            return
+        try:             # a FIFO, a device, a link to nothing, a folder that does not exist
+            check_file_path(path, "export file")
+        except NotARegularFile as e:
+            self.query_one("#save-note", Static).update(str(e))
             return
         fmt = format_for(path, self.chosen_format())
         if os.path.exists(path) and self._confirm != (path, fmt):
