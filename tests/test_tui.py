@@ -710,13 +710,16 @@ def test_real_document_continuation_and_compare(real_draft):
 
     async def go():
         app = OlifantApp(model="smollm2-135m", draft=f"olifant:{model_path}", k=4, max_tokens=16,
-                         energy="none", model_dirs=[model_path.parent], mode="document",
-                         prompt=MIT[:CUT])
-        async with app.run_test(size=SIZE) as pilot:
+                         energy="none", model_dirs=[model_path.parent], mode="document")
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            ed = app.query_one(DocEditor)
+            assert app.focused is ed
+            await pilot.press("ctrl+a", *MIT[:CUT])          # the document typed over the default one
+            assert ed.text == MIT[:CUT]
             await pilot.press("ctrl+g")
             await settle(pilot, app, 300)
             assert "failed" not in static_text(app, "#doc-status"), static_text(app, "#doc-status")
-            ed = app.query_one(DocEditor)
             continuation = ed.text[CUT:]
             assert continuation.strip() and ed.marks_list
             s = app.last_stats
