@@ -27,16 +27,19 @@ assert '"tokens"' in out.stdout, out.stdout
 async def tui():
     from olifant_mlx.tui.app import OlifantApp
 
-    app = OlifantApp(model="smollm2-135m", draft="ngram", k=3, max_tokens=8, energy="none")
-    async with app.run_test(size=(120, 36)) as pilot:
-        await pilot.press("ctrl+g")
+    prompt = "THE SOFTWARE IS PROVIDED"
+    app = OlifantApp(model="smollm2-135m", draft="ngram", k=3, max_tokens=8, energy="none",
+                     mode="document", prompt=prompt)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("ctrl+g")                 # continue the document
         for _ in range(1200):
             await pilot.pause(0.1)
             if not app.generating:
                 break
-        assert app.output_text.strip(), "the TUI generated nothing"
+        text = app.doc_tab.editor.text
+        assert text.startswith(prompt) and text[len(prompt):].strip(), "the TUI generated nothing"
         assert app.last_stats.tokens == 8
-        for key in ("f3", "f4", "f5", "f2"):
+        for key in ("f2", "f4", "f5", "f6", "f7", "f3"):
             await pilot.press(key)
 
 

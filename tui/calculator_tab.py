@@ -3,32 +3,42 @@ from __future__ import annotations
 
 from textual import on
 from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical
+from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
 from textual.widgets import Button, Input, Label, Static, TabPane
 
 from olifant_mlx.tui import render
 
 FIELDS = (("alpha", "α acceptance", "0.8", "number"), ("gamma", "γ draft length", "4", "integer"),
           ("c", "c cost ratio", "0.1", "number"), ("v", "verify cost", "1.0", "number"))
+NARROW = 100            # narrower than this, two inputs a row and the chart below the numbers
 
 
 class CalculatorTab(TabPane):
     def __init__(self):
-        super().__init__("Calculator", id="calculator")
+        super().__init__("F5 Calculator", id="calculator")
 
     def compose(self) -> ComposeResult:
-        with Horizontal(id="calc-inputs"):
-            for ident, label, value, kind in FIELDS:
-                with Vertical(classes="calc-field"):
-                    yield Label(label)
-                    yield Input(value, type=kind, id=f"calc-{ident}")
-            yield Button("use measured", id="calc-measured")
-        with Horizontal():
-            yield Static("", id="calc-summary")
-            yield Static("", id="calc-chart")
+        with VerticalScroll(id="calc-body"):
+            with Grid(id="calc-inputs"):
+                for ident, label, value, kind in FIELDS:
+                    with Vertical(classes="calc-field"):
+                        yield Label(label)
+                        yield Input(value, type=kind, id=f"calc-{ident}", compact=True)
+            yield Button("use measured (the last run's acceptance, k and costs)", id="calc-measured",
+                         compact=True)
+            with Horizontal(id="calc-out"):
+                with Vertical(id="calc-left"):
+                    yield Static("", id="calc-summary")
+                    yield Static(render.FAST_PATH_LINE, id="calc-note")
+                yield Static("", id="calc-chart")
 
     def on_mount(self) -> None:
         self.recompute()
+
+    def on_resize(self) -> None:
+        narrow = self.size.width < NARROW
+        self.query_one("#calc-inputs").styles.grid_size_columns = 2 if narrow else 4
+        self.query_one("#calc-out").styles.layout = "vertical" if narrow else "horizontal"
 
     @on(Input.Changed, "#calc-inputs Input")
     def recompute(self) -> None:

@@ -8,9 +8,10 @@ from textual.message import Message
 
 @dataclass
 class Chunk(Message):
+    run: int                  # which generation (App.runs)
     segments: list            # [(text, provenance)]
-    stats: str
-    target: str = "generate"
+    stats: object             # a copy of the running Stats
+    elapsed: float
 
 
 @dataclass
@@ -20,11 +21,20 @@ class Status(Message):
 
 
 @dataclass
+class Loaded(Message):
+    """The verifier is loaded: its name and tokenizer identity (for the Models list)."""
+    name: str
+    identity: object
+    loads: int
+
+
+@dataclass
 class Done(Message):
-    stats: object
+    run: int
     text: str
+    stats: object
     window: object
-    cancelled: bool
+    finish_reason: str
 
 
 @dataclass
@@ -38,6 +48,14 @@ class CompareDone(Message):
 class Failed(Message):
     where: str
     error: str
+    run: int | None = None
+
+
+@dataclass
+class TokenizerKnown(Message):
+    """The verifier's tokenizer (loaded alone, without weights) for marking draft models."""
+    model: str | None
+    identity: object
 
 
 @dataclass

@@ -1,49 +1,66 @@
-"""Pure helpers for the TUI: token provenance, number formatting, the calculator chart.
+"""Pure helpers for the TUI: the live numbers, energy, the comparison, the calculator chart.
 
-Nothing here touches MLX or Textual widgets, so it is cheap to test.
+Nothing here touches MLX or Textual widgets, so it is cheap to test. (The provenance marks
+are drawn by the widgets in flow.py, from the theme.)
 """
 from __future__ import annotations
+
+import os
 
 from rich.text import Text
 
 from olifant_mlx.measure import calc
-
-# provenance -> (rich style, legend text); colour plus a second cue (bold/underline/italic)
-STYLES = {
-    "accepted": ("green", "accepted draft"),
-    "correction": ("bold underline yellow", "correction"),
-    "bonus": ("italic bold cyan", "bonus"),
-    "plain": ("", "no draft"),
-}
-
-
-def legend() -> Text:
-    t = Text()
-    for kind in ("accepted", "correction", "bonus", "plain"):
-        style, label = STYLES[kind]
-        t.append(" " + label + " ", style=style or "default")
-        t.append(" ")
-    return t
 
 
 def fmt(value, spec: str, unit: str = "", missing: str = "not measured") -> str:
     return missing if value is None else f"{value:{spec}}{unit}"
 
 
+def short_spec(spec: str) -> str:
+    """A drafter spec with its file paths cut to their names (for headers and titles)."""
+    return ":".join(os.path.basename(part) if "/" in part else part for part in spec.split(":"))
+
+
+def passes_saved(stats) -> int:
+    """Verifier passes drafting saved: tokens a plain run would have needed one pass each for,
+    minus the passes this one took."""
+    return max(stats.tokens - stats.steps, 0)
+
+
 def stats_text(stats, elapsed: float | None = None) -> str:
-    lines = [f"tokens/s      {stats.tokens_per_s:8.1f}",
-             f"tokens        {stats.tokens:8d}",
-             f"acceptance    {stats.acceptance:8.1%}",
-             f"mean acc. len {stats.mean_accepted_length:8.2f}",
-             f"steps         {stats.steps:8d}"]
+    """The live statistics panel (the paper's definitions: acceptance = accepted / drafted,
+    mean accepted length = accepted drafts per verifier pass)."""
+    lines = [f"tokens/s        {stats.tokens_per_s:8.1f}",
+             f"tokens          {stats.tokens:8d}",
+             f"acceptance      {stats.acceptance:8.1%}",
+             f"mean acc. len.  {stats.mean_accepted_length:8.2f}",
+             f"verifier passes {stats.steps:8d}",
+             f"passes saved    {passes_saved(stats):8d}"]
     if elapsed is not None:
-        lines.append(f"elapsed       {elapsed:7.2f}s")
+        lines.append(f"elapsed         {elapsed:7.2f}s")
     return "\n".join(lines)
 
 
-def energy_text(window, n_tokens: int, label: str) -> str:
-    """Joules, J/100 tokens, tokens/J for one generation (a meter Window, or None)."""
+def status_line(stats, state: str = "", energy_j: float | None = None) -> str:
+    """The same numbers in one line, for the status bar under the output."""
+    parts = [state] if state else []
+    saved = passes_saved(stats)
+    parts += [f"{stats.tokens} tok, {stats.tokens_per_s:.1f}/s", f"acc {stats.acceptance:.0%}",
+              f"MAL {stats.mean_accepted_length:.2f}", f"{saved} {'pass' if saved == 1 else 'passes'} saved"]
+    if energy_j is not None:
+        parts.append(f"{energy_j:.2f} J")
+    return " · ".join(parts)
+
+
+def energy_text(window, n_tokens: int, label: str, live_j: float | None = None,
+                live_w: float | None = None) -> str:
+    """Joules, J/100 tokens, tokens/J and mean power for one generation (a meter Window), or
+    while it runs the energy so far from the power samples; the meter's label last."""
     if window is None or window.total_j is None:
+        if live_j is not None:
+            return (f"energy so far ≈{live_j:7.2f} J\n"
+                    f"power now     {fmt(live_w, '8.2f', ' W')}\n"
+                    f"meter: {label}")
         return f"energy: not measured\nmeter: {label}"
     return (f"energy      {window.total_j:8.2f} J\n"
             f"J/100 tok   {fmt(window.j_per_100_tokens(n_tokens), '8.2f')}\n"
@@ -72,7 +89,8 @@ def calculator(alpha: float, gamma: int, c: float, verify_cost: float = 1.0,
     r = calc.report(alpha, gamma, c, verify_cost, max_gamma=max_gamma)
     return {"expected_tokens": r["expected_tokens"], "cost": r["cost_per_step"],
             "speedup": r["speedup"], "best": (r["best_gamma"], r["best_speedup"]),
-            "curve": list(r["curve"].items()), "fast_path": r["fast_path_speedup"]}
+            "curve": list(r["curve"].items()), "fast_path": r["fast_path_speedup"],
+            "fast_best": (r["fast_path_best_gamma"], r["fast_path_best_speedup"])}
 
 
 def calc_chart(result: dict, gamma: int, width: int = 30) -> Text:
@@ -95,17 +113,20 @@ def calc_chart(result: dict, gamma: int, width: int = 30) -> Text:
         t.append(f"γ={g:>2} ")
         t.append(line, style=style)
         t.append(f" {s:5.2f}x{mark}\n")
-    t.append("      ┆ = 1.0x break-even; E counts the verifier's own token", style="dim")
+    t.append("┆ = 1.0x break-even; E counts the verifier's own token", style="dim")
     return t
 
 
 def calc_summary(result: dict, alpha: float, gamma: int, c: float) -> str:
     g, s = result["best"]
-    fast = result["fast_path"]
+    fg, fs = result["fast_best"]
     return (f"α={alpha:g}  γ={gamma}  c={c:g}\n"
             f"expected tokens/step E = {result['expected_tokens']:.4f}\n"
             f"cost per step          = {result['cost']:.4f}\n"
             f"speedup                = {result['speedup']:.4f}x\n"
             f"best γ in 1..12        = {g} ({s:.4f}x)\n"
-            f"KV fast-path speedup   = {fmt(fast, '.4f', 'x', 'n/a')}\n"
-            f"  (a rejected first draft costs one plain step; an accepted run has no bonus token)")
+            f"KV fast-path speedup   = {fmt(result['fast_path'], '.4f', 'x', 'n/a')}"
+            f" (best γ {fg}: {fs:.4f}x)")
+
+
+FAST_PATH_LINE = "Why the two differ: " + calc.FAST_PATH_NOTE + "."

@@ -1,28 +1,73 @@
-"""The save dialog: the only way output reaches the disk."""
+"""The export dialog: the only way a conversation or document reaches the disk (besides the
+opt-in files of the Settings tab). The file is written by the App with write_atomic (0600)."""
 from __future__ import annotations
+
+import os
 
 from textual import on
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label
+from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Static
+
+from olifant_mlx.files import NotARegularFile, check_file_path
+from olifant_mlx.tui.conversation import FORMATS, format_for
 
 
-class SaveScreen(ModalScreen):
-    """Ask for a path; dismissed with the path, or None."""
+class ExportScreen(ModalScreen):
+    """Ask for a path and a format; dismissed with (path, format), or None."""
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
+
+    def __init__(self, what: str, suggestion: str = ""):
+        super().__init__()
+        self.what = what
+        self.suggestion = suggestion
+        self._confirm = None
 
     def compose(self) -> ComposeResult:
         with Vertical(id="save-box"):
-            yield Label("Save the output to (nothing is saved otherwise):")
-            yield Input(placeholder="/path/to/file.txt", id="save-path")
-            with Horizontal():
-                yield Button("Save", id="save-ok", variant="primary")
-                yield Button("Cancel", id="save-cancel")
+            yield Label(f"Export {self.what} to a file (nothing is written otherwise):")
+            yield Input(self.suggestion, placeholder="/path/to/file.md", id="save-path", compact=True)
+            with RadioSet(id="save-format", compact=True):
+                yield RadioButton("from the file's extension", True, id="fmt-auto")
+                for key, name in FORMATS.items():
+                    yield RadioButton(f"{name} (.{key})", id=f"fmt-{key}")
+            yield Static("created readable by you only (mode 0600)", id="save-note")
+            with Horizontal(id="save-buttons"):
+                yield Button("Export", id="save-ok", variant="primary", compact=True)
+                yield Button("Cancel", id="save-cancel", compact=True)
+
+    def on_mount(self) -> None:
+        self.query_one("#save-path", Input).focus()
+
+    def chosen_format(self) -> str | None:
+        pressed = self.query_one("#save-format", RadioSet).pressed_button
+        if pressed is None or pressed.id == "fmt-auto":
+            return None
+        return pressed.id.removeprefix("fmt-")
 
     @on(Button.Pressed, "#save-ok")
     @on(Input.Submitted, "#save-path")
     def ok(self) -> None:
-        self.dismiss(self.query_one("#save-path", Input).value.strip() or None)
+        path = os.path.expanduser(self.query_one("#save-path", Input).value.strip())
+        if not path:
+            self.query_one("#save-note", Static).update("give a path")
+            return
+        if os.path.isdir(path):
+            self.query_one("#save-note", Static).update(f"{path} is a folder: add a file name")
+            return
+        try:             # a FIFO, a device, a link to nothing, a folder that does not exist
+            check_file_path(path, "export file")
+        except NotARegularFile as e:
+            self.query_one("#save-note", Static).update(str(e))
+            return
+        fmt = format_for(path, self.chosen_format())
+        if os.path.exists(path) and self._confirm != (path, fmt):
+            self._confirm = (path, fmt)
+            self.query_one("#save-note", Static).update(f"{path} exists: Export again to replace it")
+            return
+        self.dismiss((path, fmt))
 
     @on(Button.Pressed, "#save-cancel")
     def cancel(self) -> None:

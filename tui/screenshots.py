@@ -1,10 +1,14 @@
 """Regenerate the TUI screenshots in docs/: `python -m olifant_mlx.tui.screenshots [--out docs]`.
 
-Runs the app headless with the offline verifier (smollm2-135m) and a small olifant draft model
-(trained here, in a temporary folder, from the MIT licence text), exports SVG, converts to PNG
-with rsvg-convert (apt-get install librsvg2-bin) or cairosvg when installed. The draft model is the
-demo's (builtin:licenses) when cached. The energy panel uses a recorded Apple-Silicon trace
-(`--energy replay:PATH`), labelled as a replay.
+Runs the app headless with the offline instruct verifier (smollm2-135m) at 80x24 and 160x48:
+a two-turn conversation (the second answer caught while it is being drafted) and a document
+being continued, then at 160x48 plain vs speculative, the calculator, the draft models and
+(at 80x24) the settings. The drafter is `auto` over the demo's draft model (builtin:licenses)
+when `python -m olifant_mlx demo` has cached it, else over a small model trained here, in a
+temporary folder, from the MIT licence text. The energy panel uses a recorded Apple-Silicon
+trace (`--energy replay:PATH`), labelled as a replay. The screenshots are SVGs (Textual's
+`export_screenshot`); `--png` also turns them into PNGs with rsvg-convert (apt-get install
+librsvg2-bin) or cairosvg when installed.
 """
 from __future__ import annotations
 
@@ -16,14 +20,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from olifant_mlx.tui.app import DEFAULT_PROMPT, OlifantApp
+from olifant_mlx.tui.app import DEFAULT_DOCUMENT, OlifantApp
 
-SIZE = (130, 40)
+SIZES = ((80, 24), (160, 48))
 MIT_TAIL = (" THE WARRANTIES OF MERCHANTABILITY, FITNESS FOR A PARTICULAR PURPOSE AND "
             "NONINFRINGEMENT. IN NO EVENT SHALL THE AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY "
             "CLAIM, DAMAGES OR OTHER LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, "
             "ARISING FROM, OUT OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN "
             "THE SOFTWARE.")
+QUESTIONS = ("Write a short confidentiality clause for a consulting agreement.",
+             "Now list three exceptions to it.")
 
 
 def to_png(svg: Path, png: Path) -> None:
@@ -37,15 +43,16 @@ def to_png(svg: Path, png: Path) -> None:
     cairosvg.svg2png(url=str(svg), write_to=str(png))
 
 
-async def shoot(out: Path, draft_model: Path, energy: str | None, models_dir: Path) -> list[Path]:
-    app = OlifantApp(model="smollm2-135m", draft=f"olifant:{draft_model}", k=4, max_tokens=60,
-                     energy=energy, model_dirs=[models_dir])
+async def shoot(out: Path, size, draft_dir: Path, energy: str | None, max_tokens: int) -> list[Path]:
+    app = OlifantApp(model="smollm2-135m", draft="auto", k=8, max_tokens=max_tokens, energy=energy,
+                     model_dirs=[draft_dir])
     shots = []
-    async with app.run_test(size=SIZE) as pilot:
+    tag = f"{size[0]}x{size[1]}"
+    async with app.run_test(size=size) as pilot:
 
-        async def until_idle(timeout=300):
+        async def until(cond, timeout=600):
             t0 = time.monotonic()
-            while app.generating and time.monotonic() - t0 < timeout:
+            while not cond() and time.monotonic() - t0 < timeout:
                 await pilot.pause(0.1)
 
         def save(name):
@@ -54,24 +61,64 @@ async def shoot(out: Path, draft_model: Path, energy: str | None, models_dir: Pa
             svg.write_text(app.export_screenshot(title=f"olifant_mlx tui: {name}"))
             shots.append(svg)
 
-        await pilot.press("ctrl+g")
-        await until_idle()
-        await pilot.pause(0.3)
-        save("generate")
-        await pilot.press("ctrl+b")
-        await until_idle()
-        await pilot.pause(0.3)
-        save("compare")
-        await pilot.press("f4")
-        await pilot.pause(0.3)
-        save("calculator")
-        await pilot.press("f5")
-        await pilot.pause(0.3)
-        save("models")
+        def progress() -> int:
+            """Characters written so far by the generation in flight."""
+            job = next(iter(app.jobs.values()), None)
+            if job is None:
+                return 0
+            if job.kind == "chat":
+                return len(job.conv.turns[job.index].content)
+            return len(app.doc_tab.editor.text) - job.index
+
+        async def written(chars):
+            """Until the text in progress has `chars` characters (or is finished)."""
+            await until(lambda: not app.generating or progress() >= chars)
+            await pilot.pause(0.3)
+
+        async def start(*keys):
+            await pilot.press(*keys)
+            await until(lambda: app.generating, timeout=30)
+            if not app.generating:
+                raise RuntimeError("the generation did not start: "
+                                   + "; ".join(n.message for n in app._notifications))
+
+        async def finish():
+            await until(lambda: not app.generating)
+            await pilot.pause(0.3)
+
+        # a conversation: the first answer finished (Markdown), the second caught being drafted
+        for i, question in enumerate(QUESTIONS):
+            app.chat_tab.composer.text = question
+            await start("ctrl+g")
+            if i == 0:
+                await finish()
+        await written(160 if size[0] > 100 else 70)
+        save(f"chat-{tag}")
+        await finish()
+        # a document being continued, with its provenance marks in the editor
+        await start("f3", "ctrl+g")
+        await written(200 if size[0] > 100 else 110)
+        save(f"document-{tag}")
+        await finish()
+        if size == (80, 24):
+            await pilot.press("f7")
+            await pilot.pause(0.3)
+            save("settings-80x24")
+        else:
+            await start("ctrl+b")
+            await finish()
+            save("compare")
+            await pilot.press("f5")
+            await pilot.click("#calc-measured")
+            await pilot.pause(0.3)
+            save("calculator")
+            await pilot.press("f6")
+            await pilot.pause(0.3)
+            save("models")
     return shots
 
 
-def main(argv=None, keep_svg=False) -> int:
+def main(argv=None) -> int:
     from olifant_mlx.draftmodel.train import train
     from olifant_mlx.files import cache_dir
     from olifant_mlx.verifier import load_tokenizer
@@ -80,6 +127,8 @@ def main(argv=None, keep_svg=False) -> int:
     ap.add_argument("--out", default="docs")
     ap.add_argument("--energy", help="energy backend spec (default: a replay of ../shared's M4 trace "
                                      "when present, else auto)")
+    ap.add_argument("-m", "--max-tokens", type=int, default=60)
+    ap.add_argument("--png", action="store_true", help="also write PNGs (rsvg-convert or cairosvg)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -88,23 +137,34 @@ def main(argv=None, keep_svg=False) -> int:
     if energy is None and trace.is_file():
         energy = f"replay:{trace}"
     with tempfile.TemporaryDirectory() as tmp:
-        corpus = Path(tmp) / "mit.txt"
-        corpus.write_text("\n\n".join([DEFAULT_PROMPT + MIT_TAIL] * 3))
+        drafts = Path(tmp)
         # the demo's draft model (builtin:licenses) when `python -m olifant_mlx demo` cached it
-        cached = sorted((cache_dir() / "drafts").glob("smollm2-135m-*.olif"))
-        model = Path(tmp) / "mit-licence.olif"
+        cached = sorted((cache_dir() / "drafts").glob("smollm2-135m-*.olif"), key=lambda p: -p.stat().st_size)
         if cached:
-            shutil.copy(cached[0], Path(tmp) / "licenses.olif")
-            model = Path(tmp) / "licenses.olif"
+            shutil.copy(cached[0], drafts / "licenses.olif")
         else:
-            train([str(corpus)], load_tokenizer("smollm2-135m"), str(model), show_progress=False)
-        shots = asyncio.run(shoot(out, model, energy, Path(tmp)))
+            corpus = drafts / "mit.txt"
+            corpus.write_text("\n\n".join([DEFAULT_DOCUMENT + MIT_TAIL] * 3))
+            train([str(corpus)], load_tokenizer("smollm2-135m"), str(drafts / "mit-licence.olif"),
+                  show_progress=False)
+            corpus.unlink()
+        try:       # and one for another verifier's tokenizer, which the Models list marks ✗
+            corpus = drafts / "mit.txt"
+            corpus.write_text("\n\n".join([DEFAULT_DOCUMENT + MIT_TAIL] * 3))
+            train([str(corpus)], load_tokenizer("gemma3-270m"), str(drafts / "mit-for-gemma3.olif"),
+                  show_progress=False)
+            corpus.unlink()
+        except Exception as e:      # its tokenizer is fetched on first use: offline, none
+            print(f"(no gemma3-270m draft model for the Models screenshot: {e})")
+        shots = []
+        for size in SIZES:
+            shots += asyncio.run(shoot(out, size, drafts, energy, args.max_tokens))
         for svg in shots:
-            png = svg.with_suffix(".png")
-            to_png(svg, png)
-            if not keep_svg:
-                svg.unlink()
-            print(png)
+            print(svg)
+            if args.png:
+                png = svg.with_suffix(".png")
+                to_png(svg, png)
+                print(png)
     return 0
 
 

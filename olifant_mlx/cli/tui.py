@@ -1,27 +1,41 @@
-"""`tui`: the terminal UI."""
+"""`tui`: the terminal UI, with generate's flags (every one is checked before the UI starts)."""
 from __future__ import annotations
 
-from olifant_mlx.cli.common import MODEL_HELP, draft_help, draft_tokens, energy_help
+from olifant_mlx.cli.common import add_generation_args, prepare, template_kwargs
 
 
 def cmd_tui(args) -> int:
-    from olifant_mlx.drafters import parse_spec
-    from olifant_mlx.engine import GenerationOptions
+    from olifant_mlx.tui import store
     from olifant_mlx.tui.app import OlifantApp
 
-    parse_spec(args.draft)                               # bad input fails before the UI starts
-    GenerationOptions(k=args.k, max_tokens=args.max_tokens)
-    app = OlifantApp(model=args.model, draft=args.draft, k=args.k, max_tokens=args.max_tokens,
-                     energy=args.energy)
+    options, spec, meter = prepare(args)                 # bad input fails before the UI starts
+    kwargs = template_kwargs(args)
+    if args.conversations:
+        store.check_path(args.conversations)
+    app = OlifantApp(model=args.model, draft=spec.text, options=options, prompt=args.prompt,
+                     system_prompt=args.system_prompt, template_kwargs=kwargs,
+                     mode="document" if args.document or args.ignore_chat_template else "chat",
+                     conversations=args.conversations, meter=meter)
+    if args.theme:
+        if args.theme not in app.available_themes:
+            raise ValueError(f"--theme {args.theme}: not a Textual theme; one of "
+                             f"{', '.join(sorted(app.available_themes))}")
+        app.initial_theme = args.theme
     app.run()
     return 0
 
 
 def add_parsers(sub):
-    t = sub.add_parser("tui", help="terminal UI: live speculative drafting, energy, calculator")
-    t.add_argument("--model", help=MODEL_HELP)
-    t.add_argument("--draft", default="ngram", help=draft_help())
-    t.add_argument("-k", type=draft_tokens, default=3, help="draft tokens per step (0..64)")
-    t.add_argument("--max-tokens", type=int, default=100)
-    t.add_argument("--energy", help=energy_help())
+    t = sub.add_parser("tui", help="terminal UI: conversations and documents drafted live, export, "
+                                   "energy, calculator, draft models")
+    add_generation_args(t, prompt=False)
+    t.add_argument("-p", "--prompt", help="text to start with: your first message, or with --document "
+                                          "the beginning of the document")
+    t.add_argument("--document", action="store_true",
+                   help="start in the Document tab (the text continued as it is; implied by "
+                        "--ignore-chat-template)")
+    t.add_argument("--conversations", metavar="FILE",
+                   help="opt-in: keep your conversations and documents in FILE (local JSON, mode "
+                        "0600) and list them again next time")
+    t.add_argument("--theme", help="a Textual theme (ctrl+p, 'Change theme', lists them)")
     t.set_defaults(func=cmd_tui)

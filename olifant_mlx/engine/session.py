@@ -315,10 +315,14 @@ class Session:
 
     def stream(self, prompt, options: GenerationOptions | None = None, drafter=None,
                should_stop: Callable[[], bool] | None = None,
-               on_prefill: Callable[[int, int], None] | None = None) -> Iterator[Response]:
+               on_prefill: Callable[[int, int], None] | None = None,
+               continuation: bool = False) -> Iterator[Response]:
         """Generate from `prompt` (text or ids), one Response per verifier pass. `drafter`
-        overrides the session's for this call; `should_stop()` is asked after every pass."""
-        responses = self._stream(prompt, options, drafter, should_stop, on_prefill)
+        overrides the session's for this call; `should_stop()` is asked after every pass.
+        `continuation=True` (a text prompt whose text the output is appended to, as in a
+        document being continued): the output keeps the space before its first word, which a
+        streaming detokenizer drops at the start of a generation."""
+        responses = self._stream(prompt, options, drafter, should_stop, on_prefill, continuation)
         return responses if self.shard is None else self._to_the_end(responses)
 
     def _to_the_end(self, responses):
@@ -335,7 +339,7 @@ class Session:
                                     "should_stop)")
                 raise
 
-    def _stream(self, prompt, options, drafter, should_stop, on_prefill):
+    def _stream(self, prompt, options, drafter, should_stop, on_prefill, continuation):
         opts = options or self.options
         drafter = self.drafter if drafter is None else as_drafter(drafter)
         ids = self.fit_context(self.encode(prompt), opts)
@@ -351,6 +355,7 @@ class Session:
         tokens = []
         steps = self._steps(ids, drafter, opts, stats, on_prefill, eos)
         last = None
+        lead = continuation and not isinstance(prompt, Chat)    # the first text: check its space
         for step in steps:
             tokens.extend(step.emitted)
             segments = []
@@ -359,6 +364,9 @@ class Session:
                 piece = detok.last_segment        # reading it clears it (mlx-lm)
                 if piece:
                     segments.append((piece, kind))
+            if lead and segments:
+                lead = False
+                segments = self._keep_leading_space(ids, tokens, segments)
             reason = step.stop_reason or None
             if reason is None and should_stop is not None and should_stop():
                 reason = stats.stop_reason = "stopped"
@@ -382,6 +390,20 @@ class Session:
         # max_tokens == 0: no pass at all
         stats.stop_reason = "max_tokens"
         yield Response("", [], [], None, stats, "max_tokens", self._finish(ids, tokens, stats, drafter, start))
+
+    def _keep_leading_space(self, ids, tokens, segments):
+        """The first segments with the space before the first word put back when decoding
+        the end of the prompt with the output shows one that the detokenizer dropped."""
+        decode = getattr(self.verifier.identity, "decode", None)
+        if decode is None:
+            return segments
+        context = [t for t in ids[-4:] if t != self.verifier.bos_id]
+        before, joined = decode(context), decode(context + tokens)
+        text = segments[0][0]
+        if joined.startswith(before) and joined[len(before):len(before) + 1] == " " \
+                and not text.startswith(" ") and joined[len(before):].lstrip(" ")[:1] == text[:1]:
+            return [(" " + text, segments[0][1])] + segments[1:]
+        return segments
 
     def _steps(self, ids, drafter, opts, stats, on_prefill, eos_ids):
         """The engine loop for one generation (a Step per verifier pass)."""

@@ -1,0 +1,56 @@
+"""The Document tab: a text continued as it is (the paper's protocol, base models, "continue
+my contract"). You write in the editor; ctrl+g continues it at the end, the continuation
+flowing into the editor marked by provenance; the marks stay on the text through your
+edits (ctrl+z undoes a continuation, ctrl+r writes it again)."""
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.widgets import Static, TabPane
+
+from olifant_mlx.tui.flow import DocEditor, Legend
+
+
+class DocumentTab(TabPane):
+    def __init__(self, text: str = ""):
+        super().__init__("F3 Document", id="document")
+        self.initial = text
+
+    def compose(self) -> ComposeResult:
+        yield DocEditor(self.initial, id="doc-editor", compact=True,
+                        placeholder="the beginning of your document: ctrl+g continues it")
+        yield Legend(id="doc-legend")
+        yield Static("", id="doc-status", classes="status")
+
+    @property
+    def editor(self) -> DocEditor:
+        return self.query_one("#doc-editor", DocEditor)
+
+    def show(self, conv) -> None:
+        self.editor.set_document(conv.text, conv.marks)
+
+    def begin(self) -> int:
+        """Lock the editor for a continuation; returns where it will start."""
+        ed = self.editor
+        ed.read_only = True
+        ed.history.checkpoint()
+        return len(ed.text)
+
+    def append(self, segments) -> None:
+        ed = self.editor
+        follow = ed.scroll_y >= ed.max_scroll_y - 1
+        ed.append_generated(segments)
+        if follow:
+            ed.scroll_end(animate=False)
+
+    def end(self) -> None:
+        ed = self.editor
+        ed.history.checkpoint()
+        ed.read_only = False
+        ed.move_cursor(ed.document.end)
+
+    def set_marks(self, mode: str) -> None:
+        self.editor.set_marks(mode)
+        self.query_one(Legend).set_marks(mode)
+
+    def status(self, text: str) -> None:
+        self.query_one("#doc-status", Static).update(text)
