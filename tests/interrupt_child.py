@@ -3,7 +3,9 @@ one phase stalled in a long C call that releases the GIL and does not return to 
 minutes — as SentencePiece does on a large batch, or the C builder in a phase without
 callbacks — after announcing `STALLED PHASE` on stderr. test_train_pipeline sends SIGINT then.
 
-PHASE: tokenising (every tokenizer call stalls) or building (the build stalls before it starts).
+PHASE: tokenising (every tokenizer call stalls), building (the build stalls before it starts) or
+saving (the model is written whole to its temporary, then the rename waits): test_robustness
+kills the child with SIGKILL there.
 """
 import hashlib
 import sys
@@ -54,8 +56,21 @@ def stall_building():
     Builder.build = build
 
 
+def stall_saving():
+    from olifant_mlx.draftmodel.igtree import IGTree
+
+    real_save = IGTree.save
+
+    def save(self, path, *args, **kw):
+        real_save(self, path, *args, **kw)
+        stall("saving")
+
+    IGTree.save = save
+
+
 if __name__ == "__main__":
-    {"tokenising": stall_tokenising, "building": stall_building}[sys.argv[1]]()
+    {"tokenising": stall_tokenising, "building": stall_building,
+     "saving": stall_saving}[sys.argv[1]]()
     from olifant_mlx.cli import main
 
     sys.exit(main(sys.argv[2:]))

@@ -201,6 +201,30 @@ def test_ctrl_c_while_a_c_call_runs(tmp_path, phase):
     assert leftovers(tmp_path, "c.txt") == []
 
 
+@pytest.mark.parametrize("phase", ["tokenising", "building", "saving"])
+def test_kill_9_during_train_keeps_the_previous_model(tmp_path, phase):
+    """kill -9 (no handler runs) while reading, building, or with the new model written but
+    not yet renamed: the model already at --out is untouched and still loads; what is left is
+    at most the private temporary folder, never a file at --out's name."""
+    (tmp_path / "c.txt").write_text(legal_text(200))
+    out = tmp_path / "m.olif"
+    b = Builder(vocab_size=32000, window=4, tokenizer_name="old")
+    b.add_documents(np.arange(1, 50, dtype=np.uint32), [0])
+    b.build().save(out)
+    before = out.read_bytes()
+    p = subprocess.Popen([sys.executable, str(HERE / "interrupt_child.py"), phase, "train", "--tokenizer",
+                          "mistral", "--corpus", str(tmp_path / "c.txt"), "--out", str(out)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_marker(p, f"STALLED {phase}")
+    p.send_signal(signal.SIGKILL)
+    p.communicate(timeout=60)
+    assert p.returncode == -signal.SIGKILL
+    assert out.read_bytes() == before and IGTree.load(out).tokenizer_name == "old"
+    for name in leftovers(tmp_path, "c.txt", "m.olif"):
+        left = tmp_path / name
+        assert left.is_dir() and left.stat().st_mode & 0o077 == 0, name   # private, unnamed as --out
+
+
 def test_ctrl_c_while_reading(tmp_path):
     """A corpus that is still being written (a pipe): Ctrl-C while the reader waits on it."""
     fifo = tmp_path / "c.txt"
