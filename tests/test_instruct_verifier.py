@@ -93,3 +93,12 @@ def test_a_prompt_longer_than_the_context_is_refused_at_once(smol):
     r = cli("generate", "--model", "smollm2-135m", "--ignore-chat-template", "-m", "8", "-p", "-",
             stdin=long)
     assert r.returncode == 1 and "--truncate" in r.stderr and "Traceback" not in r.stderr
+    # --truncate keeps the prompt's tail (BOS first): the same answer as that tail given alone
+    opts = GenerationOptions(max_tokens=8, truncate=True)
+    full = session.encode(long)
+    ids = session.fit_context(full, opts)
+    assert len(ids) == 8192 - 8 and ids[-100:] == full[-100:]
+    r = cli("generate", "--model", "smollm2-135m", "--ignore-chat-template", "-m", "8", "-p", "-",
+            "--truncate", "--json", "--draft", "none", stdin=long)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["tokens"] == session.generate(ids, GenerationOptions(max_tokens=8)).tokens
