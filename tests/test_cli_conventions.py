@@ -88,6 +88,10 @@ def test_mlx_lm_spellings_are_accepted():
     g = p.parse_args(["generate"])
     assert g.prompt == "hello" and g.draft == "auto" and g.k == 8     # mlx-lm's default prompt; drafting on
     assert p.parse_args(["chat"]).draft == "auto"
+    from olifant_mlx.cli.common import options_from
+
+    assert options_from(p.parse_args(["generate", "--truncate"])).truncate       # the flag reaches the Session
+    assert not options_from(g).truncate
 
 
 def test_version_and_the_console_scripts_name(capsys):
