@@ -277,20 +277,6 @@ def test_memory_limit_sizes(text, size):
     assert byte_size(text) == size
 
 
-def spill_files(folder) -> list:
-    """This process's open files in `folder`: a bounded build's temporary files (unnamed, so
-    only /proc shows them, as 'folder/#inode (deleted)' or 'folder/name (deleted)')."""
-    found = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if os.path.dirname(target) == str(folder):
-            found.append(target)
-    return found
-
-
 def test_a_tiny_memory_limit_gives_the_same_model_byte_for_byte(tmp_path):
     (tmp_path / "c.txt").write_text(LEGAL)
     common = ["train", "--tokenizer", "mistral", "--corpus", str(tmp_path / "c.txt"), "--quiet", "--json"]
@@ -303,75 +289,3 @@ def test_a_tiny_memory_limit_gives_the_same_model_byte_for_byte(tmp_path):
     assert bounded["instances"] * 20 > 4 * 65536, "the instances (20 bytes each) must not fit in the limit"
     assert (tmp_path / "bounded.olif").read_bytes() == (tmp_path / "whole.olif").read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bounded.olif", "c.txt", "whole.olif"]
-
-
-@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc to see unnamed files")
-def test_a_bounded_build_spills_beside_the_model_and_leaves_nothing(tmp_path, mistral, monkeypatch):
-    from olifant_mlx.draftmodel.train import train
-
-    monkeypatch.delenv("TMPDIR", raising=False)
-    (tmp_path / "c.txt").write_text(LEGAL)
-    (tmp_path / "models").mkdir()
-    seen = set()
-    s = train([str(tmp_path / "c.txt")], mistral, tmp_path / "models" / "m.olif", show_progress=False,
-              memory_limit=65536, threads=2,
-              on_progress=lambda phase, done, total: seen.update(spill_files(tmp_path / "models")))
-    assert s["memory_limit"] == 65536
-    assert seen and all(t.endswith("(deleted)") for t in seen), seen
-    assert spill_files(tmp_path / "models") == []
-    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["m.olif"]
-    # --tmpdir (here: the API's tmpdir) puts them elsewhere
-    (tmp_path / "spill").mkdir()
-    seen.clear()
-    train([str(tmp_path / "c.txt")], mistral, tmp_path / "models" / "m2.olif", show_progress=False,
-          memory_limit=65536, tmpdir=tmp_path / "spill",
-          on_progress=lambda phase, done, total: seen.update(spill_files(tmp_path / "spill")))
-    assert seen and list((tmp_path / "spill").iterdir()) == []
-    assert (tmp_path / "models" / "m.olif").read_bytes() == (tmp_path / "models" / "m2.olif").read_bytes()
-
-
-@pytest.mark.parametrize("phase", ["reading", "sorting", "building"])
-def test_cancelling_a_bounded_build_leaves_no_temporary_files(tmp_path, mistral, phase):
-    import threading
-
-    from olifant_mlx.draftmodel.train import TrainingCancelled, train
-
-    (tmp_path / "c.txt").write_text(LEGAL)
-    cancel, seen = threading.Event(), []
-
-    def on_progress(name, done, total):
-        seen.append(name)
-        if phase in name:
-            cancel.set()
-
-    with pytest.raises(TrainingCancelled):
-        train([str(tmp_path / "c.txt")], mistral, tmp_path / "m.olif", show_progress=False,
-              memory_limit=65536, threads=2, tmpdir=tmp_path, on_progress=on_progress, cancel=cancel)
-    assert any(phase in name for name in seen)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.txt"]
-    if os.path.isdir("/proc/self/fd"):
-        assert spill_files(tmp_path) == [], "the temporary files are closed, not just unnamed"
-
-
-def test_ctrl_c_during_a_bounded_build_leaves_no_temporary_files(tmp_path):
-    """Ctrl-C while the builder holds spilled instances on disk: exit 130, nothing left."""
-    import signal
-
-    (tmp_path / "c.txt").write_text(LEGAL)
-    p = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "interrupt_child.py"),
-                          "building", "train", "--tokenizer", "mistral", "--corpus", str(tmp_path / "c.txt"),
-                          "--out", str(tmp_path / "m.olif"), "--memory-limit", "64K"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    while not p.stderr.readline().startswith("STALLED building"):
-        assert p.poll() is None, p.stderr.read()
-    if os.path.isdir(f"/proc/{p.pid}/fd"):
-        held = [os.readlink(f"/proc/{p.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{p.pid}/fd")]
-        assert any(os.path.dirname(t) == str(tmp_path) for t in held), "it had spilled beside the model"
-    p.send_signal(signal.SIGINT)
-    try:
-        _, err = p.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        _, err = p.communicate()
-    assert p.returncode == 130, err
-    assert sorted(x.name for x in tmp_path.iterdir()) == ["c.txt"]
