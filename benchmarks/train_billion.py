@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from train_pipeline import child, load1  # noqa: E402
 
 from olifant_mlx.draftmodel.corpus import iter_documents  # noqa: E402
+from olifant_mlx.files import write_atomic  # noqa: E402
 
 SHARED = Path(os.environ.get("OLIFANT_SHARED", ROOT.parent / "shared"))
 WORD = re.compile(r"[^\S\n]*(\S+|\n)")       # words and line breaks; other whitespace is dropped
@@ -146,6 +147,29 @@ def tokens_per_word(sampler, tokenizer, seed, doc_words) -> float:
     return sum(len(tok.encode(d)) for d in docs) / rows.size
 
 
+def find_corpus(scratch: Path, order: int, seed: int, tokens: int) -> Path | None:
+    """A corpus generated before with this order and seed, big enough for `tokens`."""
+    for meta in sorted(scratch.glob(f"ngram{order}-seed{seed}-*.json")):
+        corpus = meta.with_suffix(".txt")
+        if corpus.exists() and json.loads(meta.read_text())["corpus"]["target_tokens"] >= tokens:
+            return corpus
+    return None
+
+
+def make_corpus(scratch: Path, files, args, tokens: int) -> Path:
+    """Fit the sampler, generate `tokens` (+10 %) into scratch, and describe it beside it."""
+    t = time.perf_counter()
+    sampler = fit(files, args.order)
+    meta = {"sampler": {"words": int(sampler.words.size), "vocab": len(sampler.vocab),
+                        "contexts": int(sampler.n_contexts), "fit_s": round(time.perf_counter() - t, 1)}}
+    tpw = tokens_per_word(sampler, args.tokenizer, args.seed, args.doc_words)
+    corpus = scratch / f"ngram{args.order}-seed{args.seed}-{tokens}.txt"
+    meta["corpus"] = {"target_tokens": tokens, "tokens_per_word": round(tpw, 4),
+                      **generate(corpus, sampler, int(tokens / tpw * 1.1), args.seed, args.doc_words)}
+    write_atomic(corpus.with_suffix(".json"), json.dumps(meta, indent=2) + "\n", mode=0o644)
+    return corpus
+
+
 def train_size(corpus: Path, tokens: int, args) -> dict:
     out = Path(args.scratch) / f"model-{tokens}.olif"
     argv = [sys.executable, "-m", "olifant_mlx", "train", "--corpus", str(corpus), "--tokenizer",
@@ -190,19 +214,11 @@ def main():
     files = sorted((SHARED / "corpora").glob("*/*.train.txt.xz"))
     result = {"tokenizer": args.tokenizer, "memory_limit": args.memory_limit, "order": args.order,
               "seed": args.seed, "fitted_on": [str(f.relative_to(SHARED)) for f in files], "runs": []}
-    t = time.perf_counter()
-    sampler = fit(files, args.order)
-    result["sampler"] = {"words": int(sampler.words.size), "vocab": len(sampler.vocab),
-                         "contexts": int(sampler.n_contexts), "fit_s": round(time.perf_counter() - t, 1)}
-    tpw = tokens_per_word(sampler, args.tokenizer, args.seed, args.doc_words)
-    words = int(sizes[-1] / tpw * 1.1)
-    corpus = scratch / f"ngram{args.order}-seed{args.seed}-{words}w.txt"
-    result["corpus"] = {"path": str(corpus), "tokens_per_word": round(tpw, 4)}
-    if corpus.exists():
-        result["corpus"].update(words=words, bytes=corpus.stat().st_size, generate_s="reused")
-    else:
-        result["corpus"].update(generate(corpus, sampler, words, args.seed, args.doc_words))
-    del sampler
+    corpus = find_corpus(scratch, args.order, args.seed, sizes[-1])
+    if corpus is None:
+        corpus = make_corpus(scratch, files, args, sizes[-1])
+    result.update(json.loads(corpus.with_suffix(".json").read_text()))
+    result["corpus"]["path"] = str(corpus)
     print(json.dumps({k: result[k] for k in ("sampler", "corpus")}), flush=True)
     if args.generate_only:
         return
