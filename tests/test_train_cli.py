@@ -212,7 +212,8 @@ def run_env(env, *args, check=True):
     (["--top-k", "-1"], "--top-k"), (["--workers", "-2"], "--workers"), (["--window", "four"], "--window"),
     (["--memory-limit", "lots"], "--memory-limit"), (["--memory-limit", "-1G"], "--memory-limit"),
     (["--memory-limit", "1K"], "--memory-limit"), (["--memory-limit", "12X"], "--memory-limit"),
-    (["--memory-limit", "nan"], "--memory-limit"), (["--threads", "-1"], "--threads"),
+    (["--memory-limit", "nan"], "--memory-limit"), (["--memory-limit", "1e30G"], "--memory-limit"),
+    (["--threads", "-1"], "--threads"),
     (["--threads", "65"], "--threads"), (["--tmpdir", "/nonexistent/folder"], "--tmpdir"),
 ])
 def test_bad_arguments_are_usage_errors_naming_the_argument(tmp_path, args, named):

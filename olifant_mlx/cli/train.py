@@ -72,7 +72,7 @@ def byte_size(text: str) -> int:
         x = float(t[: len(t) - len(unit)])
     except ValueError:
         x = float("nan")
-    if not x >= 0 or x == float("inf"):
+    if not 0 <= x * SIZE_UNITS[unit] < 1 << 63:       # also NaN, inf and past what C takes
         raise argparse.ArgumentTypeError(f"must be a size such as 4G, 512M or 65536 (bytes), got {text!r}")
     n = int(x * SIZE_UNITS[unit])
     if 0 < n < MIN_MEMORY_LIMIT:
