@@ -278,6 +278,17 @@ def test_memory_limit_sizes(text, size):
     assert byte_size(text) == size
 
 
+def test_an_unusable_tmpdir_is_named_with_the_fix(tmp_path):
+    (tmp_path / "c.txt").write_text(CORPUS)
+    r = run_env({"TMPDIR": str(tmp_path / "gone")}, "train", "--tokenizer", "mistral", "--corpus",
+                str(tmp_path / "c.txt"), "--out", str(tmp_path / "m.olif"), "--quiet", check=False)
+    assert r.returncode == 1 and f"$TMPDIR ({tmp_path / 'gone'})" in r.stderr and "--tmpdir" in r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "m.olif").exists()
+    run_env({"TMPDIR": str(tmp_path / "gone")}, "train", "--tokenizer", "mistral", "--corpus",
+            str(tmp_path / "c.txt"), "--out", str(tmp_path / "m.olif"), "--quiet", "--tmpdir", str(tmp_path))
+    assert (tmp_path / "m.olif").exists()
+
+
 def test_a_tiny_memory_limit_gives_the_same_model_byte_for_byte(tmp_path):
     (tmp_path / "c.txt").write_text(LEGAL)
     common = ["train", "--tokenizer", "mistral", "--corpus", str(tmp_path / "c.txt"), "--quiet", "--json"]

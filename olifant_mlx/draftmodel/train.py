@@ -105,8 +105,8 @@ def check_options(window: int, top_k: int, max_tokens, holdout: float, eval_max,
         raise ValueError(f"threads must be 0 (one per CPU) to {MAX_THREADS}, got {threads}")
     if tmpdir is not None and not writable_folder(tmpdir):
         where = f"$TMPDIR ({tmpdir})" if tmpdir == os.environ.get("TMPDIR") else f"tmpdir {tmpdir}"
-        raise ValueError(f"temporary folder {where} is not a writable directory: name one that is, "
-                         f"or pass memory_limit=0 to build in memory")
+        raise ValueError(f"temporary folder {where} is not a writable directory: name one that is "
+                         f"(train --tmpdir DIR), or build all in memory (--memory-limit 0)")
 
 
 def check_output(out) -> None:
