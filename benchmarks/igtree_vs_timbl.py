@@ -2,6 +2,7 @@
 
     python benchmarks/igtree_vs_timbl.py [--train-instances 10000000] [--queries 250000]
                                          [--threads 1] [--compare-threads 2]
+    python benchmarks/igtree_vs_timbl.py --latency-only    # query latencies again, same model
 
 Data: the shared EUR-Lex-Sum corpus (../shared/corpora/legal), tokenised with the
 Mistral-7B-v0.1 tokenizer; training = the first N windows of the train split (width 4,
@@ -119,7 +120,11 @@ def main():
     ap.add_argument("--threads", type=int, default=1, help="olifant build threads (0: all CPUs)")
     ap.add_argument("--compare-threads", type=int, default=2,
                     help="a second olifant build with this many threads (0: skip)")
+    ap.add_argument("--latency-only", action="store_true",
+                    help="re-measure only the query latencies, on the model and queries in --work")
     args = ap.parse_args()
+    if args.latency_only:
+        return remeasure(Path(args.work))
     ensure_timbl()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -188,10 +193,8 @@ def main():
 
     # latency: C (one batch call over shuffled queries) and one Python call per query
     shuffled = np.ascontiguousarray(qctx[np.random.default_rng(2).permutation(qtgt.size)])
-    best_c = min(_timed(lambda: model.predict_batch(shuffled)) for _ in range(5)) / qtgt.size
-    qlist = shuffled[:50_000].tolist()
-    predict = model.predict_token
-    best_py = min(_timed(lambda: [predict(q) for q in qlist]) for _ in range(3)) / len(qlist)
+    best_c, cpu_c = latency(lambda: model.predict_batch(shuffled), 5, qtgt.size)
+    best_py, cpu_py = python_call_latency(model, shuffled[:50_000])
     acc = float(np.mean(ans["token"] == qtgt))
 
     timbl_size = ib.stat().st_size + (Path(str(ib) + ".wgt").stat().st_size if Path(str(ib) + ".wgt").exists() else 0)
@@ -208,7 +211,9 @@ def main():
         "olifant": {"train_cpu_s": round(o_cpu, 2), "train_wall_s": round(o_wall, 2),
                     "train_peak_rss_mb": round(o_rss), "model_bytes": model.file_size,
                     "load_s": round(o_load, 4),
-                    "query_c_us": round(best_c * 1e6, 3), "query_python_call_us": round(best_py * 1e6, 2)},
+                    "query_c_us": round(best_c * 1e6, 3), "query_python_call_us": round(best_py * 1e6, 2),
+                    "query_c_cpu_us": round(cpu_c * 1e6, 3), "query_python_call_cpu_us": round(cpu_py * 1e6, 2)},
+        "load1_after": round(os.getloadavg()[0], 2),
     }
     res["olifant"]["load_s_fresh_process"] = round(float(_child_stdout(model_path)), 4)
     res["speedup_train_cpu"] = round(t_cpu / o_cpu, 1)
@@ -227,10 +232,36 @@ def _child_stdout(model_path):
     return r.stdout.strip()
 
 
-def _timed(fn):
-    t = time.perf_counter()
-    fn()
-    return time.perf_counter() - t
+def latency(fn, repeat: int, n: int) -> tuple:
+    """Best wall and best CPU (this process) seconds per item of `repeat` runs of fn over n
+    items: on a shared machine the CPU time is the one that does not move with the load."""
+    walls, cpus = [], []
+    for _ in range(repeat):
+        t, c = time.perf_counter(), time.process_time()
+        fn()
+        walls.append(time.perf_counter() - t)
+        cpus.append(time.process_time() - c)
+    return min(walls) / n, min(cpus) / n
+
+
+def python_call_latency(model, queries) -> tuple:
+    """One Python call per query (predict_token on a list of ids): best wall, best CPU s each."""
+    qlist = queries.tolist()
+    predict = model.predict_token
+    return latency(lambda: [predict(q) for q in qlist], 3, len(qlist))
+
+
+def remeasure(work: Path) -> None:
+    """--latency-only: the query latencies again, on the model and queries of the last run."""
+    model = IGTree.load(work / "olifant.olif")
+    q = np.loadtxt(work / "test.inst", dtype=np.uint32)[:, :model.window]
+    shuffled = np.ascontiguousarray(q[np.random.default_rng(2).permutation(q.shape[0])])
+    c, c_cpu = latency(lambda: model.predict_batch(shuffled), 5, q.shape[0])
+    py, py_cpu = python_call_latency(model, shuffled[:50_000])
+    print(json.dumps({"query_c_us": round(c * 1e6, 3), "query_c_cpu_us": round(c_cpu * 1e6, 3),
+                      "query_python_call_us": round(py * 1e6, 2),
+                      "query_python_call_cpu_us": round(py_cpu * 1e6, 2),
+                      "load1": round(os.getloadavg()[0], 2)}))
 
 
 def print_table(r):
@@ -255,9 +286,10 @@ def print_table(r):
                 f"{o['model_bytes'] / t['model_bytes']:.2f}")
     tab.add_row("load s (TiMBL CPU; olifant read + validate, fresh process)", f"{t['load_cpu_s']}",
                 f"{o['load_s_fresh_process']}", "")
-    tab.add_row("query µs (TiMBL CLI CPU; olifant C)", f"{t['query_cpu_us']}", f"{o['query_c_us']}", "")
-    tab.add_row("query µs, one Python call", "11–52 (anchor, python3-timbl)",
-                f"{o['query_python_call_us']}", "")
+    tab.add_row("query µs (TiMBL CLI CPU; olifant C wall / CPU)", f"{t['query_cpu_us']}",
+                f"{o['query_c_us']} / {o.get('query_c_cpu_us', '-')}", "")
+    tab.add_row("query µs, one Python call (wall / CPU)", "11–52 (anchor, python3-timbl)",
+                f"{o['query_python_call_us']} / {o.get('query_python_call_cpu_us', '-')}", "")
     tab.add_row("held-out next-token accuracy", "", f"{r['heldout_accuracy']:.2%}", "")
     c = r.get("olifant_compare_threads")
     if c:

@@ -210,6 +210,11 @@ def run_env(env, *args, check=True):
     (["--holdout", "0.99"], "--holdout"), (["--holdout", "1"], "--holdout"), (["--holdout", "-0.1"], "--holdout"),
     (["--eval-max", "-3"], "--eval-max"), (["--window", "0"], "--window"), (["--window", "17"], "--window"),
     (["--top-k", "-1"], "--top-k"), (["--workers", "-2"], "--workers"), (["--window", "four"], "--window"),
+    (["--memory-limit", "lots"], "--memory-limit"), (["--memory-limit", "-1G"], "--memory-limit"),
+    (["--memory-limit", "1K"], "--memory-limit"), (["--memory-limit", "12X"], "--memory-limit"),
+    (["--memory-limit", "nan"], "--memory-limit"), (["--memory-limit", "1e30G"], "--memory-limit"),
+    (["--threads", "-1"], "--threads"),
+    (["--threads", "65"], "--threads"), (["--tmpdir", "/nonexistent/folder"], "--tmpdir"),
 ])
 def test_bad_arguments_are_usage_errors_naming_the_argument(tmp_path, args, named):
     (tmp_path / "c.txt").write_text(CORPUS)
@@ -255,3 +260,44 @@ def test_corrupt_archive_is_an_error_naming_the_file(tmp_path):
             "--quiet", check=False)
     assert r.returncode == 1 and str(bad) in r.stderr and "cannot decompress" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr and not (tmp_path / "m.olif").exists()
+
+
+# ---- bounded memory and build threads (issue 18) ---------------------------------------------
+
+LEGAL = "\n\n".join(f"Article {n}\nThe Member States shall bring into force by {n} June the laws "
+                     f"necessary to comply with Directive {n * 7 % 1000}/EC.\nThey shall inform the "
+                     f"Commission of measure {n * 13 % 997}." for n in range(600)) + "\n"
+
+
+@pytest.mark.parametrize("text,size", [("4G", 4 << 30), ("512M", 512 << 20), ("512m", 512 << 20),
+                                       ("64K", 65536), ("1.5G", 3 << 29), ("4GiB", 4 << 30),
+                                       ("2GB", 2 << 30), ("65536", 65536), ("0", 0), ("1e9", 10**9)])
+def test_memory_limit_sizes(text, size):
+    from olifant_mlx.cli.train import byte_size
+
+    assert byte_size(text) == size
+
+
+def test_an_unusable_tmpdir_is_named_with_the_fix(tmp_path):
+    (tmp_path / "c.txt").write_text(CORPUS)
+    r = run_env({"TMPDIR": str(tmp_path / "gone")}, "train", "--tokenizer", "mistral", "--corpus",
+                str(tmp_path / "c.txt"), "--out", str(tmp_path / "m.olif"), "--quiet", check=False)
+    assert r.returncode == 1 and f"$TMPDIR ({tmp_path / 'gone'})" in r.stderr and "--tmpdir" in r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "m.olif").exists()
+    run_env({"TMPDIR": str(tmp_path / "gone")}, "train", "--tokenizer", "mistral", "--corpus",
+            str(tmp_path / "c.txt"), "--out", str(tmp_path / "m.olif"), "--quiet", "--tmpdir", str(tmp_path))
+    assert (tmp_path / "m.olif").exists()
+
+
+def test_a_tiny_memory_limit_gives_the_same_model_byte_for_byte(tmp_path):
+    (tmp_path / "c.txt").write_text(LEGAL)
+    common = ["train", "--tokenizer", "mistral", "--corpus", str(tmp_path / "c.txt"), "--quiet", "--json"]
+    bounded = json.loads(run(*common, "--out", str(tmp_path / "bounded.olif"), "--memory-limit", "64K",
+                             "--threads", "2").stdout)
+    whole = json.loads(run(*common, "--out", str(tmp_path / "whole.olif"), "--memory-limit", "0",
+                           "--threads", "1").stdout)
+    assert bounded["memory_limit"] == 65536 and whole["memory_limit"] == 0
+    assert bounded["threads"] == 2 and whole["threads"] == 1
+    assert bounded["instances"] * 20 > 4 * 65536, "the instances (20 bytes each) must not fit in the limit"
+    assert (tmp_path / "bounded.olif").read_bytes() == (tmp_path / "whole.olif").read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bounded.olif", "c.txt", "whole.olif"]

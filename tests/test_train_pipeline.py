@@ -251,6 +251,80 @@ def test_ctrl_c_while_reading(tmp_path):
     assert leftovers(tmp_path, "c.txt") == []
 
 
+# ---- bounded-memory builds spill beside the model and leave nothing (issue 18) -----------------
+
+def spill_files(folder, fds="/proc/self/fd") -> list:
+    """A process's open files in `folder`: a bounded build's temporary files (unnamed, so only
+    /proc shows them, as 'folder/#inode (deleted)' or 'folder/name (deleted)')."""
+    found = []
+    for fd in os.listdir(fds):
+        try:
+            target = os.readlink(f"{fds}/{fd}")
+        except OSError:
+            continue
+        if os.path.dirname(target) == str(folder):
+            found.append(target)
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc to see unnamed files")
+def test_a_bounded_build_spills_beside_the_model_and_leaves_nothing(tmp_path, mistral, monkeypatch):
+    monkeypatch.delenv("TMPDIR", raising=False)
+    (tmp_path / "c.txt").write_text(legal_text(600))
+    (tmp_path / "models").mkdir()
+    seen = set()
+    s = train([str(tmp_path / "c.txt")], mistral, tmp_path / "models" / "m.olif", show_progress=False,
+              memory_limit=65536, threads=2,
+              on_progress=lambda phase, done, total: seen.update(spill_files(tmp_path / "models")))
+    assert s["memory_limit"] == 65536
+    assert seen and all(t.endswith("(deleted)") for t in seen), seen
+    assert spill_files(tmp_path / "models") == []
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["m.olif"]
+    # --tmpdir (here: the API's tmpdir) puts them elsewhere
+    (tmp_path / "spill").mkdir()
+    seen.clear()
+    train([str(tmp_path / "c.txt")], mistral, tmp_path / "models" / "m2.olif", show_progress=False,
+          memory_limit=65536, tmpdir=tmp_path / "spill",
+          on_progress=lambda phase, done, total: seen.update(spill_files(tmp_path / "spill")))
+    assert seen and list((tmp_path / "spill").iterdir()) == []
+    assert (tmp_path / "models" / "m.olif").read_bytes() == (tmp_path / "models" / "m2.olif").read_bytes()
+
+
+@pytest.mark.parametrize("phase", ["reading", "sorting", "building"])
+def test_cancelling_a_bounded_build_leaves_no_temporary_files(tmp_path, mistral, phase):
+    (tmp_path / "c.txt").write_text(legal_text(600))
+    cancel, seen = threading.Event(), []
+
+    def on_progress(name, done, total):
+        seen.append(name)
+        if phase in name:
+            cancel.set()
+
+    with pytest.raises(TrainingCancelled):
+        train([str(tmp_path / "c.txt")], mistral, tmp_path / "m.olif", show_progress=False,
+              memory_limit=65536, threads=2, tmpdir=tmp_path, on_progress=on_progress, cancel=cancel)
+    assert any(phase in name for name in seen)
+    assert leftovers(tmp_path, "c.txt") == []
+    if os.path.isdir("/proc/self/fd"):
+        assert spill_files(tmp_path) == [], "the temporary files are closed, not just unnamed"
+
+
+def test_ctrl_c_during_a_bounded_build_leaves_no_temporary_files(tmp_path):
+    """Ctrl-C while the builder holds spilled instances on disk: exit 130, nothing left."""
+    (tmp_path / "c.txt").write_text(legal_text(600))
+    p = subprocess.Popen([sys.executable, str(HERE / "interrupt_child.py"), "building", "train", "--tokenizer",
+                          "mistral", "--corpus", str(tmp_path / "c.txt"), "--out", str(tmp_path / "m.olif"),
+                          "--memory-limit", "64K"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_marker(p, "STALLED building")
+    try:
+        spilled = spill_files(tmp_path, f"/proc/{p.pid}/fd") if os.path.isdir(f"/proc/{p.pid}/fd") else [1]
+    finally:
+        err = interrupt(p)      # never leave the stalled child behind, whatever the check found
+    assert spilled, "it had spilled beside the model"
+    assert p.returncode == 130, err
+    assert leftovers(tmp_path, "c.txt") == []
+
+
 # ---- private files (model files hold the corpus's n-grams) -------------------------------------
 
 def test_model_is_private_whatever_the_umask(tmp_path, mistral):

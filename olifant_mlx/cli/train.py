@@ -10,6 +10,7 @@ import os
 import sys
 
 from olifant_mlx.cli.common import draft_tokens, mb, print_json, table
+from olifant_mlx.machine import default_memory_limit
 
 DEFAULT_CORPUS = "builtin:licenses"
 
@@ -55,6 +56,36 @@ def holdout_share(text: str) -> float:
             f"must be a fraction of the documents from 0 to {MAX_HOLDOUT} (more would leave too "
             f"little to train on), got {text}")
     return x
+
+
+SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def byte_size(text: str) -> int:
+    """--memory-limit 4G / 512M / 64K / 1.5G / 0 -> bytes (K, M, G, T are powers of 1024; a
+    trailing B or iB is allowed); 0 means no bound."""
+    from olifant_mlx.draftmodel.train import MIN_MEMORY_LIMIT
+
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = t[-1:] if t[-1:] in SIZE_UNITS else ""
+    try:
+        x = float(t[: len(t) - len(unit)])
+    except ValueError:
+        x = float("nan")
+    if not 0 <= x * SIZE_UNITS[unit] < 1 << 63:       # also NaN, inf and past what C takes
+        raise argparse.ArgumentTypeError(f"must be a size such as 4G, 512M or 65536 (bytes), got {text!r}")
+    n = int(x * SIZE_UNITS[unit])
+    if 0 < n < MIN_MEMORY_LIMIT:
+        raise argparse.ArgumentTypeError(f"must be 0 (no bound) or at least 64K, got {text!r}")
+    return n
+
+
+def size_text(n: int) -> str:
+    """Bytes for people, in --memory-limit's units: 12G, 11.77G, 512M, 65536."""
+    for unit in ("T", "G", "M", "K"):
+        if n >= SIZE_UNITS[unit]:
+            return f"{n / SIZE_UNITS[unit]:.4g}{unit}"
+    return str(n)
 
 
 def permutation(text: str, window: int) -> list[int]:
@@ -139,7 +170,8 @@ def cmd_train(args) -> int:
     s = train(corpora, tok, args.out, window=args.window, order=order,
               top_k=args.top_k, max_tokens=args.max_tokens, holdout=args.holdout,
               eval_specs=args.eval or (), eval_max=args.eval_max, text_field=args.text_field,
-              show_progress=not args.quiet, workers=args.workers, force=args.force)
+              show_progress=not args.quiet, workers=args.workers, force=args.force,
+              memory_limit=args.memory_limit, threads=args.threads, tmpdir=args.tmpdir)
     if args.json:
         print_json(s, indent=2)
         return 0
@@ -149,7 +181,9 @@ def cmd_train(args) -> int:
             ("level order", " ".join(f"t{p + 1}" for p in s["permutation"])),
             ("file size", mb(s["file_bytes"])),
             ("read + tokenize", f"{s['read_tokenize_s']:.1f} s ({s['workers']} tokeniser threads)"),
-            ("build", f"{s['build_s']:.1f} s"), ("tokens/s", f"{s['tokens_per_s']:,}"),
+            ("build", f"{s['build_s']:.1f} s ({s['threads']} threads, memory limit "
+                      f"{size_text(s['memory_limit']) if s['memory_limit'] else 'none'})"),
+            ("tokens/s", f"{s['tokens_per_s']:,}"),
             ("load", f"{s['load_s'] * 1e3:.1f} ms"), ("peak RSS", f"{s['peak_rss_mb']:.0f} MB")]
     for name, e in s["eval"].items():
         rows.append((f"accuracy on {name}", f"{e['accuracy']:.2%} of {e['instances']:,}"))
@@ -198,6 +232,23 @@ def cmd_draft(args) -> int:
     return 0
 
 
+def build_threads(text: str) -> int:
+    from olifant_mlx.draftmodel.train import MAX_THREADS
+
+    n = _whole(text)
+    if not 0 <= n <= MAX_THREADS:
+        raise argparse.ArgumentTypeError(f"must be 0 (one per CPU) to {MAX_THREADS} threads, got {n}")
+    return n
+
+
+def temp_folder(text: str) -> str:
+    from olifant_mlx.draftmodel.train import writable_folder
+
+    if not writable_folder(text):
+        raise argparse.ArgumentTypeError(f"{text} is not a writable directory")
+    return text
+
+
 def add_parsers(sub):
     t = sub.add_parser("train", help="train a draft model on a corpus")
     t.add_argument("--corpus", nargs="+", metavar="PATH",
@@ -226,6 +277,16 @@ def add_parsers(sub):
                    help="train on at most this many tokens (reading stops there)")
     t.add_argument("--workers", type=at_least(0, "threads"),
                    help="tokeniser threads (default: one per CPU; 0: tokenise in the reading thread)")
+    t.add_argument("--memory-limit", type=byte_size, metavar="SIZE", default=default_memory_limit(),
+                   help="memory for the training instances and their sorting, e.g. 4G or 512M; beyond "
+                        "it they are sorted in runs on disk and merged (same model); 0: no bound "
+                        f"(default: half of this machine's memory, {size_text(default_memory_limit())})")
+    t.add_argument("--threads", type=build_threads, metavar="N",
+                   help="build threads for statistics, sorting and the tree (default: one per CPU; "
+                        "0: one per online CPU); the model does not depend on it")
+    t.add_argument("--tmpdir", metavar="DIR", type=temp_folder,
+                   help="folder for the temporary files of a bounded build (default: $TMPDIR, else "
+                        "the folder of --out); they are unnamed, so nothing is left behind")
     t.add_argument("--force", action="store_true",
                    help="train on files that do not look like text (binary, not UTF-8)")
     t.add_argument("--text-field", default="text", help="text field of .jsonl and datasets")

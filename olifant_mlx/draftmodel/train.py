@@ -8,10 +8,12 @@ a second in every phase. Nothing is written until the end: the model goes to a p
 temporary file, is reloaded and scored there, and only then renamed over `out` with mode
 0600 (it holds the corpus's n-grams) — an interrupted or failed run leaves no file.
 
-Memory: the builder holds (window+1) x 4 bytes per token and sorts them in place; Python
-holds only the batches in flight (corpus bounds lines, documents and batches) and the ids of
-held-out documents (at most eval_max of them). Measured: 100M tokens at window 4 peak at
-3.0 GB (benchmarks/train_100m.py).
+Memory: the builder holds (window+1) x 4 bytes per token and sorts them in place, up to
+`memory_limit` (default: half of this machine's memory); beyond it instances are sorted in
+runs, spilled to unnamed temporary files in `tmpdir` (default $TMPDIR, else the folder of
+`out`) and merged into the build, with a byte-identical model. Python holds only the batches
+in flight (corpus bounds lines, documents and batches) and the ids of held-out documents (at
+most eval_max of them).
 """
 from __future__ import annotations
 
@@ -39,9 +41,12 @@ from olifant_mlx.draftmodel.corpus import (
 )
 from olifant_mlx.draftmodel.igtree import Builder, IGTree, IGTreeError, lib, library_version
 from olifant_mlx.files import private_output
+from olifant_mlx.machine import cpus, default_memory_limit
 
 MAX_WINDOW = library_version()["max_window"]
 MAX_HOLDOUT = 0.5       # more would leave less to train on than to score
+MIN_MEMORY_LIMIT = int(lib.IGT_MIN_MEMORY_LIMIT)
+MAX_THREADS = int(lib.IGT_MAX_THREADS)
 CANCEL_GRACE_S = 1.0    # how long a cancelled build may take to stop before it is left behind
 
 
@@ -56,14 +61,29 @@ def peak_rss_mb() -> float:
 
 
 def default_workers() -> int:
-    """Tokeniser threads: one per CPU this process may use."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS
-        return os.cpu_count() or 1
+    """Tokeniser (and build) threads: one per CPU this process may use."""
+    return cpus()
 
 
-def check_options(window: int, top_k: int, max_tokens, holdout: float, eval_max, workers) -> None:
+def writable_folder(path) -> bool:
+    return os.path.isdir(path) and os.access(path, os.W_OK | os.X_OK)
+
+
+def spill_folder(out) -> str:
+    """Where a bounded build's temporary files go: $TMPDIR if set, else the folder `out` is
+    written to (or its nearest existing parent): on the disk the user chose for the model,
+    not a /tmp that may be memory."""
+    env = os.environ.get("TMPDIR")
+    if env:
+        return env
+    folder = os.path.dirname(os.path.abspath(out))
+    while not os.path.isdir(folder):
+        folder = os.path.dirname(folder)
+    return folder
+
+
+def check_options(window: int, top_k: int, max_tokens, holdout: float, eval_max, workers,
+                  memory_limit=None, threads=None, tmpdir=None) -> None:
     """ValueError naming the first bad option, before any slow work."""
     if not 1 <= window <= MAX_WINDOW:
         raise ValueError(f"window must be 1 to {MAX_WINDOW} context tokens, got {window}")
@@ -78,6 +98,15 @@ def check_options(window: int, top_k: int, max_tokens, holdout: float, eval_max,
         raise ValueError(f"eval_max must be at least 1, got {eval_max}")
     if workers is not None and workers < 0:
         raise ValueError(f"workers must be 0 (tokenise in this thread) or more, got {workers}")
+    if memory_limit is not None and memory_limit != 0 and memory_limit < MIN_MEMORY_LIMIT:
+        raise ValueError(f"memory_limit must be 0 (no bound) or at least {MIN_MEMORY_LIMIT} bytes "
+                         f"(64K), got {memory_limit}")
+    if threads is not None and not 0 <= threads <= MAX_THREADS:
+        raise ValueError(f"threads must be 0 (one per CPU) to {MAX_THREADS}, got {threads}")
+    if tmpdir is not None and not writable_folder(tmpdir):
+        where = f"$TMPDIR ({tmpdir})" if tmpdir == os.environ.get("TMPDIR") else f"tmpdir {tmpdir}"
+        raise ValueError(f"temporary folder {where} is not a writable directory: name one that is "
+                         f"(train --tmpdir DIR), or build all in memory (--memory-limit 0)")
 
 
 def check_output(out) -> None:
@@ -343,21 +372,31 @@ def train(corpora, tokenizer, out, window: int = 4, order="gain_ratio", top_k: i
           max_tokens: int | None = None, holdout: float = 0.0, eval_specs=(),
           eval_max: int | None = None, text_field: str = "text", show_progress: bool = True,
           on_progress=None, workers: int | None = None, force: bool = False,
-          cancel: threading.Event | None = None) -> dict:
+          cancel: threading.Event | None = None, memory_limit: int | None = None,
+          threads: int | None = None, tmpdir=None) -> dict:
     """Train on corpora, save to `out` (mode 0600), reload it, evaluate; return a summary.
 
     Options and corpora are checked before any slow work (ValueError, CorpusError naming
     the problem). on_progress(phase, done, total) (optional, e.g. for a UI) gets the bytes
     read of each source while reading, then the build phases; total may be None when
     unknown. workers: tokeniser threads (None: one per CPU; 0: none, all in this thread).
-    force: read files that do not look like text. Setting `cancel` stops the run
-    (TrainingCancelled); so does Ctrl-C (KeyboardInterrupt). Either way no file is left."""
+    force: read files that do not look like text. memory_limit: bytes for the builder's
+    instances and their sorting (None: default_memory_limit(); 0: no bound), beyond which
+    they spill to unnamed temporary files in tmpdir (None: spill_folder(out)); threads:
+    build threads (None: one per CPU). The model does not depend on workers, memory_limit or
+    threads. Setting `cancel` stops the run (TrainingCancelled); so does Ctrl-C
+    (KeyboardInterrupt). Either way no file is left."""
     workers = default_workers() if workers is None else workers
-    check_options(window, top_k, max_tokens, holdout, eval_max, workers)
+    threads = default_workers() if threads is None else threads
+    memory_limit = default_memory_limit() if memory_limit is None else memory_limit
+    tmpdir = spill_folder(out) if tmpdir is None else os.fspath(tmpdir)
+    check_options(window, top_k, max_tokens, holdout, eval_max, workers, memory_limit, threads,
+                  tmpdir if memory_limit else None)
     preflight(corpora, out, eval_specs, text_field, force)
     cancel = cancel if cancel is not None else threading.Event()
     builder = Builder(vocab_size=tokenizer.vocab_size, window=window, order=order, top_k=top_k,
-                      tokenizer_name=tokenizer.name, tokenizer_digest=tokenizer.digest)
+                      tokenizer_name=tokenizer.name, tokenizer_digest=tokenizer.digest,
+                      memory_limit=memory_limit or None, tmpdir=tmpdir, threads=threads)
     cpu0 = time.process_time()
     with _progress_bar(show_progress) as bar:
         reporter = Reporter(bar, on_progress)
@@ -385,7 +424,8 @@ def train(corpora, tokenizer, out, window: int = 4, order="gain_ratio", top_k: i
         "permutation": model.permutation, "gain_ratio": [round(g, 6) for g in model.gain_ratio],
         "documents": fed.documents, "tokens": fed.tokens, "instances": model.n_instances,
         "nodes": model.n_nodes, "classes": model.n_classes, "file_bytes": model.file_size,
-        "workers": workers, "read_tokenize_s": round(fed.wall_s, 3),
+        "workers": workers, "threads": threads, "memory_limit": memory_limit,
+        "read_tokenize_s": round(fed.wall_s, 3),
         "read_s": round(fed.timing.read_s, 3), "tokenize_s": round(fed.timing.tokenize_s, 3),
         "feed_s": round(fed.feed_s, 3), "build_s": round(t_build, 3),
         "tokens_per_s": round(fed.tokens / max(fed.wall_s + t_build, 1e-9)),
