@@ -1,21 +1,35 @@
 """Tokens/s through `serve` (HTTP, SSE, the worker queue) versus the in-process Session.
 
-    python benchmarks/server_vs_inprocess.py [--model smollm2-135m] [--draft auto]
-        [--max-tokens 32] [--prompts 6] [--rounds 2] [--no-stream]
+    python benchmarks/server_vs_inprocess.py [--model smollm2-135m] [--draft auto] [-k 8]
+        [--max-tokens 32] [--prompts 6] [--rounds 3] [--arms inproc,server,json,control]
 
 Starts `python -m olifant_mlx serve` in a subprocess on a free loopback port, loads the same
-verifier here, and runs the same prompts `--rounds` times through three arms: the in-process
-Session, the server, and a control that is the in-process Session again (its own drafter, the
-same verifier), each arm first, second and third in turn, after one warm-up each. The server is
-timed at the client, from sending the request to the last byte of `data: [DONE]` (streamed, the
-default) or of the JSON answer; in-process, the whole `Session.generate`. The texts must be
-equal. Prints per-run tokens/s and the ratio server / in-process over all tokens and time (the
-headline) and as the median of the runs.
+verifier here, and runs every prompt through four arms back to back, one block per prompt:
 
-On a machine shared with other work, tokens/s swing with its load from one minute to the next;
-the control's ratio to the in-process arm (the same code twice, A/A) shows how far, and the
-client's tokens/s over the server's own engine figure (`usage.tokens_per_s`) in the same
-request isolates what the HTTP path adds. Writes benchmarks/out/server_vs_inprocess.json.
+    inproc   the in-process Session (`Session.stream`, the whole generation)
+    server   the server, streamed (SSE, `stream_options.include_usage`)
+    json     the server, one whole JSON answer (stream false)
+    control  the in-process Session again, with its own drafter: the A/A control
+
+Within a block the arms run in a rotated order, reversed every other round, so each arm runs
+in each place and before and after each other arm equally often; one full-length warm-up per
+arm first. The server is timed at the client from sending the request to the last byte
+(`data: [DONE]` or the JSON body); in-process, the whole generation. The texts must be equal.
+
+What it reports, each as the ratio of an arm to `inproc`:
+- over all tokens and time (the headline, as issue 14 asks), the median of the per-block
+  ratios, and their min and max; the control's shows how far the same code drifts here;
+- the engine's own time (`usage.seconds`, `stats.seconds`: prefill and verifier passes) and
+  the time outside it (encoding, detokenising, the queue, HTTP, SSE), so that what the server
+  adds is measured apart from how fast the engine happened to run: the "load-adjusted" ratio is
+  in-process time / (in-process time + the server's extra time outside the engine);
+- CPU seconds (the server process plus this client, against this process in-process), which a
+  loaded machine changes far less than wall time;
+- time to first text and the gaps between text events, at the client and in-process.
+
+On a machine shared with other work tokens/s swing with its load from one minute to the next;
+the control (the same code twice) says how much of a ratio's distance from 1 is that swing.
+Writes benchmarks/out/server_vs_inprocess.json (numbers only: no prompt or output text).
 """
 import argparse
 import json
@@ -24,13 +38,17 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-ARMS = ("inproc", "server", "control")
+ARMS = ("inproc", "server", "json", "control")
+SERVER_ARMS = ("server", "json")
+TICK = os.sysconf("SC_CLK_TCK")
+WARM_UP = "The parties agree that this Agreement shall be governed by the laws of"
 PROMPTS = [
     "THE SOFTWARE IS PROVIDED \"AS IS\", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED, INCLUDING",
     "Article 1\nThis Regulation lays down rules relating to the protection of natural persons with regard to",
@@ -47,17 +65,36 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(model, draft, k, port):
+def proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system, all threads) a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def self_cpu() -> float:
+    return time.process_time()
+
+
+def has_openblas(pid: int) -> bool | None:
+    try:
+        return "libopenblas" in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return None
+
+
+def start_server(model, draft, k, port, log):
     cmd = [sys.executable, "-m", "olifant_mlx", "serve", "--model", model, "--draft", draft, "-k", str(k),
            "--port", str(port), "--energy", "none", "--no-access-log"]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    # the server's stderr goes to a file: a pipe nobody reads would stall it once full
+    proc = subprocess.Popen(cmd, stderr=log, stdout=subprocess.DEVNULL)
     import httpx
 
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 900
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SystemExit(f"the server exited: {proc.stderr.read()}")
+            log.seek(0)
+            raise SystemExit(f"the server exited: {log.read().decode(errors='replace')[-2000:]}")
         try:
             if httpx.get(url + "/health", timeout=5).status_code == 200:
                 return proc, url, " ".join(cmd[1:])
@@ -67,10 +104,13 @@ def start_server(model, draft, k, port):
     raise SystemExit("the server did not start in 15 minutes")
 
 
-def through_server(client, url, prompt, max_tokens, stream):
-    """(text, tokens, seconds, server-side tokens/s) for one request, timed at the client."""
+def through_server(client, url, prompt, max_tokens, stream, pid):
+    """One request timed at the client: a dict of text, tokens, wall, engine and CPU seconds,
+    time to first text and gaps between text events (streamed)."""
     body = {"prompt": prompt, "max_tokens": max_tokens}
+    c0, s0 = self_cpu(), proc_cpu(pid)
     t0 = time.perf_counter()
+    times = []
     if stream:
         body.update(stream=True, stream_options={"include_usage": True})
         text, usage = [], None
@@ -80,22 +120,47 @@ def through_server(client, url, prompt, max_tokens, stream):
                 if not line.startswith("data: ") or line == "data: [DONE]":
                     continue
                 chunk = json.loads(line[6:])
-                if chunk["choices"]:
+                if chunk["choices"] and chunk["choices"][0]["text"]:
+                    times.append(time.perf_counter())
                     text.append(chunk["choices"][0]["text"])
                 usage = chunk.get("usage") or usage
-        dt = time.perf_counter() - t0
-        return "".join(text), usage["completion_tokens"], dt, usage["tokens_per_s"]
-    r = client.post(url + "/v1/completions", json=body)
+        text = "".join(text)
+    else:
+        r = client.post(url + "/v1/completions", json=body)
+        r.raise_for_status()
+        out = r.json()
+        text, usage = out["choices"][0]["text"], out["usage"]
     dt = time.perf_counter() - t0
-    r.raise_for_status()
-    out = r.json()
-    return out["choices"][0]["text"], out["usage"]["completion_tokens"], dt, out["usage"]["tokens_per_s"]
+    return {"text": text, "tokens": usage["completion_tokens"], "s": dt, "engine_s": usage["seconds"],
+            "passes": usage["verifier_passes"], "queue_s": usage["queue_s"],
+            "cpu_s": proc_cpu(pid) - s0 + self_cpu() - c0, "times": [t - t0 for t in times]}
 
 
 def in_process(session, options, prompt):
+    c0 = self_cpu()
     t0 = time.perf_counter()
-    r = session.generate(prompt, options)
-    return r.text, r.stats.tokens, time.perf_counter() - t0
+    text, times, last = [], [], None
+    for r in session.stream(prompt, options):
+        if r.text:
+            times.append(time.perf_counter())
+            text.append(r.text)
+        last = r
+    dt = time.perf_counter() - t0
+    st = last.stats
+    return {"text": "".join(text), "tokens": st.tokens, "s": dt, "engine_s": st.seconds, "passes": st.steps,
+            "queue_s": None, "cpu_s": self_cpu() - c0, "times": [t - t0 for t in times]}
+
+
+def ratio(a, b):
+    return round(a / b, 4) if b else None
+
+
+def spread(values):
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return {"median": round(statistics.median(values), 4), "min": round(min(values), 4),
+            "max": round(max(values), 4)}
 
 
 def main():
@@ -105,80 +170,119 @@ def main():
     ap.add_argument("-k", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--prompts", type=int, default=len(PROMPTS), help=f"how many prompts (1-{len(PROMPTS)})")
-    ap.add_argument("--rounds", type=int, default=2, help="times through the prompts (default 2)")
-    ap.add_argument("--no-stream", action="store_true", help="whole JSON answers instead of SSE")
+    ap.add_argument("--rounds", type=int, default=3, help="times through the prompts (default 3)")
+    ap.add_argument("--arms", default=",".join(ARMS),
+                    help=f"which arms, comma-separated (default {','.join(ARMS)}; inproc is always run)")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "server_vs_inprocess.json"))
     args = ap.parse_args()
+    arms = tuple(a for a in ARMS if a == "inproc" or a in args.arms.split(","))
     import httpx
 
     from olifant_mlx.engine import GenerationOptions, Session
     from olifant_mlx.verifier import load_verifier
 
-    stream = not args.no_stream
     load0 = os.getloadavg()
-    proc, url, command = start_server(args.model, args.draft, args.k, free_port())
+    log = tempfile.TemporaryFile()
+    proc, url, command = start_server(args.model, args.draft, args.k, free_port(), log)
+    rows = []
     try:
         verifier = load_verifier(args.model)
         # the control arm is the same Session code again, with its own drafter (A/A)
-        sessions = {arm: Session(verifier, args.draft, GenerationOptions(k=args.k)) for arm in ARMS if arm != "server"}
+        sessions = {arm: Session(verifier, args.draft, GenerationOptions(k=args.k))
+                    for arm in arms if arm not in SERVER_ARMS}
         options = GenerationOptions(k=args.k, max_tokens=args.max_tokens)
         client = httpx.Client(timeout=3600)
-        for s in sessions.values():
-            in_process(s, options.replace(max_tokens=4), "Warm-up.")          # first-call costs
-        through_server(client, url, "Warm-up.", 4, stream)
-        rows = []
+
+        def run(arm, prompt, max_tokens=args.max_tokens):
+            if arm in SERVER_ARMS:
+                return through_server(client, url, prompt, max_tokens, arm == "server", proc.pid)
+            return in_process(sessions[arm], options.replace(max_tokens=max_tokens), prompt)
+
+        for arm in arms:                 # first-call costs, and the adaptive drafters' pass-time model
+            run(arm, "Warm-up.", 4)
+            run(arm, WARM_UP)
         prompts = PROMPTS[:max(1, min(args.prompts, len(PROMPTS)))]
-        runs = [(r, j, p) for r in range(max(1, args.rounds)) for j, p in enumerate(prompts)]
-        for i, (rnd, j, prompt) in enumerate(runs):
-            order = ARMS[i % 3:] + ARMS[:i % 3]        # each arm first, second and third in turn
-            got = {}
-            for arm in order:
-                if arm == "server":
-                    got[arm] = through_server(client, url, prompt, args.max_tokens, stream)
-                else:
-                    got[arm] = in_process(sessions[arm], options, prompt)
-            (ti, ni, si), (ts, ns, ss, engine_tps), (tc, nc, sc) = got["inproc"], got["server"], got["control"]
-            row = {"round": rnd, "prompt": j, "order": list(order), "tokens": ni,
-                   "inproc_s": round(si, 4), "server_s": round(ss, 4), "control_s": round(sc, 4),
-                   "inproc_tps": round(ni / si, 3), "server_tps": round(ns / ss, 3),
-                   "control_tps": round(nc / sc, 3), "server_engine_tps": engine_tps,
-                   "ratio": round((ns / ss) / (ni / si), 4), "control_ratio": round((nc / sc) / (ni / si), 4),
-                   "client_over_engine": round((ns / ss) / engine_tps, 4) if engine_tps else None,
-                   "same_text": ti == ts == tc and ni == ns == nc}
+        blocks = [(r, j, p) for r in range(max(1, args.rounds)) for j, p in enumerate(prompts)]
+        for i, (rnd, j, prompt) in enumerate(blocks):
+            n = len(arms)
+            order = arms[i % n:] + arms[:i % n]
+            if rnd % 2:
+                order = order[::-1]
+            got = {arm: run(arm, prompt) for arm in order}
+            base = got["inproc"]
+            row = {"round": rnd, "prompt": j, "order": list(order), "tokens": base["tokens"],
+                   "same_text": all(g["text"] == base["text"] and g["tokens"] == base["tokens"]
+                                    for g in got.values())}
+            for arm, g in got.items():
+                row[arm] = {"s": round(g["s"], 4), "engine_s": round(g["engine_s"], 4),
+                            "outside_s": round(g["s"] - g["engine_s"], 4), "cpu_s": round(g["cpu_s"], 3),
+                            "passes": g["passes"], "tps": round(g["tokens"] / g["s"], 3),
+                            "ttft_s": round(g["times"][0], 4) if g["times"] else None,
+                            "gaps_ms": [round(1e3 * (b - a), 2) for a, b in zip(g["times"], g["times"][1:])]}
+                if g["queue_s"] is not None:
+                    row[arm]["queue_s"] = g["queue_s"]
+            for arm in arms[1:]:
+                row[arm]["ratio"] = ratio(row[arm]["tps"], row["inproc"]["tps"])
             rows.append(row)
-            print(f"round {rnd} prompt {j}: {ni} tokens  in-process {row['inproc_tps']:.2f} tok/s  server "
-                  f"{row['server_tps']:.2f} (engine {engine_tps:.2f})  control {row['control_tps']:.2f}  "
-                  f"server/in-process {row['ratio']:.3f}  control/in-process {row['control_ratio']:.3f}  "
-                  f"{'same text' if row['same_text'] else 'TEXT DIFFERS'}  (order {', '.join(order)})", flush=True)
+            print(f"round {rnd} prompt {j}: {row['tokens']} tokens, tokens/s "
+                  + "  ".join(f"{a} {row[a]['tps']:.2f}" + (f" ({row[a]['ratio']:.3f})" if a != "inproc" else "")
+                              for a in arms)
+                  + f"  {'same text' if row['same_text'] else 'TEXT DIFFERS'}  (order {', '.join(order)})",
+                  flush=True)
+        blas = has_openblas(proc.pid)
     finally:
         proc.terminate()
         proc.wait(60)
 
-    def total(arm):
-        return sum(r["tokens"] for r in rows) / sum(r[f"{arm}_s"] for r in rows)
+    def total(arm, key="s"):
+        return sum(r[arm][key] for r in rows)
 
+    tokens = sum(r["tokens"] for r in rows)
     summary = {"command": " ".join(["python"] + sys.argv), "server": command,
                "model": args.model, "draft": args.draft, "k": args.k, "max_tokens": args.max_tokens,
-               "rounds": args.rounds, "stream": stream,
-               "ratio_total": round(total("server") / total("inproc"), 4),
-               "ratio_median": round(statistics.median(r["ratio"] for r in rows), 4),
-               "control_ratio_total": round(total("control") / total("inproc"), 4),
-               "control_ratio_median": round(statistics.median(r["control_ratio"] for r in rows), 4),
-               "server_over_both_in_process": round(2 * total("server") / (total("inproc") + total("control")), 4),
-               "client_over_engine_median": round(statistics.median(r["client_over_engine"] for r in rows), 4),
-               "load_average": [load0, os.getloadavg()], "cpus": os.cpu_count(),
-               "all_same_text": all(r["same_text"] for r in rows), "rows": rows}
-    out = ROOT / "benchmarks" / "out"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "server_vs_inprocess.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(f"server / in-process tokens/s: {summary['ratio_total']:.3f} over all tokens (median of the "
-          f"runs {summary['ratio_median']:.3f}; target >= 0.95); outputs identical: "
-          f"{'yes' if summary['all_same_text'] else 'NO'}")
-    print(f"control (in-process again) / in-process: {summary['control_ratio_total']:.3f} (median "
-          f"{summary['control_ratio_median']:.3f}): how far the same code drifts here; server over the "
-          f"mean of both in-process arms: {summary['server_over_both_in_process']:.3f}")
-    print(f"client tokens/s over the server's engine tokens/s (median): "
-          f"{summary['client_over_engine_median']:.3f}; load average {load0} -> {os.getloadavg()} "
-          f"on {os.cpu_count()} CPUs")
+               "prompts": len(rows) // max(1, args.rounds), "rounds": args.rounds, "arms": list(arms),
+               "tokens_per_arm": tokens, "server_has_openblas": blas,
+               "load_average": [list(load0), list(os.getloadavg())], "cpus": os.cpu_count(),
+               "all_same_text": all(r["same_text"] for r in rows), "arm": {}}
+    t_in, e_in, o_in = total("inproc"), total("inproc", "engine_s"), total("inproc", "outside_s")
+    for arm in arms:
+        s = {"tokens_per_s": round(tokens / total(arm), 3),
+             "engine_tokens_per_s": round(tokens / total(arm, "engine_s"), 3),
+             "cpu_s_per_token": round(total(arm, "cpu_s") / tokens, 4),
+             "outside_engine_ms_per_request": round(1e3 * total(arm, "outside_s") / len(rows), 2),
+             "passes": sum(r[arm]["passes"] for r in rows),
+             "ttft_s": spread(r[arm]["ttft_s"] for r in rows),
+             "gap_ms": spread(g for r in rows for g in r[arm]["gaps_ms"])}
+        if arm != "inproc":
+            extra = total(arm, "outside_s") - o_in
+            s.update(ratio_total=ratio(t_in, total(arm)),
+                     ratio_runs=spread(r[arm]["ratio"] for r in rows),
+                     engine_ratio=ratio(e_in, total(arm, "engine_s")),
+                     cpu_ratio=ratio(total("inproc", "cpu_s"), total(arm, "cpu_s")),
+                     extra_outside_engine_ms_per_request=round(1e3 * extra / len(rows), 2),
+                     load_adjusted_ratio=ratio(t_in, t_in + extra))
+        summary["arm"][arm] = s
+    summary["rows"] = rows
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(summary, indent=2) + "\n")
+
+    print(f"\n{len(rows)} blocks of {', '.join(arms)}; {tokens} tokens per arm; outputs identical: "
+          f"{'yes' if summary['all_same_text'] else 'NO'}; server has OpenBLAS: {blas}")
+    print(f"{'arm':8} {'tok/s':>7} {'ratio':>6} {'median':>7} {'min-max':>13} {'engine':>7} {'cpu':>6} "
+          f"{'+out ms':>8} {'adjusted':>8} {'ttft s':>7} {'gap ms':>7}")
+    for arm in arms:
+        s = summary["arm"][arm]
+        runs = s.get("ratio_runs") or {}
+        print(f"{arm:8} {s['tokens_per_s']:7.3f} {s.get('ratio_total') or 1:6.3f} {runs.get('median', 1):7.3f} "
+              f"{runs.get('min', 1):6.3f}-{runs.get('max', 1):6.3f} {s.get('engine_ratio') or 1:7.3f} "
+              f"{s.get('cpu_ratio') or 1:6.3f} {s.get('extra_outside_engine_ms_per_request', 0):8.1f} "
+              f"{s.get('load_adjusted_ratio') or 1:8.4f} {(s['ttft_s'] or {}).get('median', 0):7.3f} "
+              f"{(s['gap_ms'] or {}).get('median', 0):7.1f}")
+    print(f"ratios are the arm's tokens/s over inproc's (target >= 0.95 for server); engine: the same over "
+          f"the engine's own seconds; cpu: over CPU seconds; +out ms: time outside the engine per "
+          f"request beyond inproc's; adjusted: inproc time / (inproc time + that). Load average "
+          f"{load0[0]:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     return 0 if summary["all_same_text"] else 1
 
 

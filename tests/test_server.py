@@ -191,6 +191,71 @@ def test_raw_sse_framing(client):
     assert "".join(c["choices"][0]["text"] for c in chunks[:-1]) == whole["choices"][0]["text"]
 
 
+def test_answers_go_out_at_once_tcp_nodelay():
+    """The pre-bound socket says it is TCP, so asyncio turns Nagle off on every connection:
+    else a short answer's last segment waits ~40 ms for the client's delayed ACK."""
+    import asyncio
+
+    from olifant_mlx.server.app import bind
+
+    sock = bind("127.0.0.1", 0)
+    assert sock.proto == socket.IPPROTO_TCP
+    got = {}
+
+    async def main():
+        loop = asyncio.get_running_loop()
+
+        class Probe(asyncio.Protocol):
+            def connection_made(self, transport):
+                s = transport.get_extra_info("socket")
+                got["nodelay"] = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+                transport.close()
+
+        server = await loop.create_server(Probe, sock=sock)
+        _, writer = await asyncio.open_connection(*sock.getsockname()[:2])
+        for _ in range(200):
+            if "nodelay" in got:
+                break
+            await asyncio.sleep(0.01)
+        writer.close()
+        server.close()
+        await server.wait_closed()
+
+    asyncio.run(main())
+    assert got["nodelay"] != 0
+
+
+def test_the_mailbox_batches_a_requests_events():
+    """Events from the worker are taken in batches; a whole-JSON request is not woken by text."""
+    import asyncio
+
+    from olifant_mlx.server.app import Mailbox
+    from olifant_mlx.server.queue import Delta, Finished, Started
+
+    async def main(wake_on_text):
+        box = Mailbox(asyncio.get_running_loop(), wake_on_text)
+        box.put(Started(3, 0.0))
+        assert await box.take() == [Started(3, 0.0)]
+
+        def worker():
+            for i in range(50):
+                box.put(Delta(str(i)))
+            box.put(Finished("length", {}))
+
+        t = threading.Thread(target=worker)
+        t.start()
+        batches = []
+        while not batches or not isinstance(batches[-1][-1], Finished):
+            batches.append(await box.take())
+        t.join()
+        events = [e for b in batches for e in b]
+        assert "".join(e.text for e in events[:-1]) == "".join(str(i) for i in range(50))
+        return len(batches)
+
+    assert asyncio.run(main(True)) <= 51
+    assert asyncio.run(main(False)) == 1          # text woke nobody: one batch, at the end
+
+
 def test_sampling_seed_stop_and_token_prompts(server, verifier, client):
     c = oai(server)
     prompt = "patients were randomised to"

@@ -13,6 +13,7 @@ generation within one verifier pass.
 from __future__ import annotations
 
 import asyncio
+import collections
 import hmac
 import json
 import logging
@@ -38,6 +39,7 @@ access = logging.getLogger("olifant_mlx.server.access")
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 DONE = b"data: [DONE]\n\n"
 PUBLIC = ("/health",)
+INLINE_BODY = 64 << 10      # bodies up to this are parsed on the event loop (a thread hop costs more)
 LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1", "[::1]"}
 
 
@@ -136,6 +138,45 @@ class Guard:
                             state["status"] or "-", 1e3 * (time.perf_counter() - t0))
 
 
+class Mailbox:
+    """One request's events, from the worker thread to its handler on the event loop, batched.
+
+    The worker appends under a lock and wakes the loop only when the handler has nothing
+    pending, so events that pile up while the handler is busy (or the loop is slow to run)
+    are taken in one wake-up and written in one send. With `wake_on_text` False (a whole
+    JSON answer) text deltas wake nobody: the handler wakes for the start and the end only.
+    """
+
+    def __init__(self, loop, wake_on_text: bool = True):
+        self._loop = loop
+        self._wake_on_text = wake_on_text
+        self._items = collections.deque()
+        self._lock = threading.Lock()
+        self._woken = False
+        self._ready = asyncio.Event()
+
+    def put(self, event) -> None:
+        """From any thread; raises RuntimeError when the loop is closed (the requester left)."""
+        with self._lock:
+            self._items.append(event)
+            if self._woken or (not self._wake_on_text and isinstance(event, Delta)):
+                return
+            self._woken = True
+        self._loop.call_soon_threadsafe(self._ready.set)
+
+    async def take(self) -> list:
+        """Every event that is there, waiting for one if none is."""
+        while True:
+            with self._lock:
+                items = list(self._items)
+                self._items.clear()
+                self._woken = False
+            if items:
+                return items
+            self._ready.clear()
+            await self._ready.wait()
+
+
 class Api:
     """The routes over one GenerationQueue (started: its ModelInfo is known)."""
 
@@ -172,9 +213,12 @@ class Api:
         return await self.run(request, plan_completion(req, self.info, self.defaults, self.limits))
 
     async def parse(self, request, model):
-        """The body, read with its cap, then parsed and validated off the event loop (a large
-        body takes a while, and other answers keep streaming meanwhile)."""
+        """The body, read with its cap, then parsed and validated: a small one here (well under
+        a millisecond), a large one off the event loop (it takes a while, and other answers keep
+        streaming meanwhile)."""
         raw = await self.body(request)
+        if len(raw) <= INLINE_BODY:
+            return parse_body(raw, model)
         return await run_in_threadpool(parse_body, raw, model)
 
     async def body(self, request: Request) -> bytes:
@@ -192,14 +236,9 @@ class Api:
         return b"".join(chunks)
 
     async def run(self, request: Request, plan):
-        loop = asyncio.get_running_loop()
-        events: asyncio.Queue = asyncio.Queue()
-
-        def sink(event):
-            loop.call_soon_threadsafe(events.put_nowait, event)
-
+        events = Mailbox(asyncio.get_running_loop(), wake_on_text=plan.stream)
         job = Job(new_id(plan.kind), plan.prompt, plan.options, plan.drafter,
-                  time.monotonic() + plan.timeout_s, sink, plan.explicit_max, plan.param)
+                  time.monotonic() + plan.timeout_s, events.put, plan.explicit_max, plan.param)
         try:
             self.queue.submit(job)
         except QueueFull as e:
@@ -212,68 +251,75 @@ class Api:
         streaming = ended = False
         try:
             try:
-                first = await asyncio.wait_for(events.get(), max(0.0, job.deadline - time.monotonic()))
+                batch = await asyncio.wait_for(events.take(), max(0.0, job.deadline - time.monotonic()))
             except asyncio.TimeoutError:
                 self.queue.cancel(job, "deadline")
                 raise ApiError(504, "the request's deadline passed while it waited in the queue",
                                "timeout", "deadline_exceeded") from None
+            first = batch[0]
             if isinstance(first, Failed):
                 ended = True
                 raise ApiError(first.status, first.message, first.param, first.code)
             responder = Responder(plan, self.fingerprint)
             if plan.stream:
                 streaming = True
-                return StreamingResponse(self.events(job, events, responder, watcher),
+                return StreamingResponse(self.events(job, events, batch[1:], responder, watcher),
                                          media_type="text/event-stream", headers=SSE_HEADERS)
-            text = []
+            text, batch = [], batch[1:]
             while True:
-                event = await events.get()
-                if isinstance(event, Delta):
-                    text.append(event.text)
-                elif isinstance(event, Finished):
-                    ended = True
-                    return OpenAIJSON(responder.whole("".join(text), event.finish_reason, event.usage))
-                elif isinstance(event, Failed):
-                    ended = True
-                    raise ApiError(event.status, event.message, event.param, event.code)
+                for event in batch:
+                    if isinstance(event, Delta):
+                        text.append(event.text)
+                    elif isinstance(event, Finished):
+                        ended = True
+                        return OpenAIJSON(responder.whole("".join(text), event.finish_reason, event.usage))
+                    elif isinstance(event, Failed):
+                        ended = True
+                        raise ApiError(event.status, event.message, event.param, event.code)
+                batch = await events.take()
         finally:
             if not streaming:
                 watcher.cancel()
                 if not ended:       # this handler is going away (cancelled): so does its job
                     self.queue.cancel(job, "disconnected")
 
-    async def watch(self, request: Request, job: Job, events: asyncio.Queue):
+    async def watch(self, request: Request, job: Job, events: Mailbox):
         """Wait for the client to leave; then stop its job (now if it waits, after this pass
         if it runs) and wake the handler."""
         while True:
             message = await request.receive()
             if message["type"] == "http.disconnect":
                 self.queue.cancel(job, "disconnected")
-                events.put_nowait(Failed(499, "the client closed the connection", "client_closed"))
+                events.put(Failed(499, "the client closed the connection", "client_closed"))
                 return
 
-    async def events(self, job: Job, events: asyncio.Queue, responder: Responder, watcher):
-        """The server-sent events of a streamed answer."""
+    async def events(self, job: Job, events: Mailbox, batch: list, responder: Responder, watcher):
+        """The server-sent events of a streamed answer: every event taken in one wake-up goes
+        out in one write (the same bytes as one write per event)."""
         finished = False
         try:
-            if responder.plan.kind == "chat":
-                yield sse(responder.chunk("", first=True))
+            out = [sse(responder.chunk("", first=True))] if responder.plan.kind == "chat" else []
             while True:
-                event = await events.get()
-                if isinstance(event, Delta):
-                    yield sse(responder.chunk(event.text))
-                elif isinstance(event, Finished):
-                    finished = True
-                    yield sse(responder.chunk(None, event.finish_reason))
-                    if responder.plan.include_usage:
-                        yield sse(responder.usage_chunk(event.usage))
-                    yield DONE
+                for event in batch:
+                    if isinstance(event, Delta):
+                        out.append(sse(responder.chunk(event.text)))
+                    elif isinstance(event, Finished):
+                        finished = True
+                        out.append(sse(responder.chunk(None, event.finish_reason)))
+                        if responder.plan.include_usage:
+                            out.append(sse(responder.usage_chunk(event.usage)))
+                        out.append(DONE)
+                        break
+                    elif isinstance(event, Failed):
+                        finished = True
+                        out += [sse(error_body(event.status, event.message, event.param, event.code)), DONE]
+                        break
+                if out:
+                    yield b"".join(out)
+                    out = []
+                if finished:
                     return
-                elif isinstance(event, Failed):
-                    finished = True
-                    yield sse(error_body(event.status, event.message, event.param, event.code))
-                    yield DONE
-                    return
+                batch = await events.take()
         finally:
             watcher.cancel()
             if not finished:
@@ -317,9 +363,13 @@ def create_app(queue: GenerationQueue, defaults, limits: Limits, api_key: str | 
 # ---- serving -----------------------------------------------------------------------------
 
 def bind(host: str, port: int) -> socket.socket:
-    """The listening socket, bound before the model loads (a taken port fails at once)."""
+    """The listening socket, bound before the model loads (a taken port fails at once). Made
+    with proto IPPROTO_TCP, as asyncio's own are: asyncio sets TCP_NODELAY only on a socket
+    that says it is TCP, and without it a short answer's last segment waits for the client's
+    delayed ACK (Nagle), some 40 ms a request on Linux."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)     # accepted sockets inherit it
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
