@@ -63,14 +63,24 @@ def cmd_serve(args) -> int:
 
     choice, defaults, limits, host, api_key, meter, sock = prepare(args)
     configure_logging()
-    # a service manager's SIGTERM: uvicorn shuts down gracefully, then this ends the process with 0
-    # (Ctrl-C stays the 130 of every command)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     shown = f"[{host}]" if ":" in host else host
     port = sock.getsockname()[1]
     sys.stderr.write(f"loading {args.model or 'the default verifier'} ...\n")
     queue = GenerationQueue(make_setup(lambda: load_verifier(args.model), choice, defaults, meter),
                             limits.queue_size)
+
+    def stopped(*_):
+        """A service manager's SIGTERM, which uvicorn re-raises after its graceful shutdown: exit
+        0 at once. (Left to the interpreter's teardown, MLX's C++ threads could abort it under
+        load: "terminate called without an active exception", status -6.) Ctrl-C stays the 130
+        of every command."""
+        queue.close()
+        sock.close()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, stopped)
     try:
         info = queue.start()
         app = create_app(queue, defaults, limits, api_key, loopback_only=host in LOOPBACK,
