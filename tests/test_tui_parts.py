@@ -256,3 +256,34 @@ def test_flow_text_grows_with_new_paragraphs_and_marks_words_not_spaces():
             assert all(" " not in t for t in underlined)
 
     asyncio.run(go())
+
+
+def test_an_answer_view_takes_text_before_and_after_it_is_composed():
+    """On a busy machine the first pieces of an answer can arrive while its view is mounted but
+    not yet composed (CI saw NoMatches for FlowText): they are kept by the turn, and compose()
+    shows them; pieces after that go to the FlowText."""
+    import asyncio
+
+    from textual.app import App
+
+    from olifant_mlx.tui.chat_tab import MessageView
+    from olifant_mlx.tui.flow import FlowText
+
+    turn = Turn("assistant", "")
+    view = MessageView(1, turn, markdown=False, writing=True)
+    turn.segments += [("early", "accepted")]
+    view.append([("early", "accepted")])            # no FlowText yet: nothing to do, no error
+
+    class One(App):
+        def compose(self):
+            yield view
+
+    async def go():
+        async with One().run_test() as pilot:
+            await pilot.pause()
+            flow = view.query_one(FlowText)
+            assert flow.text == "early"
+            view.append([(" late", "bonus")])
+            assert flow.text == "early late"
+
+    asyncio.run(go())

@@ -60,7 +60,12 @@ class MessageView(Vertical):
         return " · ".join(parts)
 
     def append(self, segments) -> None:
-        self.query_one(FlowText).append(segments)
+        """New text of the answer being written. A view mounted but not yet composed (a busy
+        machine) has no FlowText yet: its compose() builds one from the turn, which already
+        holds these segments."""
+        flows = self.query(FlowText)
+        if flows:
+            flows.first().append(segments)
 
     async def finish(self, markdown: bool) -> None:
         self.writing = False
