@@ -9,7 +9,9 @@ Per verifier (KV cache, the task's dev prompts, the draft model trained for that
 the task's train split): for each drafter and rule, one generation per prompt counting partial
 passes (a draft rejected after a verified pass), re-proposals (a first draft that is the token
 the verifier just rejected at that position), led passes, tokens per verifier pass and mean
-accepted length; every output checked against plain. Then speed: `--rounds` rounds over the
+accepted length; every output checked against plain; the prompts' plain, held and led runs
+interleaved (order rotating per prompt) and timed, so each rule also gets a speedup over plain
+from that one run (plain seconds / its seconds). Then speed: `--rounds` rounds over the
 prompts, plain / held / led in alternating order (`bench.alternating_rounds`), speedups over
 plain per round (min, median, max). Finally reference-text mode (the real continuations of the
 task's validation documents, the first verifier's tokens): the same counts under both rules.
@@ -53,21 +55,62 @@ class RuleRunner:
 
 def counts(runner, prompts, drafter, k, max_tokens, lead, ref_tokens=None):
     """One generation per prompt under one rule: the loop's counters, summed."""
-    t = dict(partial=0, reproposed=0, led=0, steps=0, tokens=0, accepted=0, drafted=0, identical=0)
+    t = blank()
     for i, p in enumerate(prompts):
         out, st, _, _ = runner.run(p, (drafter, lead), k, True, max_tokens)
-        t["partial"] += st.partial_steps
-        t["reproposed"] += st.reproposals
-        t["led"] += st.led_steps
-        t["steps"] += st.steps
-        t["tokens"] += st.tokens
-        t["accepted"] += st.accepted
-        t["drafted"] += st.drafted
-        t["identical"] += ref_tokens is None or out == ref_tokens[i]
+        add(t, out, st, ref_tokens is None or out == ref_tokens[i])
+    return finish(t)
+
+
+def blank():
+    return dict(partial=0, reproposed=0, led=0, steps=0, tokens=0, accepted=0, drafted=0, identical=0,
+                seconds=0.0)
+
+
+def add(t, out, st, identical, seconds=0.0):
+    t["partial"] += st.partial_steps
+    t["reproposed"] += st.reproposals
+    t["led"] += st.led_steps
+    t["steps"] += st.steps
+    t["tokens"] += st.tokens
+    t["accepted"] += st.accepted
+    t["drafted"] += st.drafted
+    t["identical"] += bool(identical)
+    t["seconds"] += seconds
+
+
+def finish(t):
     t["tokens_per_pass"] = round(t["tokens"] / t["steps"], 3)
     t["mal"] = round(t["accepted"] / t["steps"], 3)
     t["acceptance"] = round(t["accepted"] / t["drafted"], 4) if t["drafted"] else 0.0
+    t["seconds"] = round(t["seconds"], 3)
     return t
+
+
+def timed_counts(runner, prompts, drafter, k, max_tokens):
+    """Per prompt: plain, the held rule and the led rule, the order rotating with the prompt, on
+    the same loaded verifier: both rules' counters (as `counts`) plus wall seconds, and the
+    speedup of each over the plain runs interleaved with it (one run per cell)."""
+    import time
+
+    t = {"plain": blank(), "held": blank(), "led": blank()}
+    for i, p in enumerate(prompts):
+        order = ["plain", "held", "led"]
+        order = order[i % 3:] + order[: i % 3]
+        outs = {}
+        for rule in order:
+            d = None if rule == "plain" else (drafter, rule == "led")
+            t0 = time.perf_counter()
+            out, st, _, _ = runner.run(p, d, 0 if rule == "plain" else k, True, max_tokens)
+            secs = time.perf_counter() - t0
+            outs[rule] = (out, st, secs)
+        for rule, (out, st, secs) in outs.items():
+            add(t[rule], out, st, out == outs["plain"][0], secs)
+    res = {rule: finish(t[rule]) for rule in ("held", "led")}
+    for rule in ("held", "led"):
+        res[rule]["speedup"] = round(t["plain"]["seconds"] / t[rule]["seconds"], 3) if t[rule]["seconds"] else None
+    res["plain_seconds"] = round(t["plain"]["seconds"], 3)
+    return res
 
 
 def summary(xs):
@@ -103,12 +146,11 @@ def main():
         path = draft_model(args.task, v.identity, v.name)
         ds = {d: build_drafter(specs(path)[d], v.identity) for d in args.drafters}
         ps = prompts[: args.prompts]
-        plain = [runner.run(p, None, 0, True, args.max_tokens)[0] for p in ps] if not args.no_counts else []
         res = {d: {} for d in ds}
         for d, drafter in ds.items() if not args.no_counts else ():
-            res[d] = {rule: counts(runner, ps, drafter, args.k, args.max_tokens, rule == "led", plain)
-                      for rule in ("held", "led")}
+            res[d] = timed_counts(runner, ps, drafter, args.k, args.max_tokens)
             print(name, d, json.dumps(res[d]), file=sys.stderr, flush=True)
+            (out / "lead.json").write_text(json.dumps(dict(result, partial={name: res}), indent=2) + "\n")
         for d, drafter in ds.items():
             if not args.rounds:
                 break
@@ -143,8 +185,9 @@ def markdown(r) -> str:
              "check (the older rule), led = the correction leads the next pass; reference text: "
              f"{r.get('reference_prompts', 0)} prompts x {r.get('reference_tokens', 0)} tokens.", "",
              "| verifier | drafter | rule | partial passes | re-proposals | led passes | passes | "
-             "tokens per pass | MAL | acceptance | identical | speedup over plain (min / median / max) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "tokens per pass | MAL | acceptance | identical | speedup over plain, one run | "
+             "speedup over plain, rounds (min / median / max) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     rows = [(v, d, x) for v, res in r["verifiers"].items() for d, x in res.items()]
     rows += [("reference text", d, x) for d, x in r["reference"].items()]
     for v, d, x in rows:
@@ -152,10 +195,11 @@ def markdown(r) -> str:
             c = x[rule]
             sp = x.get("speed", {}).get(f"{rule}_vs_plain")
             sp = f"{sp['min']:.3f} / {sp['median']:.3f} / {sp['max']:.3f}" if sp else "—"
+            one = f"{c['speedup']:.3f}" if c.get("speedup") else "—"
             ident = f"{c['identical']}/{r['prompts']}" if v != "reference text" else "—"
             lines.append(f"| {v} | {d} | {rule} | {c['partial']} | {c['reproposed']} | {c['led']} | "
                          f"{c['steps']} | {c['tokens_per_pass']:.3f} | {c['mal']:.3f} | "
-                         f"{c['acceptance']:.1%} | {ident} | {sp} |")
+                         f"{c['acceptance']:.1%} | {ident} | {one} | {sp} |")
     lines += ["", "Led over held, seconds ratio per round (above 1: the new rule is faster):", "",
               "| verifier | drafter | min | median | max |", "|---|---|---|---|---|"]
     for v, d, x in rows:
