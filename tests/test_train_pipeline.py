@@ -225,6 +225,15 @@ def test_kill_9_during_train_keeps_the_previous_model(tmp_path, phase):
         assert left.is_dir() and left.stat().st_mode & 0o077 == 0, name   # private, unnamed as --out
 
 
+def test_worker_threads_leave_ctrl_c_to_the_main_thread():
+    """A SIGINT the kernel hands to a tokenising worker would leave the main thread asleep in
+    a read (test_ctrl_c_while_reading saw it under load: no reaction for 60 s). Workers block
+    SIGINT, so it always reaches the main thread."""
+    masks = list(corpus.ordered_map(lambda _: signal.pthread_sigmask(signal.SIG_BLOCK, []), range(6), 2))
+    assert all(signal.SIGINT in m for m in masks)
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])   # not this thread's
+
+
 def test_ctrl_c_while_reading(tmp_path):
     """A corpus that is still being written (a pipe): Ctrl-C while the reader waits on it."""
     fifo = tmp_path / "c.txt"

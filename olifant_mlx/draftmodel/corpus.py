@@ -39,6 +39,7 @@ import json
 import lzma
 import os
 import queue
+import signal
 import threading
 import time
 import zlib
@@ -480,6 +481,15 @@ def doc_starts(lengths: np.ndarray) -> np.ndarray:
     return starts
 
 
+def interrupts_to_the_main_thread() -> None:
+    """Block SIGINT in the calling (worker) thread. The kernel hands a process's SIGINT to any
+    thread that does not block it, and only the main thread runs Python's handler: one handed
+    to a worker leaves a main thread blocked in a read (a corpus that is a pipe) asleep, and
+    Ctrl-C does nothing. Threads the worker starts (the C builder's) inherit the mask."""
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+
 def ordered_map(fn: Callable, items: Iterable, workers: int, ahead: int | None = None) -> Iterator:
     """fn(item) for every item, results in input order, computed on `workers` threads (0: in
     this thread, one after another). Items are drawn in this thread as room frees up, at most
@@ -492,6 +502,7 @@ def ordered_map(fn: Callable, items: Iterable, workers: int, ahead: int | None =
     tasks: queue.SimpleQueue = queue.SimpleQueue()
 
     def work():
+        interrupts_to_the_main_thread()
         while (task := tasks.get()) is not None:
             fut, item = task
             if fut.set_running_or_notify_cancel():

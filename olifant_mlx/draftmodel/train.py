@@ -34,6 +34,7 @@ from olifant_mlx.draftmodel.corpus import (
     Timing,
     check_corpora,
     doc_starts,
+    interrupts_to_the_main_thread,
     iter_documents,
     token_batches,
     tokenized_batches,
@@ -320,6 +321,7 @@ def build_model(builder: Builder, reporter: Reporter, cancel: threading.Event) -
         return cancel.is_set()
 
     def run():
+        interrupts_to_the_main_thread()
         try:
             result.setdefault("model", builder.build(progress))
         except BaseException as e:
