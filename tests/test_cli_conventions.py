@@ -98,6 +98,10 @@ def test_version_and_the_console_scripts_name(capsys):
     with pytest.raises(SystemExit):
         build_parser("olifant-mlx").parse_args(["--version"])
     assert capsys.readouterr().out.strip() == f"olifant-mlx {olifant_mlx.__version__}"
+    for command in ("generate", "chat", "train", "serve", "tui", "bench", "models", "build-rest"):
+        with pytest.raises(SystemExit):
+            build_parser("olifant-mlx").parse_args([command, "--version"])
+        assert capsys.readouterr().out.strip() == f"olifant-mlx {olifant_mlx.__version__}", command
     r = subprocess.run([sys.executable, "-m", "olifant_mlx", "--help"], capture_output=True, text=True)
     assert r.stdout.startswith("usage: python -m olifant_mlx")
 

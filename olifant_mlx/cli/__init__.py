@@ -24,6 +24,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     for module in COMMAND_MODULES:
         import_module(module).add_parsers(sub)
+    for command in sub.choices.values():     # `generate --version` too, as mlx-lm's commands
+        command.add_argument("--version", action="version", version=f"{p.prog} {__version__}")
     return p
 
 
