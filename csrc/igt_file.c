@@ -36,6 +36,7 @@
 #endif
 #define _POSIX_C_SOURCE 200809L
 #include "igt_internal.h"
+#include "olif_checksum.h"
 
 #include <errno.h>
 #include <math.h>
@@ -59,18 +60,7 @@
 
 /* ---- checksum ------------------------------------------------------------------ */
 
-uint64_t igt__checksum64(const uint8_t *p, size_t n) {
-    uint64_t h = 0xcbf29ce484222325ull ^ (uint64_t)n;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, p + i, 8);
-        h = (h ^ w) * 0x100000001b3ull;
-        h ^= h >> 32;
-    }
-    for (; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
-    return h ^ (h >> 29);
-}
+uint64_t igt__checksum64(const uint8_t *p, size_t n) { return olif_checksum64(p, n); }
 
 static size_t align_up(size_t x) { return (x + IGT_ALIGN - 1) & ~(size_t)(IGT_ALIGN - 1); }
 

@@ -17,6 +17,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "suffix.h"
+#include "olif_checksum.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -125,24 +126,10 @@ typedef struct {
 
 _Static_assert(sizeof(file_header) == 512, "file header layout changed");
 
-/* The .olif checksum (docs/draft-model.md): FNV-style over 8-byte words. */
-static uint64_t checksum64(const uint8_t *p, size_t n) {
-    uint64_t h = 0xcbf29ce484222325ull ^ (uint64_t)n;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, p + i, 8);
-        h = (h ^ w) * 0x100000001b3ull;
-        h ^= h >> 32;
-    }
-    for (; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
-    return h ^ (h >> 29);
-}
-
 static uint64_t header_checksum(const file_header *h) {
     file_header tmp = *h;
     tmp.header_checksum = 0;
-    return checksum64((const uint8_t *)&tmp, sizeof tmp);
+    return olif_checksum64((const uint8_t *)&tmp, sizeof tmp);
 }
 
 static uint64_t align_up(uint64_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
@@ -175,7 +162,7 @@ static void header_init(file_header *h, const char *magic, const sfx_config *cfg
 }
 
 static void seal(uint8_t *image, file_header *h) {
-    h->payload_checksum = checksum64(image + sizeof *h, (size_t)(h->file_size - sizeof *h));
+    h->payload_checksum = olif_checksum64(image + sizeof *h, (size_t)(h->file_size - sizeof *h));
     h->header_checksum = header_checksum(h);
     memcpy(image, h, sizeof *h);
 }
@@ -278,7 +265,7 @@ static sfx_status parse_header(image *im, const char *magic, const char *what, c
         return fail(err, SFX_ERR_CORRUPT, "%llu bytes after the last section",
                     (unsigned long long)(h->file_size - prev_end));
     if (!(flags & SFX_LOAD_SKIP_CHECKSUM) &&
-        checksum64(p + sizeof(file_header), size - sizeof(file_header)) != h->payload_checksum)
+        olif_checksum64(p + sizeof(file_header), size - sizeof(file_header)) != h->payload_checksum)
         return fail(err, SFX_ERR_CHECKSUM, "payload checksum mismatch: the file is damaged");
     return SFX_OK;
 }

@@ -24,6 +24,7 @@
 #endif
 #define _POSIX_C_SOURCE 200809L
 #include "igtree.h"
+#include "olif_checksum.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -298,18 +299,6 @@ static void put64(uint8_t *p, size_t off, uint64_t v) { memcpy(p + off, &v, 8); 
 static size_t section(const uint8_t *img, int k) { return (size_t)get64(img, OFF_SECTIONS + 8 * (size_t)k); }
 static size_t section2(const uint8_t *img, int k) { return (size_t)get64(img, V2_OFF_SECTIONS + 8 * (size_t)k); }
 
-static uint64_t checksum64(const uint8_t *p, size_t n) {
-    uint64_t h = 0xcbf29ce484222325ull ^ (uint64_t)n;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, p + i, 8);
-        h = (h ^ w) * 0x100000001b3ull;
-        h ^= h >> 32;
-    }
-    for (; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
-    return h ^ (h >> 29);
-}
 
 /* Recompute both checksums of an edited image (of the version its header
  * says; both headers are 640 bytes), so that only the structural checks
@@ -318,9 +307,9 @@ static void reseal(uint8_t *img, size_t size) {
     if (size < HEADER_SIZE) return;
     size_t payload = get32(img, OFF_VERSION) == 1 ? OFF_PAYLOAD_SUM : V2_OFF_PAYLOAD_SUM;
     size_t header = get32(img, OFF_VERSION) == 1 ? OFF_HEADER_SUM : V2_OFF_HEADER_SUM;
-    put64(img, payload, checksum64(img + HEADER_SIZE, size - HEADER_SIZE));
+    put64(img, payload, olif_checksum64(img + HEADER_SIZE, size - HEADER_SIZE));
     put64(img, header, 0);
-    put64(img, header, checksum64(img, HEADER_SIZE));
+    put64(img, header, olif_checksum64(img, HEADER_SIZE));
 }
 
 static igt_status load_buf(const uint8_t *data, size_t size, uint32_t flags, igt_model **m,

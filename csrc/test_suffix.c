@@ -17,6 +17,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "suffix.h"
+#include "olif_checksum.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -152,25 +153,13 @@ static sfx_corpus *make_corpus(T *t, const docs_t *d) {
 #define OFF_HEADER_SUM 144
 #define OFF_RESERVED 248
 
-static uint64_t checksum64(const uint8_t *p, size_t n) {
-    uint64_t h = 0xcbf29ce484222325ull ^ (uint64_t)n;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, p + i, 8);
-        h = (h ^ w) * 0x100000001b3ull;
-        h ^= h >> 32;
-    }
-    for (; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
-    return h ^ (h >> 29);
-}
 
 static void reseal(uint8_t *img, size_t size) {
     if (size < HEADER_SIZE) return;
-    uint64_t s = checksum64(img + HEADER_SIZE, size - HEADER_SIZE), zero = 0;
+    uint64_t s = olif_checksum64(img + HEADER_SIZE, size - HEADER_SIZE), zero = 0;
     memcpy(img + OFF_PAYLOAD_SUM, &s, 8);
     memcpy(img + OFF_HEADER_SUM, &zero, 8);
-    s = checksum64(img, HEADER_SIZE);
+    s = olif_checksum64(img, HEADER_SIZE);
     memcpy(img + OFF_HEADER_SUM, &s, 8);
 }
 
@@ -741,12 +730,12 @@ static void test_file_layout(T *t) {
         memcpy(&hs, img + 12, 4);
         CHECK(t, v == SFX_FORMAT_VERSION && hs == HEADER_SIZE, "version %u header %u", v, hs);
         CHECK(t, get64(img, OFF_FILE_SIZE) == size, "file size field");
-        CHECK(t, get64(img, OFF_PAYLOAD_SUM) == checksum64(img + HEADER_SIZE, size - HEADER_SIZE),
+        CHECK(t, get64(img, OFF_PAYLOAD_SUM) == olif_checksum64(img + HEADER_SIZE, size - HEADER_SIZE),
               "payload checksum mirrored");
         uint8_t copy[HEADER_SIZE];
         memcpy(copy, img, HEADER_SIZE);
         memset(copy + OFF_HEADER_SUM, 0, 8);
-        CHECK(t, get64(img, OFF_HEADER_SUM) == checksum64(copy, HEADER_SIZE), "header checksum mirrored");
+        CHECK(t, get64(img, OFF_HEADER_SUM) == olif_checksum64(copy, HEADER_SIZE), "header checksum mirrored");
         uint32_t nsec;
         memcpy(&nsec, img + OFF_NSEC, 4);
         CHECK(t, nsec == (ngram ? 4u : 3u), "sections %u", nsec);
