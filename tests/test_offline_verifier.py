@@ -40,7 +40,7 @@ def test_every_drafter_preserves_output(smol):
         ref, _ = generate(model, prompt, max_tokens=n, kv_cache=kv)
         for d in (olifant, NgramDrafter(), WordNgramDrafter(ours), LookupDrafter(),
                   HybridDrafter(olifant), AdaptiveDrafter(HybridDrafter(olifant))):
-            for k in (1, 3, 5, 8):
+            for k in (1, 3, 8):    # k 5 adds nothing these do not (and CI time is bounded)
                 out, _ = generate(model, prompt, d, k=k, max_tokens=n, kv_cache=kv)
                 assert out == ref, (d.name, k, kv)
         steps = list(generate_steps(model, prompt, NeuralDrafter(model), k=3, max_tokens=n, kv_cache=kv))
