@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import ctypes
 import os
+import signal
 import sys
+import threading
 import warnings
 
 OPENBLAS_CANDIDATES = (
@@ -47,8 +49,18 @@ def ensure_blas() -> str:
     return loaded
 
 
-ensure_blas()
-
-import mlx.core as mx  # noqa: E402  (after OpenBLAS, on purpose)
+# OpenBLAS and MLX start their thread pools as they load. The kernel hands a process's SIGINT
+# to any thread that does not block it, and only the main thread runs Python's handler: one
+# handed to a pool thread leaves a main thread blocked in a read (a corpus that is a pipe)
+# asleep, and Ctrl-C does nothing. So their threads are born with SIGINT blocked.
+_interrupts = (signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+               if hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread()
+               else None)
+try:
+    ensure_blas()
+    import mlx.core as mx  # noqa: E402  (after OpenBLAS, on purpose)
+finally:
+    if _interrupts is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, _interrupts)
 
 __all__ = ["mx", "ensure_blas"]
