@@ -29,6 +29,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from child_process import run_measured  # noqa: E402
 
 from olifant_mlx.draftmodel.corpus import iter_documents, tokenized_batches, windows  # noqa: E402
 from olifant_mlx.draftmodel.igtree import IGTree  # noqa: E402
@@ -37,34 +40,15 @@ from olifant_mlx.verifier import load_tokenizer  # noqa: E402
 SHARED = Path(os.environ.get("OLIFANT_SHARED", ROOT.parent / "shared"))
 
 
-LAUNCHER = """
-import json, os, sys, time
-t0 = time.perf_counter()
-pid = os.fork()
-if pid == 0:
-    if len(sys.argv) > 2 and sys.argv[1] == "--stdout":
-        fd = os.open(sys.argv[2], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.dup2(fd, 1)
-        args = sys.argv[3:]
-    else:
-        args = sys.argv[1:]
-    os.execvp(args[0], args)
-_, status, ru = os.wait4(pid, 0)
-rss = ru.ru_maxrss / (1024 * 1024) if sys.platform == "darwin" else ru.ru_maxrss / 1024
-print(json.dumps([os.waitstatus_to_exitcode(status), time.perf_counter() - t0,
-                  ru.ru_utime + ru.ru_stime, rss]), file=sys.stderr)
-"""
-
-
 def run_child(cmd, stdout_path=None):
-    """Run cmd from a tiny launcher (so the child's peak RSS is its own, not a copy of
-    ours); return (exit status, wall s, CPU s user+sys, peak RSS MB, stderr)."""
-    pre = ["--stdout", str(stdout_path)] if stdout_path else []
-    r = subprocess.run([sys.executable, "-S", "-c", LAUNCHER, *pre, *cmd],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    lines = r.stderr.strip().splitlines()
-    code, wall, cpu, rss = json.loads(lines[-1])
-    return code, wall, cpu, rss, "\n".join(lines[:-1])
+    """Run cmd measured (child_process.run_measured); return (exit status, wall s, CPU s
+    user+sys, peak RSS MB, stderr)."""
+    if stdout_path:
+        with open(stdout_path, "wb") as f:
+            m = run_measured(cmd, stdout=f)
+    else:
+        m = run_measured(cmd, stdout=subprocess.DEVNULL)
+    return m["code"], m["wall_s"], m["cpu_s"], m["peak_rss_mb"], m["stderr"].decode()
 
 
 def ensure_timbl():

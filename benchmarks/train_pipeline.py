@@ -19,13 +19,15 @@ with it. Writes benchmarks/out/train_pipeline.json.
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from child_process import run_measured  # noqa: E402
+
 SHARED = Path(os.environ.get("OLIFANT_SHARED", ROOT.parent / "shared"))
 DEFAULT_CORPUS = SHARED / "corpora/legal/eurlexsum.train.txt.xz"
 
@@ -96,23 +98,17 @@ def load1() -> float:
 
 def child(argv, tree=None) -> tuple:
     """Run argv in a fresh process (importing olifant_mlx from `tree` if given): stdout and its
-    wall, CPU and peak RSS."""
+    wall, CPU and peak RSS (its own, child_process.run_measured)."""
     env = dict(os.environ)
     cwd = None
     if tree:
         env["PYTHONPATH"] = str(tree)
         cwd = tempfile.gettempdir()        # not the checkout: -m would import it first
-    t = time.perf_counter()
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd)
-    out = p.stdout.read()
-    err = p.stderr.read()
-    _, status, ru = os.wait4(p.pid, 0)
-    wall = time.perf_counter() - t
-    if os.waitstatus_to_exitcode(status):
-        raise RuntimeError(f"{argv[:4]} failed: {err.decode()[-2000:]}")
-    rss_mb = ru.ru_maxrss / (1024 * 1024 if sys.platform == "darwin" else 1024)
-    return out.decode(), {"wall_s": round(wall, 2), "cpu_s": round(ru.ru_utime + ru.ru_stime, 2),
-                          "peak_rss_mb": round(rss_mb)}
+    m = run_measured(argv, env=env, cwd=cwd)
+    if m["code"]:
+        raise RuntimeError(f"{argv[:4]} failed: {m['stderr'].decode()[-2000:]}")
+    return m["stdout"].decode(), {"wall_s": round(m["wall_s"], 2), "cpu_s": round(m["cpu_s"], 2),
+                                  "peak_rss_mb": round(m["peak_rss_mb"])}
 
 
 def train_run(corpus, tokenizer, workers=None, tree=None) -> dict:

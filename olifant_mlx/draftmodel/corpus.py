@@ -39,7 +39,9 @@ import json
 import lzma
 import os
 import queue
+import select
 import signal
+import stat
 import threading
 import time
 import zlib
@@ -232,8 +234,10 @@ def _lines(path: Path, progress: Progress | None, limit: int, check: bool) -> It
     total = 0
     raw = stream = text = None
     try:
-        raw = open(path, "rb")
-        total = os.fstat(raw.fileno()).st_size
+        raw = open(path, "rb", buffering=0)
+        st = os.fstat(raw.fileno())
+        total = st.st_size
+        raw = io.BufferedReader(raw) if stat.S_ISREG(st.st_mode) else _Waiting(raw)
         _, opener = _split_suffix(path)
         stream = opener(raw) if opener else raw
         head = stream.read(SNIFF_BYTES)
@@ -268,6 +272,39 @@ def _lines(path: Path, progress: Progress | None, limit: int, check: bool) -> It
         for f in (text, stream, raw):   # an archive's reader does not close the file under it
             if f is not None:
                 f.close()
+
+
+class _Waiting(io.RawIOBase):
+    """A pipe or device, read in waits of at most WAIT_S. A SIGINT that the kernel hands to a
+    thread other than the main one (a library's thread that does not block it) only sets
+    Python's flag: a main thread asleep in read() on a pipe nobody writes to would never see
+    it. Between waits the main thread runs Python again, so it sees Ctrl-C within WAIT_S."""
+
+    WAIT_S = 0.2
+
+    def __init__(self, raw):
+        self.raw = raw
+        self.done = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self.raw.fileno()
+
+    def tell(self) -> int:
+        return self.done
+
+    def close(self) -> None:
+        self.raw.close()
+        super().close()
+
+    def readinto(self, b) -> int:
+        while not select.select([self.raw], [], [], self.WAIT_S)[0]:
+            pass
+        n = self.raw.readinto(b)
+        self.done += n or 0
+        return n
 
 
 class _Prefixed(io.RawIOBase):
