@@ -1,5 +1,7 @@
-"""The step after a partial acceptance, before and after: the correction held back for the next
-step's free check (the older KV rule) against the correction leading the next pass.
+"""The step after a partial acceptance, three rules: the correction held back for the next step's
+free check (held, the older KV rule), the correction always leading the next pass (led), and
+the engine's default (auto: engine.loop.LeadRule, leading only where its cost model expects
+it to pay, else feeding the correction alone).
 
     python benchmarks/lead.py [--verifiers smollm2-135m gemma3-270m] [--task legal] [--prompts 6]
         [--max-tokens 80] [-k 3] [--drafters olifant hybrid lookup] [--rounds 3]
@@ -9,12 +11,13 @@ Per verifier (KV cache, the task's dev prompts, the draft model trained for that
 the task's train split): for each drafter and rule, one generation per prompt counting partial
 passes (a draft rejected after a verified pass), re-proposals (a first draft that is the token
 the verifier just rejected at that position), led passes, tokens per verifier pass and mean
-accepted length; every output checked against plain; the prompts' plain, held and led runs
-interleaved (order rotating per prompt) and timed, so each rule also gets a speedup over plain
-from that one run (plain seconds / its seconds). Then speed: `--rounds` rounds over the
-prompts, plain / held / led in alternating order (`bench.alternating_rounds`), speedups over
-plain per round (min, median, max). Finally reference-text mode (the real continuations of the
-task's validation documents, the first verifier's tokens): the same counts under both rules.
+accepted length; every output checked against plain; the prompts' plain, held, led and auto
+runs interleaved (order rotating per prompt) and timed, so each rule also gets a speedup over
+plain from that one run (plain seconds / its seconds). Then speed: `--rounds` rounds over the
+prompts, plain / held / led / auto in alternating order (`bench.alternating_rounds`), speedups
+per round (min, median, max). Finally reference-text mode (the real continuations of the
+task's validation documents, the first verifier's tokens): the same counts under every rule
+(auto planning with bench.REFERENCE_COST there).
 Writes OUT/lead.json and OUT/lead.md.
 """
 from __future__ import annotations
@@ -35,6 +38,7 @@ from olifant_mlx.verifier import load_tokenizer, load_verifier  # noqa: E402
 from peers import SHARED, TRAIN, VALID, draft_model  # noqa: E402  (benchmarks/peers.py)
 
 C = SHARED / "corpora"
+RULES = {"held": False, "led": True, "auto": "auto"}     # rule name -> Session.lead
 
 
 def specs(path):
@@ -43,13 +47,13 @@ def specs(path):
 
 
 class RuleRunner:
-    """A runner whose 'drafter' is (drafter, lead): the same runner under either KV rule."""
+    """A runner whose 'drafter' is (drafter, lead): the same runner under any KV rule."""
 
     def __init__(self, inner):
         self.inner, self.name, self.label = inner, inner.name, inner.label
 
     def run(self, prompt, drafter, k, kv, max_tokens):
-        d, self.inner.lead = drafter if isinstance(drafter, tuple) else (drafter, True)
+        d, self.inner.lead = drafter if isinstance(drafter, tuple) else (drafter, "auto")
         return self.inner.run(prompt, d, k, kv, max_tokens)
 
 
@@ -88,26 +92,26 @@ def finish(t):
 
 
 def timed_counts(runner, prompts, drafter, k, max_tokens):
-    """Per prompt: plain, the held rule and the led rule, the order rotating with the prompt, on
-    the same loaded verifier: both rules' counters (as `counts`) plus wall seconds, and the
-    speedup of each over the plain runs interleaved with it (one run per cell)."""
+    """Per prompt: plain and every rule, the order rotating with the prompt, on the same loaded
+    verifier: each rule's counters (as `counts`) plus wall seconds, and the speedup of each
+    over the plain runs interleaved with it (one run per cell)."""
     import time
 
-    t = {"plain": blank(), "held": blank(), "led": blank()}
+    names = ["plain", *RULES]
+    t = {name: blank() for name in names}
     for i, p in enumerate(prompts):
-        order = ["plain", "held", "led"]
-        order = order[i % 3:] + order[: i % 3]
+        order = names[i % len(names):] + names[: i % len(names)]
         outs = {}
         for rule in order:
-            d = None if rule == "plain" else (drafter, rule == "led")
+            d = None if rule == "plain" else (drafter, RULES[rule])
             t0 = time.perf_counter()
             out, st, _, _ = runner.run(p, d, 0 if rule == "plain" else k, True, max_tokens)
             secs = time.perf_counter() - t0
             outs[rule] = (out, st, secs)
         for rule, (out, st, secs) in outs.items():
             add(t[rule], out, st, out == outs["plain"][0], secs)
-    res = {rule: finish(t[rule]) for rule in ("held", "led")}
-    for rule in ("held", "led"):
+    res = {rule: finish(t[rule]) for rule in RULES}
+    for rule in RULES:
         res[rule]["speedup"] = round(t["plain"]["seconds"] / t[rule]["seconds"], 3) if t[rule]["seconds"] else None
     res["plain_seconds"] = round(t["plain"]["seconds"], 3)
     return res
@@ -154,12 +158,12 @@ def main():
         for d, drafter in ds.items():
             if not args.rounds:
                 break
-            secs = alternating_rounds(runner, ps, [("plain", None, 0), ("held", (drafter, False), args.k),
-                                                   ("led", (drafter, True), args.k)],
-                                      args.rounds, args.max_tokens, True)
-            res[d]["speed"] = {"held_vs_plain": summary([s["plain"] / s["held"] for s in secs]),
-                               "led_vs_plain": summary([s["plain"] / s["led"] for s in secs]),
-                               "led_vs_held": summary([s["held"] / s["led"] for s in secs])}
+            secs = alternating_rounds(runner, ps, [("plain", None, 0)] + [
+                (rule, (drafter, lead), args.k) for rule, lead in RULES.items()],
+                args.rounds, args.max_tokens, True)
+            res[d]["speed"] = {f"{a}_vs_{b}": summary([s[b] / s[a] for s in secs])
+                               for a, b in [("held", "plain"), ("led", "plain"), ("auto", "plain"),
+                                            ("led", "held"), ("auto", "held"), ("auto", "led")]}
             print(name, d, json.dumps(res[d]["speed"]), file=sys.stderr, flush=True)
         result["verifiers"][v.name] = res
         (out / "lead.json").write_text(json.dumps(result, indent=2) + "\n")
@@ -172,7 +176,7 @@ def main():
         for d in args.drafters:
             drafter = build_drafter(specs(path)[d], tok)
             result["reference"][d] = {rule: counts(runner, ps, drafter, args.k, args.reference_tokens,
-                                                   rule == "led") for rule in ("held", "led")}
+                                                   lead) for rule, lead in RULES.items()}
             print("reference", d, json.dumps(result["reference"][d]), file=sys.stderr, flush=True)
     (out / "lead.json").write_text(json.dumps(result, indent=2) + "\n")
     (out / "lead.md").write_text(markdown(result) + "\n")
@@ -182,7 +186,8 @@ def main():
 def markdown(r) -> str:
     lines = [f"Task {r['task']}, k = {r['k']}, KV cache; {r['prompts']} dev prompts x {r['max_tokens']} "
              "tokens on the offline verifiers; held = the correction held back for the next step's free "
-             "check (the older rule), led = the correction leads the next pass; reference text: "
+             "check (the older rule), led = the correction always leads the next pass, auto = "
+             "the engine's default (leads where its cost model expects it to pay); reference text: "
              f"{r.get('reference_prompts', 0)} prompts x {r.get('reference_tokens', 0)} tokens.", "",
              "| verifier | drafter | rule | partial passes | re-proposals | led passes | passes | "
              "tokens per pass | MAL | acceptance | identical | speedup over plain, one run | "
@@ -191,7 +196,7 @@ def markdown(r) -> str:
     rows = [(v, d, x) for v, res in r["verifiers"].items() for d, x in res.items()]
     rows += [("reference text", d, x) for d, x in r["reference"].items()]
     for v, d, x in rows:
-        for rule in ("held", "led") if "held" in x else ():
+        for rule in [name for name in RULES if name in x]:
             c = x[rule]
             sp = x.get("speed", {}).get(f"{rule}_vs_plain")
             sp = f"{sp['min']:.3f} / {sp['median']:.3f} / {sp['max']:.3f}" if sp else "—"
@@ -200,12 +205,14 @@ def markdown(r) -> str:
             lines.append(f"| {v} | {d} | {rule} | {c['partial']} | {c['reproposed']} | {c['led']} | "
                          f"{c['steps']} | {c['tokens_per_pass']:.3f} | {c['mal']:.3f} | "
                          f"{c['acceptance']:.1%} | {ident} | {one} | {sp} |")
-    lines += ["", "Led over held, seconds ratio per round (above 1: the new rule is faster):", "",
-              "| verifier | drafter | min | median | max |", "|---|---|---|---|---|"]
+    lines += ["", "Seconds ratios per round, min / median / max (a_vs_b above 1: a is faster):", "",
+              "| verifier | drafter | led vs held | auto vs held | auto vs led |", "|---|---|---|---|---|"]
     for v, d, x in rows:
-        s = x.get("speed", {}).get("led_vs_held")
-        if s:
-            lines.append(f"| {v} | {d} | {s['min']:.3f} | {s['median']:.3f} | {s['max']:.3f} |")
+        sp = x.get("speed", {})
+        if sp:
+            cells = [sp.get(key) for key in ("led_vs_held", "auto_vs_held", "auto_vs_led")]
+            cells = [f"{c['min']:.3f} / **{c['median']:.3f}** / {c['max']:.3f}" if c else "—" for c in cells]
+            lines.append(f"| {v} | {d} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

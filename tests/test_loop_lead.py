@@ -8,7 +8,10 @@ from olifant_mlx.drafters import (AdaptiveDrafter, HybridDrafter, LookupDrafter,
                                   OlifantDrafter)
 from olifant_mlx.drafters.base import Draft, DrafterBase, Signal
 from olifant_mlx.engine import Sampling, generate, generate_steps
+from olifant_mlx.engine.loop import LeadRule
 from olifant_mlx.engine.reference import ReferenceModel
+from olifant_mlx.engine.stats import Step
+from olifant_mlx.measure.bench import FixedCost
 from olifant_mlx.mlx_setup import mx
 
 
@@ -71,6 +74,61 @@ def test_the_correction_leads_and_nothing_is_re_proposed(model, olifant):
     # fewer verifier passes for the same tokens
     assert sum(totals[(True, n)][3] for n in ("olifant", "lookup", "hybrid")) < \
         sum(totals[(False, n)][3] for n in ("olifant", "lookup", "hybrid"))
+
+
+def step(drafted, accepted, forward_tokens=1, verify_s=0.01):
+    return Step(index=0, drafted=drafted, accepted=accepted, emitted=drafted[:accepted] + [0],
+                verifier_token=None, fast_path=False, forward_tokens=forward_tokens, draft_s=0.0,
+                verify_s=verify_s, step_s=verify_s)
+
+
+def test_lead_rule_weighs_the_pass_it_saves_against_the_tokens_it_feeds():
+    """Lead iff p (a + b j) >= b j: tokens for free always lead, expensive ones need first
+    drafts that are nearly always right, and the rate follows what the passes showed."""
+    assert LeadRule(FixedCost(1.0, 0.0)).leads(8)
+    rule = LeadRule(FixedCost(1.0, 0.5))           # p = 0.5 (prior): 0.5 * 2.5 < 1.5 at j = 3
+    assert rule.leads(1) and not rule.leads(3)
+    for _ in range(40):
+        rule.observe(step([5, 6, 7], 2))
+    assert rule.p() > 0.9 and rule.leads(3)
+    for _ in range(40):
+        rule.observe(step([5, 6, 7], 0))
+        rule.observe(step([], 0))                  # a pass without drafts says nothing of them
+    assert rule.p() < 1 / 3 and not rule.leads(1)
+    fitted = LeadRule()                            # the pass-cost curve from pass times
+    for n, secs in [(1, 1.0), (4, 2.5), (1, 1.0), (9, 5.0)] * 5:
+        fitted.observe(step([1] * (n - 1), 0, n, secs))
+    a, b = fitted.cost.coefficients()
+    assert b / a > 0.5 and 0.3 < a < 0.8         # 0.5 + 0.5 n, not the prior's b / a = 0.1
+
+
+def test_auto_feeds_the_correction_alone_where_leading_does_not_pay(model, olifant):
+    """With tokens fed far dearer than a pass, no led pass carries drafts: each correction is
+    fed alone and the drafts after it get the free check; with tokens free the passes are
+    exactly those of always leading. A drafter that sizes its led passes itself (the adaptive
+    one) is left to it. (Adaptive drafters learn across runs: only their output is compared.)"""
+    alone = 0
+    planner = OlifantDrafter(olifant)
+    planner.plans_led_passes = True
+    for prompt in PROMPTS:
+        ref, _ = generate(model, prompt, max_tokens=40)
+        for d in [*drafters(model, olifant), planner]:
+            run = {}
+            for name, lead in [("dear", LeadRule(FixedCost(1.0, 100.0), prior=0.01)),
+                               ("free", LeadRule(FixedCost(1.0, 0.0))), ("always", True)]:
+                steps = list(generate_steps(model, prompt, d, k=3, max_tokens=40, lead=lead))
+                assert [t for s in steps for t in s.emitted] == ref, (d.name, name)
+                check_steps(steps)
+                run[name] = [(s.drafted, s.accepted, s.emitted, s.led, s.forward_tokens) for s in steps]
+            if isinstance(d, AdaptiveDrafter):
+                continue
+            assert run["free"] == run["always"], d.name
+            if d.plans_led_passes:
+                assert run["dear"] == run["always"], d.name
+            else:
+                assert not any(led and drafted for drafted, _, _, led, _ in run["dear"]), d.name
+                alone += sum(led and not drafted for drafted, _, _, led, _ in run["dear"])
+    assert alone > 0
 
 
 def test_led_passes_with_sampling_rotating_windows_and_processors(model, olifant):

@@ -203,6 +203,8 @@ class AdaptiveDrafter(DrafterBase):
     that pass is checked for free: it then feeds 1 + j tokens and the uncached formula applies
     with a context of one token (j = 0 just feeds the correction)."""
 
+    plans_led_passes = True       # j = 0 for a led pass is its own choice, per candidate
+
     def __init__(self, inner, prior: float = 0.5, half_life: float = 48.0,
                  rel_slope: float = 0.1):
         self.inner = inner

@@ -5,7 +5,9 @@ following `context` (the prompt, without BOS unless `wants_bos`, plus everything
 so far), `accept(tokens)` with the tokens appended to the context after each step.
 Optional, with defaults in `DrafterBase`: `draft_scored` (drafts with a confidence `Signal`
 per token), `candidates` (every draft it could propose, for the adaptive drafter to choose
-from) and `observe(step, kv_cache)` (called by the engine after every verifier pass).
+from), `observe(step, kv_cache)` (called by the engine after every verifier pass) and
+`plans_led_passes` (True: the drafter sizes a pass led by a correction itself, see
+`engine.loop.LeadRule`).
 """
 from __future__ import annotations
 
@@ -62,6 +64,7 @@ class DrafterBase:
     `draft_scored` (each default is written in terms of the other)."""
     name = "drafter"
     wants_bos = False          # True: reads the sequence exactly as the verifier does (BOS too)
+    plans_led_passes = False   # True: sizes a pass led by a correction itself (the adaptive drafter)
 
     def start(self, prompt) -> None:
         pass

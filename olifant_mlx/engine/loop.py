@@ -10,8 +10,10 @@ is token for token the verifier's plain output. Two regimes, one class each:
   pass, like plain decoding; only a right one pays for the k-token pass). When the drafter's
   guess there was just rejected — a partially accepted pass ends with the verifier's correction
   — a second guess would be the same rejected token, so the correction is emitted at once and
-  leads the next pass, with the drafts that follow it (as mlx-lm does): a "led" pass. After a
-  multi-token pass the cache is rolled back to the accepted prefix.
+  leads the next pass, with the drafts that follow it (as mlx-lm does): a "led" pass. Or,
+  where `LeadRule` expects that to cost more than it saves (first drafts mostly wrong, tokens
+  fed not free), the correction is fed alone and the drafts after it get the free check. After
+  a multi-token pass the cache is rolled back to the accepted prefix.
 - `UncachedVerification`: every step feeds the whole sequence (context + k drafts) in one
   pass; the logits at positions ctx-1 .. ctx+k-1 decide the accepted prefix and give one
   more token (k+1 predictions per pass).
@@ -76,6 +78,44 @@ def _check_prompt(prompt, vocab_size):
         if not 0 <= t < vocab_size:
             raise ValueError(f"prompt token id {t} at position {i} is outside the verifier's "
                              f"vocabulary (ids 0 to {vocab_size - 1})")
+
+
+class LeadRule:
+    """After a pass that ended with the verifier's correction (KV cache), whether the next pass
+    leads with it and the j drafts that follow it (one pass of 1 + j tokens) or feeds it alone,
+    so that the next step checks its first draft for free (a 1-token pass, then the drafts'
+    pass only if that draft is right). Both emit the same tokens. Leading saves a pass, the
+    fixed cost a, when the first draft is right, and feeds j tokens for nothing when it is
+    wrong, so it leads iff p (a + b j) >= b j: p the recency-weighted rate at which first
+    drafts are right (counts halve every `half_life` passes, `prior` with weight 2), and
+    a + b * tokens the verifier's pass time, fitted from the passes (`cost`: a PassCost that
+    may outlive the generation, or a fixed cost curve). Where tokens fed cost little beside
+    a pass (a large verifier on a GPU) it nearly always leads; on a CPU with weak drafts it
+    feeds the correction alone. A drafter that sizes led passes itself (`plans_led_passes`,
+    the adaptive drafter) is left to do so."""
+
+    def __init__(self, cost=None, prior: float = 0.5, half_life: float = 48.0):
+        from olifant_mlx.drafters.adaptive import PassCost
+
+        self.cost = cost if cost is not None else PassCost()
+        self.prior = prior
+        self.decay = 0.5 ** (1.0 / half_life)
+        self.right = self.tested = 0.0
+
+    def p(self) -> float:
+        return (self.right + 2.0 * self.prior) / (self.tested + 2.0)
+
+    def leads(self, j: int) -> bool:
+        a, b = self.cost.coefficients()
+        return self.p() * (a + b * j) >= b * j
+
+    def observe(self, step) -> None:
+        self.cost.observe(step.forward_tokens, step.verify_s)
+        self.right *= self.decay
+        self.tested *= self.decay
+        if step.drafted:
+            self.tested += 1.0
+            self.right += step.accepted > 0
 
 
 @dataclass
@@ -228,14 +268,17 @@ def generate_steps(model, prompt, drafter=None, k: int = 3, max_tokens: int = 10
                    kv_cache: bool = True, eos_ids=(), max_kv_size: int | None = None,
                    bos_id: int | None = None, stats: Stats | None = None,
                    sampling: Sampling | None = None, on_prefill=None, processors=(),
-                   vocab_size: int | None = None, lead: bool = True, shared=None):
+                   vocab_size: int | None = None, lead=True, shared=None):
     """Yield a Step per verifier pass until max_tokens or an EOS token (not emitted).
     Greedy by default; with `sampling`, the verifier samples (see Sampling); `processors`
     (mlx-lm logits processors: processor(tokens, logits) -> logits) shape every choice. The
     drafter sees the prompt without a leading BOS unless it `wants_bos`. `vocab_size`
     (default: found on the model) bounds the ids: a prompt id outside it is refused, drafts are
-    cut before one. `lead` False keeps the older KV rule (corrections held back for the next
-    step's free check), for measuring. With `shared` (a sharded verifier's
+    cut before one. `lead`: True leads every pass after a correction with the drafts that
+    follow it, a LeadRule (or "auto": one with a fitted cost) decides per pass, False keeps
+    the older KV rule (corrections held back for the next step's free check), for measuring.
+    A sharded verifier always leads (every rank must take the same passes, and pass times
+    differ between ranks). With `shared` (a sharded verifier's
     `engine.distributed.Shard`), the drafts and every choice of token are rank 0's, so every
     rank takes the same passes and rollbacks."""
     if not 0 <= k <= MAX_K:
@@ -246,6 +289,9 @@ def generate_steps(model, prompt, drafter=None, k: int = 3, max_tokens: int = 10
     vocab_size = vocab_size or model_vocab_size(model)
     _check_prompt(prompt, vocab_size)
     drafter = as_drafter(drafter)
+    rule = lead if isinstance(lead, LeadRule) else LeadRule() if lead == "auto" else None
+    if rule is not None and (getattr(drafter, "plans_led_passes", False) or shared is not None):
+        rule = None
     eos = set(int(e) for e in eos_ids)
     skip = 0 if drafter.wants_bos or bos_id is None or prompt[0] != bos_id else 1
     seq = list(prompt)                      # everything the verifier has seen or will see
@@ -259,7 +305,7 @@ def generate_steps(model, prompt, drafter=None, k: int = 3, max_tokens: int = 10
         drafter, pick = shared.drafter(drafter), shared.choices(pick)
     t0 = time.perf_counter()
     if kv_cache:
-        verifier = CachedVerification(model, prompt, pick, max_kv_size, on_prefill, lead)
+        verifier = CachedVerification(model, prompt, pick, max_kv_size, on_prefill, lead is not False)
         stats.prefill_s = time.perf_counter() - t0
     else:
         verifier = UncachedVerification(model, prompt, pick)
@@ -269,6 +315,8 @@ def generate_steps(model, prompt, drafter=None, k: int = 3, max_tokens: int = 10
         led = verifier.led
         drafts = [int(t) for t in drafter.draft(seq[skip:], k)[:k]] if k else []
         drafts = _in_vocabulary(drafts, vocab_size)
+        if led and drafts and rule is not None and not rule.leads(len(drafts)):
+            drafts = []          # feed the correction alone: the next step checks them for free
         td = time.perf_counter()
         # the first draft is the token the verifier just rejected at this very position
         reproposed = bool(drafts) and rejected == (len(seq), drafts[0])
@@ -287,6 +335,8 @@ def generate_steps(model, prompt, drafter=None, k: int = 3, max_tokens: int = 10
                     finished=bool(reason), stop_reason=reason, led=led,
                     next_led=verdict.next_led and not reason, reproposed=reproposed)
         stats.add(step)
+        if rule is not None:
+            rule.observe(step)
         drafter.accept(kept)
         drafter.observe(step, kv_cache)
         yield step

@@ -22,10 +22,11 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from olifant_mlx.drafters.adaptive import PassCost
 from olifant_mlx.drafters.base import Drafter, as_drafter
 from olifant_mlx.drafters.registry import (DrafterSpec, build_drafter, parse_spec, resolve_auto,
                                            uses_history)
-from olifant_mlx.engine.loop import MAX_K, generate_steps, model_vocab_size
+from olifant_mlx.engine.loop import MAX_K, LeadRule, generate_steps, model_vocab_size
 from olifant_mlx.engine.sampling import Sampling
 from olifant_mlx.engine.stats import Stats, Step
 
@@ -236,9 +237,13 @@ class Result:
 
 class Session:
     """A verifier, a drafter and default options, turning prompts into streams of Responses.
-    `lead` False keeps the engine's older KV rule (a correction held back for the next step's
-    free check), for measuring against it."""
-    lead = True
+    `lead` (KV cache, after a pass that ended with the verifier's correction): "auto" decides
+    per pass whether the correction leads the next pass with the drafts after it or is fed
+    alone (engine.loop.LeadRule, planning with `lead_cost`, the verifier's pass-cost curve,
+    fitted from this session's passes unless set); True always leads; False keeps the older
+    rule (the correction held back for the next step's free check), for measuring."""
+    lead = "auto"
+    lead_cost = None
 
     def __init__(self, verifier, drafter="none", options: GenerationOptions | None = None,
                  meter=None):
@@ -413,7 +418,14 @@ class Session:
                               max_kv_size=opts.max_kv_size, bos_id=v.bos_id, stats=stats,
                               sampling=opts.sampling, on_prefill=on_prefill,
                               processors=opts.processors(), vocab_size=self.vocab_size,
-                              lead=self.lead, shared=self.shard)
+                              lead=self._lead_rule(), shared=self.shard)
+
+    def _lead_rule(self):
+        if self.lead != "auto":
+            return self.lead
+        if self.lead_cost is None:
+            self.lead_cost = PassCost()        # the verifier's speed outlives one generation
+        return LeadRule(self.lead_cost)
 
     def _finish(self, ids, tokens, stats, drafter, start):
         """Energy of the generation; the opt-in history remembers prompt and output."""

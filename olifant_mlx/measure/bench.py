@@ -23,6 +23,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from olifant_mlx.drafters.adaptive import PassCost
 from olifant_mlx.engine import GenerationOptions, Session, reference
 from olifant_mlx.files import PRIVATE, atomic_writer, make_private, open_regular, open_regular_file, write_atomic
 from olifant_mlx.measure.metrics import rouge_l
@@ -226,13 +227,14 @@ class ModelRunner:
     """Generations on a loaded verifier, through the Session API (energy from `meter`); an
     `MlxLm` strategy runs mlx-lm's stream_generate on the same verifier instead."""
 
-    def __init__(self, verifier, meter=None, lead: bool = True):
+    def __init__(self, verifier, meter=None, lead="auto"):
         self.verifier = verifier
         self.name = verifier.name
         self.identity = verifier_identity(verifier)
         self.meter = meter
         self.label = meter.info.label if meter is not None else "not measured"
         self.lead = lead
+        self.lead_cost = PassCost()       # the verifier's pass cost, for every run's LeadRule
 
     def prompt_id(self, prompt) -> str:
         return digest(prompt)
@@ -250,7 +252,7 @@ class ModelRunner:
             return tokens, st, energy, time.process_time() - cpu0
         session = Session(self.verifier, drafter, GenerationOptions(k=k, max_tokens=max_tokens,
                                                                     kv_cache=kv), self.meter)
-        session.lead = self.lead
+        session.lead, session.lead_cost = self.lead, self.lead_cost
         cpu0 = time.process_time()
         r = session.generate(prompt)
         return r.tokens, r.stats, r.energy, time.process_time() - cpu0
@@ -286,7 +288,7 @@ class ReferenceRunner:
     since the stand-in's own pass times are no verifier's."""
     name = "reference"
     label = reference.LABEL
-    lead = True         # False: the engine's older KV rule (see Session.lead)
+    lead = "auto"       # True: always lead; False: the engine's older KV rule (see Session.lead)
 
     def __init__(self, tokenizer, continuations: dict, cost=REFERENCE_COST):
         self.tokenizer = tokenizer          # our Tokenizer (encode without BOS)
@@ -307,7 +309,7 @@ class ReferenceRunner:
         verifier = reference.ReferenceVerifier(self.tokenizer, ids, truth)
         options = GenerationOptions(k=k, max_tokens=len(truth), kv_cache=kv)
         session = Session(verifier, drafter, options)
-        session.lead = self.lead
+        session.lead, session.lead_cost = self.lead, self.cost   # the modelled verifier's cost
         r = session.generate(ids)
         st = r.stats            # the stand-in verifier's time is no verifier's: only drafting counts
         st.prefill_s = st.decode_s = st.verify_s = 0.0
