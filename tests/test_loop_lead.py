@@ -102,6 +102,40 @@ def test_lead_rule_weighs_the_pass_it_saves_against_the_tokens_it_feeds():
     assert b / a > 0.5 and 0.3 < a < 0.8         # 0.5 + 0.5 n, not the prior's b / a = 0.1
 
 
+def test_a_queued_pass_is_timed_in_its_two_parts():
+    """The 1-token pass a fast-path step queues is timed by queueing it there plus the wait for
+    its token in the next step, which is no part of that step's own (4-token) pass."""
+    from olifant_mlx.drafters.adaptive import PassTimes
+
+    class Recorder:
+        def __init__(self):
+            self.seen = []
+
+        def observe(self, tokens, seconds):
+            self.seen.append((tokens, round(seconds, 6)))
+
+    cost, times = Recorder(), PassTimes()
+    queued = step([5, 6, 7], 0, 1, 0.06)
+    queued.queued = True
+    times.observe(cost, queued)
+    assert cost.seen == []                       # its time is not all known yet
+    led = step([5, 6, 7], 1, 4, 0.15)
+    led.waited_s = 0.02
+    times.observe(cost, led)
+    assert cost.seen == [(1, 0.08), (4, 0.13)]
+
+
+def test_the_engine_marks_queued_passes_and_the_waits_for_them(model, olifant):
+    """What PassTimes relies on, from the real loop: a queued pass is a 1-token one, and a wait
+    comes only in a step right after a queued pass."""
+    steps = list(generate_steps(model, PROMPTS[1], OlifantDrafter(olifant), k=3, max_tokens=60))
+    assert any(s.queued for s in steps)
+    for prev, s in zip(steps, steps[1:]):
+        assert not s.queued or s.forward_tokens == 1
+        assert s.waited_s == 0.0 or prev.queued
+        assert 0.0 <= s.waited_s <= s.verify_s
+
+
 def test_auto_feeds_the_correction_alone_where_leading_does_not_pay(model, olifant):
     """With tokens fed far dearer than a pass, no led pass carries drafts: each correction is
     fed alone and the drafts after it get the free check; with tokens free the passes are

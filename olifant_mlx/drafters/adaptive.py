@@ -114,6 +114,25 @@ class PassCost:
         return a + b * tokens
 
 
+class PassTimes:
+    """Each verifier pass's time from the Steps, for a cost model. A queued 1-token pass (the KV
+    engine's overlap, mx.async_eval) is timed in two parts: what queueing it took in the step
+    that queued it, and the wait for its token at the start of the next step, which is no part
+    of that step's own pass. Fitting each step's verify_s whole would charge a multi-token pass
+    with the tail of the 1-token pass before it (on a GPU, most of that pass)."""
+
+    def __init__(self):
+        self.queued_s = None          # the queued pass's part so far
+
+    def observe(self, cost, step) -> None:
+        own = step.verify_s - step.waited_s
+        if self.queued_s is not None:
+            cost.observe(1, self.queued_s + step.waited_s)
+        self.queued_s = own if step.queued else None
+        if not step.queued:
+            cost.observe(step.forward_tokens, own)
+
+
 def best_length(p, cost, kv_cache: bool, context_len: int = 0) -> int:
     """The prefix length j of a draft with acceptance estimates p that maximises expected
     tokens per unit of verifier time (see the module docstring); ties go to the shorter.
@@ -212,11 +231,13 @@ class AdaptiveDrafter(DrafterBase):
         self.name = f"adaptive-{inner.name}"
         self.wants_bos = inner.wants_bos
         self.cost = PassCost(rel_slope)   # the verifier's speed outlives one generation
+        self.pass_times = PassTimes()
         self.kv_cache = True              # until the engine says otherwise
         self.led = False                  # the next pass is led by a correction
 
     def start(self, prompt):
         self.inner.start(prompt)
+        self.pass_times = PassTimes()
         self.learner = CandidateLearner(self.prior, self.half_life)
         self.acceptance = self.learner.acceptance
         self.signals = []
@@ -244,7 +265,7 @@ class AdaptiveDrafter(DrafterBase):
     def observe(self, step, kv_cache: bool):
         self.kv_cache = kv_cache
         self.led = kv_cache and step.next_led
-        self.cost.observe(step.forward_tokens, step.verify_s)
+        self.pass_times.observe(self.cost, step)
         self.learner.learn(step)
         self.inner.observe(step, kv_cache)
 

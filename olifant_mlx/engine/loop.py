@@ -95,9 +95,10 @@ class LeadRule:
     the adaptive drafter) is left to do so."""
 
     def __init__(self, cost=None, prior: float = 0.5, half_life: float = 48.0):
-        from olifant_mlx.drafters.adaptive import PassCost
+        from olifant_mlx.drafters.adaptive import PassCost, PassTimes
 
         self.cost = cost if cost is not None else PassCost()
+        self.pass_times = PassTimes()
         self.prior = prior
         self.decay = 0.5 ** (1.0 / half_life)
         self.right = self.tested = 0.0
@@ -110,7 +111,7 @@ class LeadRule:
         return self.p() * (a + b * j) >= b * j
 
     def observe(self, step) -> None:
-        self.cost.observe(step.forward_tokens, step.verify_s)
+        self.pass_times.observe(self.cost, step)
         self.right *= self.decay
         self.tested *= self.decay
         if step.drafted:
@@ -132,6 +133,7 @@ class Verdict:
     led: bool = False
     next_led: bool = False
     rejected: tuple | None = None
+    queued: bool = False
 
 
 class CachedVerification:
@@ -148,6 +150,8 @@ class CachedVerification:
         self._set_next(logits, len(prompt), prompt)
         self.led = False          # the sequence's last token is an emitted correction, not yet fed
         self.to_feed = False      # the token just emitted must be fed to know the next one
+        self.waited_s = 0.0       # waiting for a queued pass's token, since the engine last read it
+        self._after_prefill = self._next_int is None   # a wait for the prefill is no 1-token pass
 
     # the verifier's next token: lazily computed (mx array) until read
     def _set_next(self, logits, position, context):
@@ -161,8 +165,16 @@ class CachedVerification:
     @property
     def next_token(self) -> int:
         if self._next_int is None:
-            self._next_int = int(self._next.item())
+            self._next_int = self._await(self._next)
         return self._next_int
+
+    def _await(self, lazy) -> int:
+        t = time.perf_counter()
+        token = int(lazy.item())
+        if not self._after_prefill:
+            self.waited_s += time.perf_counter() - t
+        self._after_prefill = False
+        return token
 
     def _hold(self, token: int):
         self._next, self._next_int = None, int(token)
@@ -175,8 +187,8 @@ class CachedVerification:
             # no logits processor here, so the pick needs no context)
             y_lazy = self._next
             self._set_next(self.model(y_lazy.reshape(1, 1), cache=self.cache)[0, -1], len(seq) + 1, ())
-            y = int(y_lazy.item())
-            return Verdict([y], 0, y, False, 1)
+            y = self._await(y_lazy)
+            return Verdict([y], 0, y, False, 1, queued=True)
         y = self.next_token
         if not drafts or drafts[0] != y:
             # plain step, or the fast path: the first draft is already known to be wrong
@@ -230,12 +242,14 @@ class CachedVerification:
         logits = self.model(mx.array(seq[-1:])[None], cache=self.cache)[0, -1]
         self._set_next(logits, len(seq), seq)
         verdict.forward_tokens = 1
+        verdict.queued = self._next_int is None
 
 
 class UncachedVerification:
     """Uncached regime: the whole sequence and the drafts in one pass, every step."""
 
     led = False
+    waited_s = 0.0
 
     def __init__(self, model, prompt, pick):
         self.model, self.pick = model, pick
@@ -327,13 +341,15 @@ def generate_steps(model, prompt, drafter=None, k: int = 3, max_tokens: int = 10
         if not reason:
             verifier.advance(seq, verdict)
         te = time.perf_counter()
+        waited, verifier.waited_s = verifier.waited_s, 0.0
         rejected = verdict.rejected
         step = Step(index=index, drafted=drafts, accepted=min(verdict.accepted, len(kept)),
                     emitted=kept, verifier_token=verdict.own if verdict.own in kept else None,
                     fast_path=verdict.fast_path, forward_tokens=verdict.forward_tokens,
                     draft_s=td - ts, verify_s=te - td, step_s=te - ts,
                     finished=bool(reason), stop_reason=reason, led=led,
-                    next_led=verdict.next_led and not reason, reproposed=reproposed)
+                    next_led=verdict.next_led and not reason, reproposed=reproposed,
+                    queued=verdict.queued, waited_s=waited)
         stats.add(step)
         if rule is not None:
             rule.observe(step)

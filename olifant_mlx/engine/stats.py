@@ -21,6 +21,8 @@ class Step:
     led: bool = False           # KV regime: the pass was led by the previous step's correction
     next_led: bool = False      # ... and the next one will be (its drafts follow this correction)
     reproposed: bool = False    # the first draft is the token the verifier just rejected there
+    queued: bool = False        # KV: its 1-token pass was queued (mx.async_eval), not awaited here
+    waited_s: float = 0.0       # ... of verify_s, the wait for the previous step's queued pass
 
 
 @dataclass
