@@ -189,6 +189,18 @@ def test_pass_cost_fits_time_per_token():
     assert cost.coefficients() == (a, b)
 
 
+def test_pass_cost_is_the_real_passes_once_their_lengths_spread():
+    """Passes of 1 and 4 tokens only (a led chain): the pseudo-pass of 9 tokens from the prior
+    must not flatten the slope the real passes show (Gemma-3-270M: 0.26 s and 0.45 s)."""
+    cost = PassCost(rel_slope=0.1)
+    cost.observe(1, 0.26)
+    assert cost.coefficients()[1] / cost.coefficients()[0] == pytest.approx(0.1, rel=0.15)   # the prior
+    for x in (1, 1, 4) + (4,) * 20:
+        cost.observe(x, 0.20 + 0.06 * (x - 1) + 0.06)
+    a, b = cost.coefficients()
+    assert a == pytest.approx(0.20, abs=0.01) and b == pytest.approx(0.06, abs=0.005)
+
+
 class ScriptedDrafter(NoDrafter):
     """Proposes 1..8 with signals: the first `good` tokens of a draft are the verifier's."""
     name = "scripted"
