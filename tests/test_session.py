@@ -97,3 +97,18 @@ def test_reference_verifier_runs_the_engine_loop():
         r = Session(v, LookupDrafter(), GenerationOptions(k=4, max_tokens=len(cont), kv_cache=kv)).generate(prompt)
         assert r.tokens == cont and r.finish_reason == "max_tokens"
         assert 0 < r.stats.accepted < r.stats.drafted
+
+
+def test_the_lead_rule_plans_with_one_cost_curve_across_generations(verifier):
+    """`lead = "auto"` (the default): every generation's LeadRule fits the same pass-cost curve,
+    so what the verifier's passes cost is learnt once per session; the text is the plain one."""
+    session = Session(verifier, "lookup", GenerationOptions(k=3, max_tokens=24))
+    assert session.lead == "auto" and session.lead_cost is None
+    first = session.generate("The Member States shall")
+    cost = session.lead_cost
+    seen = cost.sums[0]
+    second = session.generate("Article 4 of Regulation")
+    assert session.lead_cost is cost and cost.sums[0] != seen      # the same curve, more passes
+    for r, text in ((first, "The Member States shall"), (second, "Article 4 of Regulation")):
+        plain, _ = generate(verifier.model, verifier.encode(text), max_tokens=24)
+        assert r.tokens == plain
