@@ -153,10 +153,12 @@ def test_streamed_equals_whole_equals_the_session(server, verifier, drafter):
         assert u.prompt_tokens == len(verifier.encode(prompt))
         assert u.total_tokens == u.prompt_tokens + u.completion_tokens
         x = u.model_extra
-        assert x["drafter"] == drafter and x["verifier_passes"] == ref.stats.steps
+        # the passes may differ from the reference run's (the lead rule plans with measured pass
+        # times), the drafts checked and accepted not (test_loop_lead.py)
+        assert x["drafter"] == drafter and 0 < x["verifier_passes"] <= 2 * 24
         assert x["drafted_tokens"] == ref.stats.drafted and x["accepted_tokens"] == ref.stats.accepted
         assert x["acceptance"] == round(ref.stats.acceptance, 4)
-        assert x["mean_accepted_length"] == round(ref.stats.accepted / ref.stats.steps, 4)
+        assert x["mean_accepted_length"] == round(ref.stats.accepted / x["verifier_passes"], 4)
         assert x["tokens_per_s"] > 0 and x["stop_reason"] == "max_tokens"
         assert x["energy_j"] is None and x["j_per_100_tokens"] is None and x["energy_meter"] == "not measured"
     # one text chunk per verifier pass at most; usage only on the last chunk

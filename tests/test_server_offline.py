@@ -99,8 +99,9 @@ def test_the_openai_client_gets_generates_output(server, smol, specs, drafter):
             assert x["acceptance"] == (round(x["accepted_tokens"] / drafted, 4) if drafted else 0)
             assert x["tokens_per_s"] > 0 and "energy_j" in x and "j_per_100_tokens" in x and x["energy_meter"]
             if drafter != "adaptive":   # the adaptive drafter learns across generations: its drafts vary
-                assert (x["verifier_passes"], x["drafted_tokens"], x["accepted_tokens"]) == \
-                    (ref.stats.steps, ref.stats.drafted, ref.stats.accepted)
+                # (the passes may differ: the lead rule plans with measured pass times; the drafts
+                # checked and accepted do not, test_loop_lead.py)
+                assert (x["drafted_tokens"], x["accepted_tokens"]) == (ref.stats.drafted, ref.stats.accepted)
             if drafter == "none":
                 assert x["drafted_tokens"] == 0 and x["verifier_passes"] == u.completion_tokens
         pieces = [ch.choices[0].text if kind == "completion" else ch.choices[0].delta.content
