@@ -28,6 +28,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from olifant_mlx.drafters.adaptive import PassCost, PassTimes
 from olifant_mlx.drafters.base import as_drafter
 from olifant_mlx.engine import cache as kv
 from olifant_mlx.engine.sampling import Sampling, picker
@@ -95,8 +96,6 @@ class LeadRule:
     the adaptive drafter) is left to do so."""
 
     def __init__(self, cost=None, prior: float = 0.5, half_life: float = 48.0):
-        from olifant_mlx.drafters.adaptive import PassCost, PassTimes
-
         self.cost = cost if cost is not None else PassCost()
         self.pass_times = PassTimes()
         self.prior = prior
