@@ -138,6 +138,20 @@ def test_steps_report_what_happened(model, olifant, prompts):
         list(generate_steps(model, []))
 
 
+def test_a_drafters_learning_counts_as_its_time(model, olifant, prompts):
+    """What a drafter does with a pass (accept, observe) is drafting time, in every step."""
+    import time
+
+    class SlowLearner(NgramDrafter):
+        def observe(self, step, kv_cache):
+            time.sleep(0.02)
+
+    for kv in (True, False):
+        steps = list(generate_steps(model, prompts[1], SlowLearner(), k=3, max_tokens=6, kv_cache=kv))
+        for s in steps:
+            assert s.draft_s >= 0.02 and s.step_s >= s.draft_s + s.verify_s - 1e-9
+
+
 def test_adaptive_length_follows_acceptance(model, olifant, prompts):
     d = AdaptiveDrafter(NgramDrafter())
     steps = list(generate_steps(model, prompts[3], d, k=8, max_tokens=80))
@@ -301,6 +315,24 @@ def test_adaptive_learns_which_candidate_to_take():
                        forward_tokens=len(drafts) if accepted else 1, draft_s=0.0, verify_s=0.01,
                        step_s=0.0), True)
     assert picked[0] == [9] and picked[-20:] == [[1]] * 20
+    d.start([])                      # the next generation starts from what this one learnt
+    assert d.draft([0] * 10, 4)[:1] == [1]
+    fresh = AdaptiveDrafter(TwoWays())
+    fresh.start([])
+    assert fresh.draft([0] * 10, 4)[:1] == [9]
+
+
+def test_what_a_generation_teaches_outlives_it(model, olifant, prompts):
+    """The hybrid's and the adaptive drafter's estimates, on the real loop: a second generation
+    starts from the first one's counts (decayed), not from the prior."""
+    for d in (HybridDrafter(OlifantDrafter(olifant)), AdaptiveDrafter(HybridDrafter(OlifantDrafter(olifant)))):
+        learner = d.learner
+        list(generate_steps(model, prompts[1], d, k=4, max_tokens=30))
+        tested = sum(c[1] for c in learner.acceptance.counts.values())
+        assert tested > 0 and learner.acceptance.step > 0
+        d.start(prompts[2])
+        assert d.learner is learner and learner.offered == []
+        assert sum(c[1] for c in learner.acceptance.counts.values()) == tested
 
 
 def test_sampling_is_lossless(model, olifant, prompts):

@@ -21,8 +21,11 @@ against the verifier's tokens as far as each pass made them known, not only from
 proposed. So weak IGTree answers (shallow match, low share) are cut, a run of rejections lowers the
 estimates until drafting stops, long drafts are kept only while the session's own text keeps
 being accepted, and the estimates decay back to the prior when unused (which is how a paused
-drafter probes again). The draft is unchanged, only shortened: output stays exactly the
-verifier's.
+drafter probes again). The estimates and the cost fit are kept from one generation to the
+next, as the verifier and the kind of text outlive a prompt: a short generation no longer
+spends its first passes relearning that a source is weak, and since counts halve every
+`half_life` passes a new kind of text takes over within a few dozen. The draft is unchanged,
+only shortened: output stays exactly the verifier's.
 """
 from __future__ import annotations
 
@@ -234,10 +237,12 @@ class AdaptiveDrafter(DrafterBase):
     def __init__(self, inner, prior: float = 0.5, half_life: float = 48.0,
                  rel_slope: float = 0.1):
         self.inner = inner
-        self.prior, self.half_life, self.rel_slope = prior, half_life, rel_slope
         self.name = f"adaptive-{inner.name}"
         self.wants_bos = inner.wants_bos
-        self.cost = PassCost(rel_slope)   # the verifier's speed outlives one generation
+        # the verifier's speed and how often each kind of draft is right outlive one generation
+        self.cost = PassCost(rel_slope)
+        self.learner = CandidateLearner(prior, half_life)
+        self.acceptance = self.learner.acceptance
         self.pass_times = PassTimes()
         self.kv_cache = True              # until the engine says otherwise
         self.led = False                  # the next pass is led by a correction
@@ -245,8 +250,7 @@ class AdaptiveDrafter(DrafterBase):
     def start(self, prompt):
         self.inner.start(prompt)
         self.pass_times = PassTimes()
-        self.learner = CandidateLearner(self.prior, self.half_life)
-        self.acceptance = self.learner.acceptance
+        self.learner.offered = []         # a stopped generation's last offer has no outcome
         self.signals = []
         self.led = False
         self.lengths = []                 # kept draft length per step, for inspection

@@ -5,9 +5,10 @@ context's last 4..2 tokens), earlier sessions (an opt-in history), any extra sou
 it (a drafter that offers `candidates` or `draft_scored` with Signals, e.g. a corpus index),
 the IGTree's chain, and the continuation after a one-token match. Each drafted token carries a
 Signal (how it was found); per signal, a recency-weighted acceptance estimate is learnt from
-every candidate, scored against the verifier's tokens after each pass (CandidateLearner). The
-hybrid proposes the candidate with the most expected accepted tokens; `adaptive:hybrid`
-chooses among the same candidates by expected tokens per verifier second, and its length too.
+every candidate, scored against the verifier's tokens after each pass (CandidateLearner), and
+kept from one generation to the next (see drafters.adaptive). The hybrid proposes the candidate
+with the most expected accepted tokens; `adaptive:hybrid` chooses among the same candidates by
+expected tokens per verifier second, and its length too.
 """
 from __future__ import annotations
 
@@ -35,13 +36,12 @@ class HybridDrafter(DrafterBase):
         self.lookup = LookupDrafter(max_ngram=max_match, min_ngram=min_match, repeat=True)
         self.short_lookup = LookupDrafter(max_ngram=min_match - 1, min_ngram=1, repeat=True)
         self.name = name
-        self.prior, self.half_life = prior, half_life
         self.learner = CandidateLearner(prior, half_life)
 
     def start(self, prompt):
         for s in self.sources:
             s.start(prompt)
-        self.learner = CandidateLearner(self.prior, self.half_life)
+        self.learner.offered = []     # the estimates outlive the generation, its last offer not
 
     def accept(self, tokens):
         for s in self.sources:

@@ -349,11 +349,14 @@ def generate_steps(model, prompt, drafter=None, k: int = 3, max_tokens: int = 10
                     finished=bool(reason), stop_reason=reason, led=led,
                     next_led=verdict.next_led and not reason, reproposed=reproposed,
                     queued=verdict.queued, waited_s=waited)
-        stats.add(step)
         if rule is not None:
             rule.observe(step)
         drafter.accept(kept)
         drafter.observe(step, kv_cache)
+        learnt = time.perf_counter() - te    # the drafter's learning from the pass is its time too
+        step.draft_s += learnt
+        step.step_s += learnt
+        stats.add(step)
         yield step
         if reason:
             return

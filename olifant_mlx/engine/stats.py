@@ -13,7 +13,7 @@ class Step:
     verifier_token: int | None  # the verifier's own token emitted this step (correction/bonus)
     fast_path: bool             # KV regime: first draft rejected without a k-token pass
     forward_tokens: int         # tokens fed to the verifier this step
-    draft_s: float
+    draft_s: float              # the drafter's: drafting, then its accept/observe of the pass
     verify_s: float
     step_s: float
     finished: bool = False

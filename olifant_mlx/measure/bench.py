@@ -342,10 +342,11 @@ def sweep(runner, tasks: dict, strategies: dict, ks, regimes, max_tokens: int, r
     may hold others: other settings, verifiers or prompts).
 
     runner: a ModelRunner or a ReferenceRunner; tasks: {name: [prompt texts]}; strategies:
-    {name: drafter, MlxLm or Strategy} (a drafter resets itself in start(), so one serves every
-    run; an MlxLm strategy runs in the KV regime only). With `mlx_lm` (a ModelRunner), mlx-lm's
-    plain stream_generate also runs on every prompt, right after our plain, as strategy
-    "mlx-lm" (k 0), the second reference of every speedup.
+    {name: drafter, MlxLm or Strategy} (one drafter serves every run, as in a Session: a
+    learning one keeps its estimates from run to run; an MlxLm strategy runs in the KV regime
+    only). With `mlx_lm` (a ModelRunner), mlx-lm's plain stream_generate also runs on every
+    prompt, right after our plain, as strategy "mlx-lm" (k 0), the second reference of every
+    speedup.
     """
     strategies = {name: as_strategy(s) for name, s in strategies.items()}
     fixed = {"verifier": runner.name, "verifier_id": runner.identity, "max_tokens": max_tokens}
