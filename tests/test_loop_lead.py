@@ -144,19 +144,20 @@ def test_auto_feeds_the_correction_alone_where_leading_does_not_pay(model, olifa
     alone = 0
     planner = OlifantDrafter(olifant)
     planner.plans_led_passes = True
-    names = [d.name for d in drafters(model, olifant)]
+    rules = [("dear", LeadRule(FixedCost(1.0, 100.0), prior=0.01)), ("free", LeadRule(FixedCost(1.0, 0.0))),
+             ("always", True)]
     for prompt in PROMPTS:
         ref, _ = generate(model, prompt, max_tokens=40)
-        for i, d in enumerate([*drafters(model, olifant), planner]):
-            run = {}
-            for name, lead in [("dear", LeadRule(FixedCost(1.0, 100.0), prior=0.01)),
-                               ("free", LeadRule(FixedCost(1.0, 0.0))), ("always", True)]:
-                if i < len(names):       # a fresh drafter: learning ones keep what a run taught
-                    d = list(drafters(model, olifant))[i]
+        runs = {}                        # drafter's position -> (drafter, {rule: steps})
+        for name, lead in rules:
+            # fresh drafters for every rule: learning ones keep what a run taught them
+            for i, d in enumerate([*drafters(model, olifant), planner]):
                 steps = list(generate_steps(model, prompt, d, k=3, max_tokens=40, lead=lead))
                 assert [t for s in steps for t in s.emitted] == ref, (d.name, name)
                 check_steps(steps)
-                run[name] = [(s.drafted, s.accepted, s.emitted, s.led, s.forward_tokens) for s in steps]
+                runs.setdefault(i, (d, {}))[1][name] = [(s.drafted, s.accepted, s.emitted, s.led, s.forward_tokens)
+                                                        for s in steps]
+        for d, run in runs.values():
             if isinstance(d, AdaptiveDrafter):
                 continue
             assert run["free"] == run["always"], d.name
