@@ -26,7 +26,20 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         import_module(module).add_parsers(sub)
     for command in sub.choices.values():     # `generate --version` too, as mlx-lm's commands
         command.add_argument("--version", action="version", version=f"{p.prog} {__version__}")
+    p.set_defaults(commands=sub.choices)
     return p
+
+
+def parse_args(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
+    """parse_args, but a flag the command does not know is reported with that command's own
+    usage (argparse leaves unknown flags to the top-level parser, whose usage says nothing of
+    the command's flags)."""
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        parser_of = args.commands.get(args.command, parser)
+        parser_of.error(f"unrecognized arguments: {' '.join(unknown)}")
+    del args.commands
+    return args
 
 
 def _prog() -> str:
@@ -53,7 +66,7 @@ def main(argv=None) -> int:
     from olifant_mlx.engine import OptionsError
     from olifant_mlx.verifier import TokenizerError, VerifierError
 
-    args = build_parser().parse_args(argv)
+    args = parse_args(build_parser(), argv)
     try:
         return args.func(args)
     except OptionsError as e:      # a usage error, said with the flag that caused it

@@ -95,6 +95,51 @@ def add_generation_args(p, prompt: bool = True) -> None:
                    help="opt-in: a hybrid drafter also drafts from earlier sessions kept in FILE, "
                         "and this session's prompt and output are appended to it (local, mode 0600)")
     p.add_argument("--energy", metavar="BACKEND", help=energy_help())
+    add_mlx_lm_args(p)
+
+
+# ---- mlx-lm's flags, with mlx-lm's meanings (docs/mlx-lm-parity.md) -------------------------
+
+def str2bool(value: str) -> bool:
+    """mlx-lm's --verbose: anything but false/f (any case) is true."""
+    return value.lower() not in ("false", "f")
+
+
+def add_adapter_arg(p) -> None:
+    p.add_argument("--adapter-path", metavar="FOLDER",
+                   help="LoRA adapters for the verifier (mlx-lm's flag): a folder with "
+                        "adapters.safetensors and adapter_config.json, as mlx_lm.lora writes it")
+
+
+def add_mlx_lm_args(p) -> None:
+    """--verbose, --adapter-path, --prefill-response (generate and chat)."""
+    p.add_argument("--verbose", type=str2bool, default=True, metavar="BOOL",
+                   help="mlx-lm's flag: True (the default) prints the summary and notes on stderr; "
+                        "False ('False' or 'F') prints only the response")
+    add_adapter_arg(p)
+    p.add_argument("--prefill-response", metavar="TEXT",
+                   help="mlx-lm's flag: the start of the assistant's answer, put after the chat "
+                        "template; the model continues it (not printed again)")
+
+
+def check_adapter_path(path) -> str | None:
+    """An --adapter-path folder as mlx-lm's load needs it, checked before any weights load."""
+    if path is None:
+        return None
+    from pathlib import Path
+
+    folder = Path(path)
+    if not folder.is_dir():
+        raise ValueError(f"--adapter-path {path}: not a folder (mlx_lm.lora writes one with "
+                         f"adapters.safetensors and adapter_config.json)")
+    for name in ("adapter_config.json", "adapters.safetensors"):
+        if not (folder / name).is_file():
+            raise ValueError(f"--adapter-path {path}: {name} is missing from the folder")
+    try:
+        json.loads((folder / "adapter_config.json").read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"--adapter-path {path}: adapter_config.json is not readable JSON: {e}") from None
+    return str(folder)
 
 
 def add_sampling_args(p, temp_help: str) -> None:
@@ -138,6 +183,12 @@ def prepare(args):
 
     options = options_from(args)
     template_kwargs(args)
+    check_adapter_path(getattr(args, "adapter_path", None))
+    if getattr(args, "adapter_path", None) and getattr(args, "sharded", None):
+        raise ValueError("--adapter-path is not supported with --sharded (as in mlx-lm)")
+    if getattr(args, "prefill_response", None) is not None and getattr(args, "ignore_chat_template", False):
+        raise ValueError("--prefill-response starts the assistant's answer after the chat template: "
+                         "it cannot go with --ignore-chat-template")
     draft = f"neural:{args.draft_model}" if getattr(args, "draft_model", None) else args.draft
     spec = parse_spec(draft)
     if options.history and not uses_history(spec):

@@ -50,8 +50,9 @@ def open_session(args):
     from olifant_mlx.verifier import load_verifier
 
     options, spec, meter = prepare(args)
-    session = Session(load_verifier(args.model, shard=getattr(args, "shard", None)), spec, options,
-                      meter=meter)
+    verifier = load_verifier(args.model, shard=getattr(args, "shard", None),
+                             adapter_path=getattr(args, "adapter_path", None))
+    session = Session(verifier, spec, options, meter=meter)
     for warning in session.history.warnings if session.history is not None else ():
         sys.stderr.write(f"warning: {warning}\n")
     return session, options
@@ -94,6 +95,8 @@ def report(session, prompt, text, tokens, last, args) -> None:
     elif text and not text.endswith("\n"):
         sys.stdout.write("\n")
     sys.stdout.flush()
+    if not getattr(args, "verbose", True):      # mlx-lm's --verbose False: the response only
+        return
     if stats.tokens == 0 and stats.stop_reason == "eos":
         sys.stderr.write("note: " + empty_answer_hint(session, prompt) + "\n")
     if not getattr(args, "quiet", False):
@@ -105,9 +108,24 @@ def cmd_generate(args) -> int:
     session, options = open_session(args)
     prompt = session.prompt_for(prompt_text, args.system_prompt, not args.ignore_chat_template,
                                 template_kwargs(args))
-    text, tokens, last = stream_answer(session, prompt, options, args)
+    text, tokens, last = stream_answer(session, prefilled(session, prompt, args.prefill_response),
+                                       options, args)
     report(session, prompt, text, tokens, last, args)
     return 0
+
+
+def prefilled(session, prompt, prefill):
+    """The prompt to generate from: with mlx-lm's --prefill-response, the chat template's ids
+    with the assistant's answer begun (a base model has no template to put it after)."""
+    from olifant_mlx.engine import Chat
+
+    if prefill is None:
+        return prompt
+    if not isinstance(prompt, Chat):
+        raise ValueError(f"--prefill-response goes after the chat template, and "
+                         f"{session.verifier.name} has none (a base model): put the text at the "
+                         f"end of the prompt instead")
+    return session.verifier.chat_ids(prompt.messages, prompt.template_kwargs, prefill=prefill)
 
 
 CHAT_HELP = "type a message; 'q' quits, 'r' starts a new conversation, 'h' shows this help"
@@ -147,11 +165,14 @@ def cmd_chat(args) -> int:
         if not query.strip():
             continue
         chat = chat.then("user", query)
-        text, tokens, last = stream_answer(session, chat, options, args)
+        text, tokens, last = stream_answer(session, prefilled(session, chat, args.prefill_response),
+                                           options, args)
         sys.stdout.write("\n")
         sys.stdout.flush()
-        chat = chat.then("assistant", text)
+        chat = chat.then("assistant", (args.prefill_response or "") + text)
         s = last.stats
+        if not args.verbose:         # mlx-lm's --verbose False: the answers only
+            continue
         if s.tokens == 0 and s.stop_reason == "eos":
             sys.stderr.write("note: " + empty_answer_hint(session, chat) + "\n")
         if not args.quiet:

@@ -5,12 +5,13 @@ bound, before the verifier loads; then the worker thread loads it and uvicorn se
 """
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
 
-from olifant_mlx.cli.common import (DEFAULT_K, MODEL_HELP, add_sampling_args, check_draft_model, draft_help,
-                                    draft_tokens, energy_help, open_meter)
+from olifant_mlx.cli.common import (DEFAULT_K, MODEL_HELP, add_adapter_arg, add_sampling_args, check_adapter_path,
+                                    check_draft_model, draft_help, draft_tokens, energy_help, open_meter)
 
 KEY_ENV = "OLIFANT_API_KEY"
 EXTRA = "the server needs its extra: pip install 'olifant_mlx[server]'"
@@ -45,10 +46,14 @@ def prepare(args):
     api_key = check_api_key(args.api_key if args.api_key is not None else os.environ.get(KEY_ENV) or None)
     host = check_bind(args.host, api_key)
     port = check_port(args.port)
-    choice = parse_drafters(args.draft, args.drafters)
+    draft = f"neural:{args.draft_model}" if args.draft_model else args.draft
+    choice = parse_drafters(draft, args.drafters)
+    check_adapter_path(args.adapter_path)
+    models = served_models(args.model, args.models)
     for spec in choice.specs.values():
         if spec.model_file:
-            check_draft_model(spec.model_file, args.model)
+            for model in models:        # every served verifier drafts with every drafter
+                check_draft_model(spec.model_file, model)
     meter = open_meter(args.energy)
     sock = bind(host, port)
     return choice, defaults, limits, host, api_key, meter, sock
@@ -65,9 +70,11 @@ def cmd_serve(args) -> int:
     configure_logging()
     shown = f"[{host}]" if ":" in host else host
     port = sock.getsockname()[1]
-    sys.stderr.write(f"loading {args.model or 'the default verifier'} ...\n")
-    queue = GenerationQueue(make_setup(lambda: load_verifier(args.model), choice, defaults, meter),
-                            limits.queue_size)
+    sys.stderr.write(f"loading {args.model or 'the default verifier'}"
+                     f"{' and ' + ', '.join(args.models) if args.models else ''} ...\n")
+    others = [make_setup(functools.partial(load_verifier, name), choice, defaults, meter) for name in args.models]
+    queue = GenerationQueue(make_setup(lambda: load_verifier(args.model, adapter_path=args.adapter_path),
+                                       choice, defaults, meter), limits.queue_size, others)
 
     def stopped(*_):
         """A service manager's SIGTERM, which uvicorn re-raises after its graceful shutdown: exit
@@ -95,6 +102,27 @@ def cmd_serve(args) -> int:
     return 0
 
 
+MAX_MODELS = 4      # verifiers one server holds in memory at once (all loaded at start)
+
+
+def served_models(model, others) -> list:
+    """The verifiers a server serves: --model first, then --models (at most MAX_MODELS in all,
+    none twice), each checked as a name before anything loads."""
+    from olifant_mlx.server.config import ConfigError
+    from olifant_mlx.verifier import default_model
+
+    names = [model or default_model()] + list(others or ())
+    if len(names) > MAX_MODELS:
+        raise ConfigError(f"--models: a server holds at most {MAX_MODELS} verifiers in memory "
+                          f"(--model and {MAX_MODELS - 1} more), got {len(names)}")
+    if len(set(names)) != len(names):
+        raise ConfigError(f"--models names a verifier twice: {', '.join(names)}")
+    for name in names[1:]:
+        if name.lower().endswith(".gguf") and not os.path.isfile(name):
+            raise ConfigError(f"--models {name}: the GGUF file does not exist")
+    return names
+
+
 def add_parsers(sub):
     s = sub.add_parser("serve", help="an OpenAI-compatible local HTTP server (completions, chat, "
                                      "per-request drafters, stats and energy in usage)")
@@ -104,6 +132,13 @@ def add_parsers(sub):
     d.add_argument("--drafters", nargs="+", metavar="NAME=SPEC",
                    help="named drafters a request chooses with \"draft\": NAME (the first is the "
                         "default; \"none\" is always there), e.g. legal=adaptive:hybrid:models/legal.olif")
+    d.add_argument("--draft-model", metavar="MODEL",
+                   help="a small mlx-lm draft model (mlx-lm's flag): the same as --draft neural:MODEL")
+    s.add_argument("--models", nargs="+", default=[], metavar="MODEL",
+                   help=f"more verifiers a request may name in \"model\" (aliases, GGUF files, folders, "
+                        f"hub ids; all loaded at start, at most {MAX_MODELS} with --model); --model "
+                        f"is the default")
+    add_adapter_arg(s)
     s.add_argument("-k", "--num-draft-tokens", dest="k", type=draft_tokens, default=DEFAULT_K,
                    help=f"draft tokens per pass unless a request says (default {DEFAULT_K})")
     s.add_argument("--host", default="127.0.0.1",

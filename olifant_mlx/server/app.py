@@ -186,8 +186,24 @@ class Api:
         self.fingerprint = fingerprint
         self.created = int(time.time())
 
-    def model_object(self) -> dict:
-        i = self.info
+    def served(self) -> dict:
+        """{id: ModelInfo} of the verifiers served (the default first)."""
+        return {i.id: i for _, _, i in self.queue.models.values()} or {self.info.id: self.info}
+
+    def info_for(self, name):
+        """The ModelInfo a request's "model" names (none: the default verifier); an unknown one
+        is a 404 naming those served."""
+        if name is None:
+            return self.info
+        served = self.served()
+        if name not in served:
+            raise ApiError(404, f"model {name[:100]!r} is not served here: this server has "
+                                f"{', '.join(repr(m) for m in served)} (GET /v1/models; `serve "
+                                f"--models` adds more)", "model", "model_not_found")
+        return served[name]
+
+    def model_object(self, i=None) -> dict:
+        i = i or self.info
         return {"id": i.id, "object": "model", "created": self.created, "owned_by": "olifant_mlx",
                 "context_length": i.context_length, "drafters": list(i.drafters),
                 "default_drafter": i.default_drafter, "energy_meter": i.meter_label}
@@ -196,21 +212,19 @@ class Api:
         return OpenAIJSON({"status": "ok", "queue": self.queue.status()})
 
     async def models(self, request):
-        return OpenAIJSON({"object": "list", "data": [self.model_object()]})
+        return OpenAIJSON({"object": "list", "data": [self.model_object(i) for i in self.served().values()]})
 
     async def model(self, request):
-        if request.path_params["model"] != self.info.id:
-            raise ApiError(404, f"model {request.path_params['model'][:100]!r} is not served here",
-                           "model", "model_not_found")
-        return OpenAIJSON(self.model_object())
+        return OpenAIJSON(self.model_object(self.info_for(request.path_params["model"])))
 
     async def chat(self, request):
         req = await self.parse(request, ChatRequest)
-        return await self.run(request, plan_chat(req, self.info, self.defaults, self.limits))
+        return await self.run(request, plan_chat(req, self.info_for(req.model), self.defaults, self.limits))
 
     async def completions(self, request):
         req = await self.parse(request, CompletionRequest)
-        return await self.run(request, plan_completion(req, self.info, self.defaults, self.limits))
+        return await self.run(request, plan_completion(req, self.info_for(req.model), self.defaults,
+                                                       self.limits))
 
     async def parse(self, request, model):
         """The body, read with its cap, then parsed and validated: a small one here (well under
@@ -238,7 +252,7 @@ class Api:
     async def run(self, request: Request, plan):
         events = Mailbox(asyncio.get_running_loop(), wake_on_text=plan.stream)
         job = Job(new_id(plan.kind), plan.prompt, plan.options, plan.drafter,
-                  time.monotonic() + plan.timeout_s, events.put, plan.explicit_max, plan.param)
+                  time.monotonic() + plan.timeout_s, events.put, plan.explicit_max, plan.param, plan.model)
         try:
             self.queue.submit(job)
         except QueueFull as e:
@@ -419,9 +433,11 @@ class Running:
 
 
 def start(verifier, choice, defaults=None, limits: Limits | None = None, api_key: str | None = None,
-          host: str = "127.0.0.1", port: int = 0, meter=None, access_log: bool = True) -> Running:
-    """A whole server on threads: the worker (over `verifier`, a Verifier or a loader) and
-    uvicorn on `host`:`port` (0: a free port). The bind rule of `check_bind` applies."""
+          host: str = "127.0.0.1", port: int = 0, meter=None, access_log: bool = True,
+          others=()) -> Running:
+    """A whole server on threads: the worker (over `verifier`, a Verifier or a loader, and the
+    `others` a request may name in "model") and uvicorn on `host`:`port` (0: a free port). The
+    bind rule of `check_bind` applies."""
     from olifant_mlx.engine.session import GenerationOptions
     from olifant_mlx.server.config import LOOPBACK, check_bind
     from olifant_mlx.server.queue import make_setup
@@ -430,7 +446,8 @@ def start(verifier, choice, defaults=None, limits: Limits | None = None, api_key
     limits = limits or Limits()
     host = check_bind(host, api_key)
     sock = bind(host, port)
-    queue = GenerationQueue(make_setup(verifier, choice, defaults, meter), limits.queue_size)
+    queue = GenerationQueue(make_setup(verifier, choice, defaults, meter), limits.queue_size,
+                            [make_setup(v, choice, defaults, meter) for v in others])
     try:
         queue.start()
     except BaseException:

@@ -86,8 +86,10 @@ class Job:
     GenerationOptions; `explicit_max` whether the client set max_tokens (else it is cut to fit
     the context); `deadline` a time.monotonic() value; `sink(event)` is called from the worker."""
 
-    def __init__(self, id, prompt, options, drafter, deadline, sink, explicit_max=True, param="prompt"):
+    def __init__(self, id, prompt, options, drafter, deadline, sink, explicit_max=True, param="prompt",
+                 model=None):
         self.id, self.prompt, self.options, self.drafter = id, prompt, options, drafter
+        self.model = model             # a served verifier's id (None: the default one)
         self.deadline, self.sink, self.explicit_max, self.param = deadline, sink, explicit_max, param
         self.created = time.monotonic()
         self.stop_flag = threading.Event()
@@ -116,10 +118,14 @@ class Job:
 
 class GenerationQueue:
     """The worker thread and its bounded FIFO. `setup()` runs on the worker thread and returns
-    (session, drafters, info): the Session, {name: Drafter} ("none" included) and a ModelInfo."""
+    (session, drafters, info): the Session, {name: Drafter} ("none" included) and a ModelInfo.
+    `others`: setups of more verifiers a job may name (`job.model`, their info's id), loaded
+    on the worker thread too, after the default one; `models` maps every id to its triple."""
 
-    def __init__(self, setup, size: int = 16):
+    def __init__(self, setup, size: int = 16, others=()):
         self._setup = setup
+        self._others = tuple(others)
+        self.models = {}
         self.size = size
         self._cv = threading.Condition()
         self._waiting = collections.deque()
@@ -195,6 +201,10 @@ class GenerationQueue:
     def _main(self):
         try:
             self.session, self.drafters, self.info = self._setup()
+            self.models[self.info.id] = (self.session, self.drafters, self.info)
+            for setup in self._others:
+                served = setup()
+                self.models.setdefault(served[2].id, served)
         except BaseException as e:       # noqa: B036 - handed to start(), which raises it
             self._error = e
             self._ready.set()
@@ -231,19 +241,19 @@ class GenerationQueue:
             else:
                 job.emit(Failed(499, "the client closed the connection", "client_closed"))
             return
-        session = self.session
+        session, drafters, info = self.models.get(job.model, (self.session, self.drafters, self.info))
         try:
             ids = session.encode(job.prompt)
             opts = job.options
-            room = (self.info.context_length or 0) - len(ids)
-            if not job.explicit_max and self.info.context_length and 0 < room < opts.max_tokens:
+            room = (info.context_length or 0) - len(ids)
+            if not job.explicit_max and info.context_length and 0 < room < opts.max_tokens:
                 opts = opts.replace(max_tokens=room)
             ids = session.fit_context(ids, opts)
         except ContextError:
             self._record(job, "context", 0, 0)
             job.emit(Failed(400, f"the prompt is {len(ids):,} tokens and {opts.max_tokens:,} more are "
-                                 f"asked for, but {self.info.id}'s context holds "
-                                 f"{self.info.context_length:,}: shorten the prompt or ask for fewer "
+                                 f"asked for, but {info.id}'s context holds "
+                                 f"{info.context_length:,}: shorten the prompt or ask for fewer "
                                  f"tokens (max_tokens)", "context_length_exceeded", job.param))
             return
         except Exception as e:           # a chat template that refuses the conversation, ...
@@ -253,7 +263,7 @@ class GenerationQueue:
             return
         queue_s = time.monotonic() - job.created
         job.emit(Started(len(ids), queue_s))
-        name, drafter = job.drafter, self.drafters[job.drafter]
+        name, drafter = job.drafter, drafters[job.drafter]
         last = None
         try:
             for r in session.stream(ids, opts, drafter, should_stop=job.should_stop):
@@ -271,7 +281,7 @@ class GenerationQueue:
         stop = job.reason if stats.stop_reason == "stopped" else stats.stop_reason
         self._record(job, stop, stats.tokens, stats.steps)
         job.emit(Finished(FINISH.get(stats.stop_reason, "stop"),
-                          usage(stats, last.energy, len(ids), name, stop, queue_s, self.info.meter_label)))
+                          usage(stats, last.energy, len(ids), name, stop, queue_s, info.meter_label)))
 
     def _record(self, job, stop_reason, tokens, passes):
         with self._cv:

@@ -45,14 +45,19 @@ class Verifier:
     def has_chat_template(self) -> bool:
         return bool(getattr(self.tokenizer, "has_chat_template", False))
 
-    def chat_ids(self, messages, template_kwargs=None) -> list[int]:
+    def chat_ids(self, messages, template_kwargs=None, prefill: str | None = None) -> list[int]:
         """A conversation formatted by the verifier's chat template, ready for the assistant's
-        turn (mlx-lm's way: the template's text, encoded without extra special tokens)."""
+        turn (mlx-lm's way: the template's text, encoded without extra special tokens). With
+        `prefill` (mlx-lm's --prefill-response) the assistant's turn is open and starts with it."""
         if not self.has_chat_template:
             raise VerifierError(f"verifier {self.name!r} has no chat template: give a plain "
                                 f"prompt (a base model continues text)")
-        text = self.tokenizer.apply_chat_template(list(messages), tokenize=False,
-                                                  add_generation_prompt=True, **(template_kwargs or {}))
+        messages, kwargs = list(messages), dict(template_kwargs or {})
+        if prefill is not None:
+            messages.append({"role": "assistant", "content": prefill})
+            kwargs["continue_final_message"] = True
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False,
+                                                  add_generation_prompt=prefill is None, **kwargs)
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def token_id(self, token: str) -> int:
@@ -91,26 +96,30 @@ def _context_length(config: dict, tok) -> int | None:
     return v if isinstance(v, int) and 0 < v < 10_000_000 else None
 
 
-def load_verifier(spec: str | None = None, shard=None) -> Verifier:
+def load_verifier(spec: str | None = None, shard=None, adapter_path: str | None = None) -> Verifier:
     """Load a verifier by alias, GGUF file, local folder or hub id (default: default_model()),
     with its weights evaluated (safe to hand to a worker thread). With `shard` (an
-    engine.distributed.Shard, under mlx.launch), this rank's shard of rank 0's verifier."""
+    engine.distributed.Shard, under mlx.launch), this rank's shard of rank 0's verifier.
+    `adapter_path`: LoRA adapters (mlx_lm.lora's folder) applied by mlx-lm's own `load`."""
     import mlx_lm
 
     if shard is not None:
+        if adapter_path:
+            raise VerifierError("adapters are not supported on a sharded verifier (as in mlx-lm)")
         return load_sharded(spec, shard)
     name = spec or default_model()
     path = resolve_model(name)
     try:
-        model, tok, config = mlx_lm.load(path, return_config=True)
+        model, tok, config = mlx_lm.load(path, adapter_path=adapter_path, return_config=True)
     except Exception as e:
         hint = "" if Path(path).exists() else (
             " — it is not a local folder, so mlx-lm tried the Hugging Face hub; with no network "
             "use an offline alias (smollm2-135m, gemma3-270m) or a local GGUF/MLX folder")
         raise VerifierError(f"cannot load verifier {name!r}: {e}{hint}") from e
     mx.eval(model.parameters())
+    extra = {"adapter_path": str(adapter_path)} if adapter_path else {}
     return Verifier(model, tok, verifier_tokenizer(tok, name), name,
-                    context_length=_context_length(config, tok), path=str(path))
+                    context_length=_context_length(config, tok), path=str(path), extra=extra)
 
 
 def load_tokenizer(spec: str | None = None) -> Tokenizer:
