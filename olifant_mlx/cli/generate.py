@@ -58,9 +58,10 @@ def open_session(args):
     return session, options
 
 
-def stream_answer(session, prompt, options, args, out=sys.stdout):
-    """Generate, streaming text to `out` (or NDJSON chunks with --json-stream); returns
-    (text, tokens, last Response)."""
+def stream_answer(session, prompt, options, args, out=None):
+    """Generate, streaming text to `out` (default: sys.stdout as it is now, not as it was at
+    import) or NDJSON chunks with --json-stream; returns (text, tokens, last Response)."""
+    out = out or sys.stdout
     ndjson = getattr(args, "json_stream", False)
     quiet_text = getattr(args, "json", False)
     bar = PrefillBar(sys.stderr.isatty() and not ndjson)
