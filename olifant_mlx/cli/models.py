@@ -12,9 +12,31 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
+def cmd_pull(args) -> int:
+    """Download a verifier from the hub, verify it, make it the default if asked."""
+    from olifant_mlx.verifier.pull import pull, set_default
+
+    if not args.name:
+        raise ValueError("models pull needs what to pull: a hub id (owner/name) or mistral "
+                         "(Mistral-7B-Instruct-v0.2, 4-bit MLX)")
+    repo, folder, total = pull(args.name, args.revision)
+    print(f"pulled {repo} into {folder} ({_size(total)}; every file's size and sha256 match the hub's)")
+    if args.default:
+        path = set_default(repo)
+        print(f"the default verifier is now {repo} (stored in {path}; $OLIFANT_MODEL and --model "
+              f"still win)")
+    else:
+        print(f"use it with --model {repo}; `models pull {args.name} --default` makes it the default")
+    return 0
+
+
 def cmd_models(args) -> int:
     from olifant_mlx import catalog
 
+    if args.action == "pull":
+        return cmd_pull(args)
+    if args.default or args.revision:
+        raise ValueError("--default and --revision go with `models pull NAME`")
     if args.action == "rm":
         if not args.name:
             raise ValueError("models rm needs what to remove: an alias (smollm2-135m) or a draft-model path")
@@ -65,8 +87,14 @@ def cmd_models(args) -> int:
 
 
 def add_parsers(sub):
-    m = sub.add_parser("models", help="list verifiers and draft models, remove one, show the cache size")
-    m.add_argument("action", nargs="?", choices=["list", "rm", "cache"], default="list")
-    m.add_argument("name", nargs="?", help="with rm: an alias (e.g. smollm2-135m) or a draft-model path")
+    m = sub.add_parser("models", help="list verifiers and draft models, pull one from the hub, remove one, "
+                                      "show the cache size")
+    m.add_argument("action", nargs="?", choices=["list", "pull", "rm", "cache"], default="list")
+    m.add_argument("name", nargs="?", help="with pull: a hub id (owner/name) or mistral (Mistral-7B-"
+                                           "Instruct-v0.2, 4-bit MLX) or mistral-base (Mistral-7B-v0.1); "
+                                           "with rm: an alias (e.g. smollm2-135m) or a draft-model path")
+    m.add_argument("--default", action="store_true",
+                   help="with pull: make it the default verifier (stored in the cache folder's config.json)")
+    m.add_argument("--revision", help="with pull: a branch, tag or commit of the hub repository")
     m.add_argument("--json", action="store_true")
     m.set_defaults(func=cmd_models)

@@ -159,11 +159,17 @@ def conversion_current(folder: Path) -> bool:
 
 
 def default_model() -> str:
-    """$OLIFANT_MODEL; else the first Mistral-7B build (MISTRAL_FAMILY) whose weights are in
-    the local Hugging Face cache; else the embedded default."""
+    """$OLIFANT_MODEL; else the default `models pull --default` stored in the cache folder's
+    config.json; else the first Mistral-7B build (MISTRAL_FAMILY) whose weights are in the
+    local Hugging Face cache; else the embedded default."""
+    from olifant_mlx.verifier.pull import configured_default
+
     env = os.environ.get("OLIFANT_MODEL")
     if env:
         return env
+    configured = configured_default()
+    if configured:
+        return configured
     try:
         from huggingface_hub import try_to_load_from_cache
 
