@@ -14,7 +14,8 @@ def _size(n: int) -> str:
 
 def cmd_pull(args) -> int:
     """Download a verifier from the hub, verify it, make it the default if asked."""
-    from olifant_mlx.verifier.pull import pull, set_default
+    from olifant_mlx.verifier.aliases import set_default
+    from olifant_mlx.verifier.pull import pull
 
     if not args.name:
         raise ValueError("models pull needs what to pull: a hub id (owner/name) or mistral "

@@ -31,6 +31,7 @@ EMBEDDED_DEFAULT = "smollm2-135m"
 # folders converted by an older version are converted again
 CONVERSION_VERSION = 2
 CONVERSION_STAMP = "olifant-conversion.json"
+CONFIG_NAME = "config.json"      # in the cache folder: {"default_model": NAME} (`models pull --default`)
 
 
 @dataclass(frozen=True)
@@ -162,8 +163,6 @@ def default_model() -> str:
     """$OLIFANT_MODEL; else the default `models pull --default` stored in the cache folder's
     config.json; else the first Mistral-7B build (MISTRAL_FAMILY) whose weights are in the
     local Hugging Face cache; else the embedded default."""
-    from olifant_mlx.verifier.pull import configured_default
-
     env = os.environ.get("OLIFANT_MODEL")
     if env:
         return env
@@ -196,3 +195,37 @@ def resolve_model(spec: str | None) -> str:
         key = hashlib.sha256(f"{p.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
         return str(gguf_model_dir(p, f"{p.stem}-{key}"))
     return spec
+
+
+def config_path() -> Path:
+    return cache_dir() / CONFIG_NAME
+
+
+def configured_default() -> str | None:
+    """The default verifier `models pull --default` stored, if any."""
+    path = config_path()
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise VerifierError(f"{path} is not readable JSON ({e}): remove it, or run `models pull "
+                            f"NAME --default` again") from None
+    name = data.get("default_model") if isinstance(data, dict) else None
+    if name is not None and (not isinstance(name, str) or not name):
+        raise VerifierError(f"{path}: default_model must be a verifier name, got {name!r}")
+    return name
+
+
+def set_default(name: str) -> Path:
+    """Store `name` as the default verifier (atomically; other settings in the file are kept)."""
+    path = config_path()
+    try:
+        data = json.loads(path.read_text())
+        data = data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        data = {}
+    data["default_model"] = name
+    with atomic_writer(path, 0o600, binary=False) as f:
+        f.write(json.dumps(data, indent=2) + "\n")
+    return path

@@ -9,18 +9,15 @@ in seconds with one line, not a traceback or a hang.
 from __future__ import annotations
 
 import fnmatch
-import json
 import sys
 from pathlib import Path
 
-from olifant_mlx.files import atomic_writer, cache_dir
 from olifant_mlx.verifier.aliases import ALIASES, VerifierError
 from olifant_mlx.verifier.fetch import sha256_file
 
 # shortcuts for the Mistral-7B builds of docs/verifiers.md (one tokenizer, one draft model)
 SHORTCUTS = {"mistral": "mlx-community/Mistral-7B-Instruct-v0.2-4bit",
              "mistral-base": "mistralai/Mistral-7B-v0.1"}
-CONFIG_NAME = "config.json"      # in the cache folder: {"default_model": NAME}
 TIMEOUT_S = 10.0
 
 
@@ -113,39 +110,3 @@ def verify(folder: Path, files) -> None:
         if digest and sha256_file(path) != digest:
             raise VerifierError(f"{path}: its sha256 is not the hub's: remove it (`models rm "
                                 f"{folder.parent.parent.name}`) and pull again")
-
-
-# ---- the default verifier -----------------------------------------------------------------
-
-def config_path() -> Path:
-    return cache_dir() / CONFIG_NAME
-
-
-def configured_default() -> str | None:
-    """The default verifier `models pull --default` stored, if any."""
-    path = config_path()
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as e:
-        raise VerifierError(f"{path} is not readable JSON ({e}): remove it, or run `models pull "
-                            f"NAME --default` again") from None
-    name = data.get("default_model") if isinstance(data, dict) else None
-    if name is not None and (not isinstance(name, str) or not name):
-        raise VerifierError(f"{path}: default_model must be a verifier name, got {name!r}")
-    return name
-
-
-def set_default(name: str) -> Path:
-    """Store `name` as the default verifier (atomically; other settings in the file are kept)."""
-    path = config_path()
-    try:
-        data = json.loads(path.read_text())
-        data = data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        data = {}
-    data["default_model"] = name
-    with atomic_writer(path, 0o600, binary=False) as f:
-        f.write(json.dumps(data, indent=2) + "\n")
-    return path
