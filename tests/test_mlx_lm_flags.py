@@ -231,3 +231,58 @@ def test_a_request_may_name_any_served_verifier():
             assert r.status_code == 400 and r.json()["error"]["code"] == "no_chat_template"
     finally:
         run.stop()
+
+
+@pytest.mark.slow
+def test_the_serve_command_with_draft_model_and_models():
+    """`serve --draft-model` (a neural drafter, mlx-lm's flag) and `--models`, the command itself:
+    the drafted answer is the plain one, the second verifier answers under its name."""
+    import os
+    import signal
+    import socket
+
+    httpx = pytest.importorskip("httpx")
+    pytest.importorskip("uvicorn")
+    from olifant_mlx.engine import GenerationOptions, Session
+    from olifant_mlx.verifier import load_verifier
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    smol_dir = load_verifier("smollm2-135m").path          # the same weights as a folder: a second verifier
+    p = subprocess.Popen([sys.executable, "-m", "olifant_mlx", "serve", "--model", "smollm2-135m", "--models",
+                          smol_dir, "--draft-model", "smollm2-135m", "--port", str(port), "--energy", "none",
+                          "-m", str(N)], stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    url = f"http://127.0.0.1:{port}"
+    prompt = "THE SOFTWARE IS PROVIDED \"AS IS\", WITHOUT WARRANTY OF ANY KIND,"
+    try:
+        from test_server import wait_for
+
+        def up():
+            assert p.poll() is None, p.stderr.read()
+            try:
+                return httpx.get(url + "/health", timeout=5).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_for(up, "the server to start", 600)
+        models = [m["id"] for m in httpx.get(url + "/v1/models").json()["data"]]
+        assert models == ["smollm2-135m", smol_dir]
+        smol = load_verifier("smollm2-135m")
+        plain = Session(smol).generate(prompt, GenerationOptions(k=0, max_tokens=N)).text
+        for name in ("smollm2-135m", smol_dir):
+            r = httpx.post(url + "/v1/completions", json={"model": name, "prompt": prompt}, timeout=600).json()
+            assert r["choices"][0]["text"] == plain and r["model"] == name
+            assert r["usage"]["drafter"] == "default" and r["usage"]["drafted_tokens"] > 0
+        r = httpx.post(url + "/v1/completions", json={"model": "nope", "prompt": prompt})
+        assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+    finally:
+        p.send_signal(signal.SIGTERM)
+        try:
+            code = p.wait(120)
+        finally:
+            if p.poll() is None:
+                p.kill()
+        err = p.stderr.read()
+    assert code == 0, err
+    assert "drafters: default, none" in err and "Traceback" not in err
