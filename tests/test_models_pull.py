@@ -5,6 +5,7 @@ respected by the next command; an unreachable hub as one clear line within secon
 import hashlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -173,10 +174,20 @@ def test_a_file_that_does_not_match_the_hubs_sha256_is_refused(files, tmp_path):
     assert not (tmp_path / "cache" / "config.json").exists()       # not made the default
 
 
-@pytest.mark.parametrize("endpoint", ["http://127.0.0.1:9", "http://hub.invalid"])
+@pytest.mark.parametrize("endpoint", ["http://127.0.0.1:9", "http://hub.invalid", "silent"])
 def test_an_unreachable_hub_is_one_clear_line_in_seconds(tmp_path, endpoint):
+    """A closed port, an unknown host, and a host that takes the connection and never answers
+    (the request's 10-second timeout ends it)."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)                 # connections complete in the backlog; nothing ever answers
+    if endpoint == "silent":
+        endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
     t0 = time.monotonic()
-    r = cli(["models", "pull", "mistral"], isolated_env(tmp_path, endpoint), timeout=120)
+    try:
+        r = cli(["models", "pull", "mistral"], isolated_env(tmp_path, endpoint), timeout=120)
+    finally:
+        silent.close()
     elapsed = time.monotonic() - t0
     assert r.returncode == 1 and "Traceback" not in r.stderr
     lines = [line for line in r.stderr.splitlines() if line.strip()]
