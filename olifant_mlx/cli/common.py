@@ -95,7 +95,6 @@ def add_generation_args(p, prompt: bool = True) -> None:
                    help="opt-in: a hybrid drafter also drafts from earlier sessions kept in FILE, "
                         "and this session's prompt and output are appended to it (local, mode 0600)")
     p.add_argument("--energy", metavar="BACKEND", help=energy_help())
-    add_mlx_lm_args(p)
 
 
 # ---- mlx-lm's flags, with mlx-lm's meanings (docs/mlx-lm-parity.md) -------------------------
@@ -112,7 +111,8 @@ def add_adapter_arg(p) -> None:
 
 
 def add_mlx_lm_args(p) -> None:
-    """--verbose, --adapter-path, --prefill-response (generate and chat)."""
+    """--verbose, --adapter-path, --prefill-response: generate's and chat's (the TUI has its
+    own display and templates)."""
     p.add_argument("--verbose", type=str2bool, default=True, metavar="BOOL",
                    help="mlx-lm's flag: True (the default) prints the summary and notes on stderr; "
                         "False ('False' or 'F') prints only the response")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import sys
 
-from olifant_mlx.cli.common import (add_generation_args, draft_tokens, empty_answer_hint, prepare,
+from olifant_mlx.cli.common import (add_generation_args, add_mlx_lm_args, draft_tokens, empty_answer_hint, prepare,
                                     print_json, summary_lines, template_kwargs)
 from olifant_mlx.cli.sharding import add_sharding_args, sharded_command
 
@@ -261,6 +261,7 @@ def cmd_demo(args) -> int:
 def add_parsers(sub):
     g = sub.add_parser("generate", help="generate text with speculative decoding (drafting on by default)")
     add_generation_args(g)
+    add_mlx_lm_args(g)
     add_sharding_args(g)
     g.add_argument("--stats", action="store_true", help="more detail in the summary (steps, times)")
     g.add_argument("--quiet", action="store_true", help="no summary on stderr")
@@ -272,6 +273,7 @@ def add_parsers(sub):
 
     c = sub.add_parser("chat", help="a multi-turn conversation with an instruct verifier (kept in memory)")
     add_generation_args(c, prompt=False)
+    add_mlx_lm_args(c)
     add_sharding_args(c)
     c.add_argument("--quiet", action="store_true", help="no per-answer summary on stderr")
     c.set_defaults(func=sharded_command(cmd_chat), stats=False)
