@@ -160,7 +160,8 @@ def test_pull_downloads_verifies_and_becomes_the_default(files, tmp_path):
     out = json.loads(r.stdout.splitlines()[-1])
     assert out["stats"]["tokens"] == 4
     r = cli(["models", "--json"], env)
-    assert REPO in [v["name"] for v in json.loads(r.stdout)["verifiers"]]
+    listing = json.loads(r.stdout)
+    assert REPO in [v["name"] for v in listing["verifiers"]] and listing["default_verifier"] == REPO
 
 
 @pytest.mark.slow

@@ -55,16 +55,18 @@ def cmd_models(args) -> int:
             print(f"cache {usage['path']}: {_size(usage['bytes'])} "
                   f"({', '.join(f'{k} {_size(v)}' for k, v in usage['by_kind'].items())})")
         return 0
-    verifiers, drafts = catalog.verifiers(), catalog.draft_models()
+    from olifant_mlx.verifier import default_model
+
+    verifiers, drafts, default = catalog.verifiers(), catalog.draft_models(), default_model()
     if args.json:
-        print_json({"verifiers": [v.as_dict() for v in verifiers],
+        print_json({"verifiers": [v.as_dict() for v in verifiers], "default_verifier": default,
                     "draft_models": [d.as_dict() for d in drafts], "cache": usage}, indent=2)
         return 0
     from rich.console import Console
     from rich.table import Table
 
     con = Console()
-    t = Table(title="verifiers (--model)")
+    t = Table(title=f"verifiers (--model; without it: {default})")
     for c in ("name", "kind", "size", "where"):
         t.add_column(c)
     for v in verifiers:
