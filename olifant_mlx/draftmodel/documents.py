@@ -202,8 +202,9 @@ def _cache_path(digest: str) -> Path:
     return cache_dir() / "documents" / f"{digest}.v{EXTRACTOR_VERSION}.json"
 
 
-def content_hash(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+def digest(data: bytes, suffix: str) -> str:
+    """What identifies a file's extraction: its bytes and the reader its suffix picks."""
+    return hashlib.sha256(data + suffix.lower().encode()).hexdigest()
 
 
 def extract_file(path: Path) -> tuple[Extracted, str, bool]:
@@ -222,13 +223,13 @@ def extract_file(path: Path) -> tuple[Extracted, str, bool]:
     missing = missing_reader(path)
     if missing:
         raise Skip(missing)
-    digest = content_hash(data + suffix.encode())
-    cached = _cache_path(digest)
+    key = digest(data, suffix)
+    cached = _cache_path(key)
     try:
         entry = json.loads(cached.read_text(encoding="utf-8"))
         if "skip" in entry:
             raise Skip(entry["skip"])
-        return Extracted(entry["paragraphs"], entry["pages"]), digest, True
+        return Extracted(entry["paragraphs"], entry["pages"]), key, True
     except (OSError, ValueError, KeyError, TypeError):
         pass
     try:
@@ -243,7 +244,7 @@ def extract_file(path: Path) -> tuple[Extracted, str, bool]:
         write_atomic(cached, json.dumps({"skip": ext_reason}))
         raise Skip(ext_reason)
     write_atomic(cached, json.dumps({"paragraphs": ext.paragraphs, "pages": ext.pages}))
-    return ext, digest, False
+    return ext, key, False
 
 
 def read_document(path: Path) -> tuple[Extracted | None, Outcome]:
