@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from olifant_mlx.draftmodel import documents
-from olifant_mlx.files import cache_dir, fsync_dir, fsync_tree, read_regular, write_atomic
+from olifant_mlx.files import PRIVATE, cache_dir, fsync_dir, fsync_tree, read_regular, write_atomic
 
 FORMAT = 1
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -229,6 +229,8 @@ def _write(name, folder, tokenizer, window, stream, starts, rows) -> dict:
                 "documents": len(rows), "tokens": int(stream.size), "window": window,
                 "nodes": model.n_nodes, "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         write_atomic(tmp / "library.json", json.dumps(meta, indent=1))
+        for f in FILES:                  # every part holds the user's text: private, whoever wrote it
+            os.chmod(tmp / f, PRIVATE)
         fsync_tree(tmp)
         target = root / name
         old = None

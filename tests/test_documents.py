@@ -74,11 +74,11 @@ def test_cache_rereads_only_changed_files_and_is_private(folder, cache):
     assert first.extracted == 8, "every file read afresh"
     entries = list((cache / "documents").iterdir())
     assert entries and all(p.stat().st_mode & 0o777 == 0o600 for p in entries)
-    assert extracted().as_dict()["extracted"] == 1     # only plain.txt: text is not cached
+    assert extracted().as_dict()["extracted"] == 4     # .html .eml .md .txt: parsed again, not cached
     fx.write_odt(folder / "minutes.odt")               # the same content: still cached
     (folder / "sale.rtf").write_text(fx.rtf_text(["A changed clause."]))
     again = extracted()
-    assert again.extracted == 2
+    assert again.extracted == 4 + 1
     assert [o.paragraphs for o in again.outcomes if o.path.endswith("sale.rtf")] == [1]
 
 
@@ -98,7 +98,7 @@ def test_train_on_a_mixed_folder_in_one_command(folder, cache, tmp_path):
                             "--corpus", str(folder), "--out", str(tmp_path / "m.olif"), "--quiet"],
                            capture_output=True, text=True,
                            env={**os.environ, "OLIFANT_CACHE": str(cache), "COLUMNS": "200"}).stdout
-    assert "8 read, 6 skipped, 1 extracted afresh" in table and "encrypted" in table
+    assert "8 read, 6 skipped, 4 extracted afresh" in table and "encrypted" in table
 
 
 HIDE = ("import runpy, sys\n"

@@ -9,9 +9,10 @@ or damaged file, an empty one, a link loop, a format we do not read — and neve
 
 The readers are well-kept libraries, installed with `pip install 'olifant_mlx[documents]'`:
 docx2python (.docx), pypdfium2 (.pdf), odfpy (.odt), striprtf (.rtf); .html, .eml, .md and
-.txt need only the standard library. Extractions are cached (0600) in
-cache_dir()/documents, keyed by the file's content hash and EXTRACTOR_VERSION, so a re-run
-re-reads only the files that changed (`Report.extracted` counts the ones read afresh).
+.txt need only the standard library. Extractions of the formats that
+need a library are cached (0600) in cache_dir()/documents, keyed by the file's content hash and
+EXTRACTOR_VERSION, so a re-run re-reads only the files that changed (`Report.extracted` counts
+the ones read afresh); the others are parsed again, which costs less than a cache entry.
 """
 from __future__ import annotations
 
@@ -224,6 +225,8 @@ def extract_file(path: Path) -> tuple[Extracted, str, bool]:
     if missing:
         raise Skip(missing)
     key = digest(data, suffix)
+    if suffix not in NEEDS:      # HTML, e-mail, Markdown, text: parsing is cheaper than caching
+        return _extract_or_skip(suffix, data), key, False
     cached = _cache_path(key)
     try:
         entry = json.loads(cached.read_text(encoding="utf-8"))
@@ -233,18 +236,25 @@ def extract_file(path: Path) -> tuple[Extracted, str, bool]:
     except (OSError, ValueError, KeyError, TypeError):
         pass
     try:
-        ext = _extract(suffix, data)
+        ext = _extract_or_skip(suffix, data)
     except Skip as e:
         write_atomic(cached, json.dumps({"skip": str(e)}))
+        raise
+    write_atomic(cached, json.dumps({"paragraphs": ext.paragraphs, "pages": ext.pages}))
+    return ext, key, False
+
+
+def _extract_or_skip(suffix: str, data: bytes) -> Extracted:
+    """The reader's text; Skip for a file it finds damaged or without text."""
+    try:
+        ext = _extract(suffix, data)
+    except Skip:
         raise
     except Exception as e:  # a reader library's error on a damaged file: an outcome, not a traceback
         raise Skip(f"damaged or truncated ({type(e).__name__}: {str(e)[:120]})") from None
     if not ext.paragraphs:
-        ext_reason = "no text in it"
-        write_atomic(cached, json.dumps({"skip": ext_reason}))
-        raise Skip(ext_reason)
-    write_atomic(cached, json.dumps({"paragraphs": ext.paragraphs, "pages": ext.pages}))
-    return ext, key, False
+        raise Skip("no text in it")
+    return ext
 
 
 def read_document(path: Path) -> tuple[Extracted | None, Outcome]:
