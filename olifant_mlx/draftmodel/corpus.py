@@ -194,7 +194,7 @@ def _record_text(path, n: int, line, text_field: str):
 def check_file(path: Path, text_field: str = "text", force: bool = False) -> None:
     """Refuse a file that cannot be read or is not text, from its first bytes (pipes and
     devices are only checked as they are read)."""
-    if not path.is_file() or _document_file(path):
+    if not path.is_file() or _document_file(path, named=True):
         return
     head = _head(path)
     reason = None if force else binary_reason(head)
@@ -220,7 +220,8 @@ def check_corpora(specs, text_field: str = "text", force: bool = False) -> None:
         if _document_file(path, named=True) and documents.missing_reader(path):
             raise CorpusError(f"corpus {spec}: {documents.missing_reader(path)}")
         for f in _files(path):
-            check_file(f, text_field, force)
+            if f == path or not _document_file(f):     # in a folder, documents.py reports the rest
+                check_file(f, text_field, force)
 
 
 # ---- reading -------------------------------------------------------------------------
