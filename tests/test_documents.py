@@ -123,3 +123,13 @@ def test_without_the_extra_the_message_names_it_and_text_formats_still_work(fold
                             str(folder / "contract.docx"), "--out", str(tmp_path / "n.olif")],
                            capture_output=True, text=True, env=env)
     assert named.returncode != 0 and documents.INSTALL_HINT in named.stderr and "Traceback" not in named.stderr
+
+
+def test_build_rest_on_a_mixed_folder(folder, cache, tmp_path):
+    r = subprocess.run([sys.executable, "-m", "olifant_mlx", "build-rest", "--tokenizer", "mistral",
+                        "--corpus", str(folder), "--out", str(tmp_path / "c.sfx"), "--json", "--quiet"],
+                       capture_output=True, text=True, env={**os.environ, "OLIFANT_CACHE": str(cache)})
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    s = json.loads(r.stdout)
+    assert s["files"]["read"] == len(fx.GOOD) and s["files"]["skipped"] == len(fx.BAD)
+    assert s["documents"] == len(fx.GOOD) + 1 and s["index"]["out"] == str(tmp_path / "c.sfx")
