@@ -159,8 +159,7 @@ def build(name: str, folder, tokenizer, window: int = 4, on_file=None) -> dict:
     for path, why in documents.walk(folder):
         rel = str(path.relative_to(folder))
         suffix = path.suffix.lower()
-        if why is None and not (documents.is_document(path) or suffix in TEXT_SUFFIXES):
-            why = f"not a format we read ({suffix or 'no suffix'})"
+        why = why or documents.not_read(path, also=TEXT_SUFFIXES)
         if why is not None:
             outcome = documents.Outcome(rel, "skipped", reason=why)
         else:

@@ -28,7 +28,8 @@ TXT_PARAS = ["A plain text precedent.", "Its second paragraph."]
 GOOD = ["contract.docx", "precedent.pdf", "minutes.odt", "sale.rtf", "notice.html", "offer.eml",
         "checklist.md", "plain.txt"]
 BAD = {"old.doc": "binary Word", "scanned.pdf": "no text layer", "locked.pdf": "encrypted",
-       "broken.docx": "damaged", "empty.docx": "empty", "loop.txt": "link loop"}
+       "broken.docx": "damaged", "empty.docx": "empty", "loop.txt": "link loop",
+       "~$contract.docx": "lock file", ".notes.txt": "hidden", "sheet.xlsx": "not read"}
 
 
 def write_docx(path: Path) -> None:
@@ -151,4 +152,9 @@ def make_mixed_folder(folder: Path) -> Path:
     (folder / "broken.docx").write_bytes(whole[: len(whole) // 2])
     (folder / "empty.docx").write_bytes(b"")
     os.symlink("loop.txt", folder / "loop.txt")
+    (folder / "~$contract.docx").write_bytes(b"\x05J. Jansen" + bytes(150))   # Word's lock file
+    (folder / ".notes.txt").write_text("a hidden note\n")
+    (folder / "sheet.xlsx").write_bytes(whole[:200])
+    (folder / ".git").mkdir()
+    (folder / ".git" / "HEAD").write_text("ref: refs/heads/main\n")       # a hidden folder: not entered
     return folder

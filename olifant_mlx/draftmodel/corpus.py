@@ -489,17 +489,18 @@ def iter_documents(spec: str, text_field: str = "text", progress: Progress | Non
 # ---- the hook for folders of mixed files (Word, PDF, ...: documents.py) ------------------------
 
 def folder_files(folder: Path) -> list[Path]:
-    """Every file under `folder`, sorted; links to nothing and link loops included, so that
-    they get an outcome too."""
+    """Every file under `folder`, sorted; links to nothing, link loops, hidden and lock files
+    included, so that they get an outcome too."""
     return [p for p, _ in documents.walk(folder)]
 
 
 def _document_file(path: Path, named: bool = False) -> bool:
     """Read by documents.py: a document format, a link that leads nowhere, or (in a folder,
-    not `named` by the user) anything that is not .txt/.jsonl."""
+    not `named` by the user) anything that is not .txt/.jsonl, or is hidden or a lock file."""
     fmt, _ = _split_suffix(path)
     return (documents.is_document(path) or (path.is_symlink() and not path.exists())
-            or (not named and fmt not in TEXT_SUFFIXES + JSONL_SUFFIXES))
+            or (not named and (fmt not in TEXT_SUFFIXES + JSONL_SUFFIXES
+                               or documents.not_read(path, also=(path.suffix.lower(),)) is not None)))
 
 
 def file_documents(f: Path, text_field: str = "text", progress: Progress | None = None,
@@ -508,8 +509,8 @@ def file_documents(f: Path, text_field: str = "text", progress: Progress | None 
     a document format is one document (or skipped with the reason), a text file's count of
     documents is recorded once it is read."""
     if _document_file(f, named):
-        if not documents.is_document(f) and f.exists():
-            why = f"not a format we read ({f.suffix or 'no suffix'})"
+        why = documents.not_read(f)
+        if why is not None:
             documents.record(documents.Outcome(str(f), "skipped", reason=why))
             return
         ext, _ = documents.read_document(f)

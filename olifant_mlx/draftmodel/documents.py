@@ -139,8 +139,9 @@ def record(outcome: Outcome) -> None:
 # ---- finding the files ----------------------------------------------------------------------
 
 def walk(folder: Path) -> list[tuple[Path, str | None]]:
-    """Every file under `folder`, sorted, with None or the reason it cannot be read (a link
-    loop, a link to nothing). Links to folders are followed once each; a loop is reported."""
+    """Every file under `folder`, sorted, with None or the reason it is not read (a link loop,
+    a link to nothing, a hidden file, a Word lock file). Links to folders are followed once
+    each, a loop is reported; hidden folders are not entered."""
     found: list[tuple[Path, str | None]] = []
     seen = {os.path.realpath(folder)}
 
@@ -152,9 +153,13 @@ def walk(folder: Path) -> list[tuple[Path, str | None]]:
             return
         for e in entries:
             p = Path(e.path)
+            if e.name.startswith(".") and e.is_dir():
+                continue                      # hidden folders (.git, our own temporary folders)
             if e.name.startswith("."):
-                continue                      # hidden files and folders, our own temporary files
-            if e.is_symlink() and not os.path.exists(p):
+                found.append((p, "a hidden file"))
+            elif e.name.startswith("~$"):
+                found.append((p, "a Word lock file (its document is open in Word)"))
+            elif e.is_symlink() and not os.path.exists(p):
                 found.append((p, _dead_link_reason(p)))
             elif e.is_dir():
                 real = os.path.realpath(p)
@@ -183,6 +188,18 @@ def is_document(path: Path) -> bool:
     """Read by this module rather than as plain text."""
     suffix = path.suffix.lower()
     return suffix in DOCUMENT_SUFFIXES or suffix in UNREAD
+
+
+def not_read(path: Path, also: tuple = ()) -> str | None:
+    """Why a file met in a folder is passed over (hidden, a lock file, a format we do not read;
+    suffixes in `also` are read by the caller), or None when read_document is to tell."""
+    if path.name.startswith("."):
+        return "a hidden file"
+    if path.name.startswith("~$"):
+        return "a Word lock file (its document is open in Word)"
+    if is_document(path) or path.suffix.lower() in also or (path.is_symlink() and not path.exists()):
+        return None
+    return f"not a format we read ({path.suffix or 'no suffix'})"
 
 
 def missing_reader(path: Path) -> str | None:
