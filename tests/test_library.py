@@ -122,3 +122,25 @@ def test_library_cli_build_list_info_rm_and_models(tmp_path, cache, capsys):
     assert main(["library", "info", "deeds"]) == 1 and "no library 'deeds'" in capsys.readouterr().err
     assert main(["library", "build", "x", str(tmp_path / "nowhere"), "--tokenizer", "smollm2-135m"]) == 1
     assert "is not a folder" in capsys.readouterr().err
+
+
+@pytest.mark.slow    # the real offline verifier
+def test_library_drafts_preserve_output_and_get_accepted(tmp_path, cache, smollm2):
+    from olifant_mlx.engine import generate
+    from olifant_mlx.verifier import load_verifier
+
+    smol = load_verifier("smollm2-135m")
+    prompt = smol.tokenizer.encode("Article 1\nThis Regulation lays down rules concerning the protection of")
+    ref, _ = generate(smol.model, prompt, max_tokens=24)
+    folder = make_folder(tmp_path / "precedents", 30)
+    (folder / "regulation.md").write_text("Article 1\n\nThis Regulation lays down rules concerning the protection of"
+                                          + smol.tokenizer.decode(ref) + "\n")
+    library.build("regulations", folder, smollm2)
+    drafter = build_drafter("library:regulations", smol.identity)
+    accepted = 0
+    for k in (3, 8):
+        drafter.start(prompt)
+        out, st = generate(smol.model, prompt, drafter, k=k, max_tokens=24)
+        assert out == ref, k
+        accepted += st.accepted
+    assert accepted > 0
