@@ -29,7 +29,8 @@ GOOD = ["contract.docx", "precedent.pdf", "minutes.odt", "sale.rtf", "notice.htm
         "checklist.md", "plain.txt"]
 BAD = {"old.doc": "binary Word", "scanned.pdf": "no text layer", "locked.pdf": "encrypted",
        "broken.docx": "damaged", "empty.docx": "empty", "loop.txt": "link loop",
-       "~$contract.docx": "lock file", ".notes.txt": "hidden", "sheet.xlsx": "not read"}
+       "~$contract.docx": "lock file", ".notes.txt": "hidden", "sheet.xlsx": "not read",
+       "pipe.txt": "not a regular file", "garbage.html": "not text"}
 
 
 def write_docx(path: Path) -> None:
@@ -155,6 +156,8 @@ def make_mixed_folder(folder: Path) -> Path:
     (folder / "~$contract.docx").write_bytes(b"\x05J. Jansen" + bytes(150))   # Word's lock file
     (folder / ".notes.txt").write_text("a hidden note\n")
     (folder / "sheet.xlsx").write_bytes(whole[:200])
+    os.mkfifo(folder / "pipe.txt")                                        # never opened: it would block
+    (folder / "garbage.html").write_bytes(bytes(range(256)) * 4)
     (folder / ".git").mkdir()
     (folder / ".git" / "HEAD").write_text("ref: refs/heads/main\n")       # a hidden folder: not entered
     return folder

@@ -98,7 +98,7 @@ def test_train_on_a_mixed_folder_in_one_command(folder, cache, tmp_path):
                             "--corpus", str(folder), "--out", str(tmp_path / "m.olif"), "--quiet"],
                            capture_output=True, text=True,
                            env={**os.environ, "OLIFANT_CACHE": str(cache), "COLUMNS": "200"}).stdout
-    assert "8 read, 9 skipped, 4 extracted afresh" in table and "encrypted" in table
+    assert "8 read, 11 skipped, 4 extracted afresh" in table and "encrypted" in table
 
 
 HIDE = ("import runpy, sys\n"

@@ -170,6 +170,8 @@ def walk(folder: Path) -> list[tuple[Path, str | None]]:
                 visit(p)
             elif e.is_file():
                 found.append((p, None))
+            else:
+                found.append((p, "not a regular file (a FIFO, device or socket): not opened"))
 
     visit(Path(folder))
     return found
@@ -197,6 +199,8 @@ def not_read(path: Path, also: tuple = ()) -> str | None:
         return "a hidden file"
     if path.name.startswith("~$"):
         return "a Word lock file (its document is open in Word)"
+    if path.exists() and not path.is_file():
+        return "not a regular file (a FIFO, device or socket): not opened"
     if is_document(path) or path.suffix.lower() in also or (path.is_symlink() and not path.exists()):
         return None
     return f"not a format we read ({path.suffix or 'no suffix'})"
@@ -295,11 +299,26 @@ def _extract(suffix: str, data: bytes) -> Extracted:
         return _flat(odt_paragraphs(data))
     if suffix == ".rtf":
         return _flat(rtf_paragraphs(data))
+    if suffix in STDLIB + (".txt", ".text"):
+        _check_text(data)
     if suffix in (".html", ".htm", ".xhtml"):
         return _flat(html_paragraphs(_decode(data)))
     if suffix == ".eml":
         return _flat(eml_paragraphs(data))
     return _flat(text_paragraphs(_decode(data)))
+
+
+def _check_text(data: bytes) -> None:
+    """Skip a file of a text format whose bytes are binary (the test train applies to .txt)."""
+    from olifant_mlx.draftmodel.corpus import SNIFF_BYTES, binary_reason
+
+    head = data[:SNIFF_BYTES]
+    reason = binary_reason(head)
+    if reason and "not valid UTF-8" in reason:   # another encoding is read (as cp1252), binary is not
+        controls = sum(head.count(bytes([c])) for c in range(32) if chr(c) not in "\t\n\r\f\v\x1b")
+        reason = "control characters in it (binary data)" if controls > 0.01 * len(head) else None
+    if reason:
+        raise Skip(f"not text: {reason}")
 
 
 def _flat(paragraphs) -> Extracted:
