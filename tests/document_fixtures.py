@@ -133,6 +133,18 @@ def write_eml(path: Path) -> None:
     path.write_bytes(bytes(msg))
 
 
+def cache_with_models(root: Path) -> Path:
+    """A fresh cache folder where the shared cache's verifiers are found by links (so that a
+    tokenizer loads without fetching), for tests that write documents or libraries."""
+    from olifant_mlx.files import cache_dir
+
+    root.mkdir(parents=True)
+    for kind in ("models", "gguf"):
+        if (cache_dir() / kind).is_dir():
+            (root / kind).symlink_to(cache_dir() / kind)
+    return root
+
+
 def make_mixed_folder(folder: Path) -> Path:
     """The good files of GOOD and the bad ones of BAD, in `folder`."""
     folder.mkdir(parents=True, exist_ok=True)

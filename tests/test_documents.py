@@ -1,5 +1,6 @@
 """Folders of Word, PDF, OpenDocument, RTF, HTML, e-mail, Markdown and text files: the real
 reader libraries on files the format libraries wrote (no mocks), read through train's CLI."""
+import asyncio
 import json
 import os
 import subprocess
@@ -133,3 +134,26 @@ def test_build_rest_on_a_mixed_folder(folder, cache, tmp_path):
     s = json.loads(r.stdout)
     assert s["files"]["read"] == len(fx.GOOD) and s["files"]["skipped"] == len(fx.BAD)
     assert s["documents"] == len(fx.GOOD) + 1 and s["index"]["out"] == str(tmp_path / "c.sfx")
+
+
+@pytest.mark.slow    # trains with the real SmolLM2 tokenizer in the TUI
+def test_tui_training_on_a_mixed_folder_names_the_skipped_files(folder, tmp_path, monkeypatch):
+    from tui_fakes import fake_session, static_text, wait_for
+
+    from olifant_mlx.tui.app import OlifantApp
+
+    monkeypatch.setenv("OLIFANT_CACHE", str(fx.cache_with_models(tmp_path / "models-cache")))
+
+    async def go():
+        app = OlifantApp(model="smollm2-135m", energy="none", model_dirs=[tmp_path / "out"],
+                         session_factory=fake_session)
+        async with app.run_test(size=(160, 48)) as pilot:
+            await pilot.press("f6")
+            app.query_one("#corpus").value = str(folder)
+            app.query_one("#train-out").value = "precedents"
+            await pilot.click("#train-go")
+            await wait_for(pilot, lambda: "trained" in static_text(app, "#train-status"), 180)
+            status = static_text(app, "#train-status")
+            assert "8 files read, 11 skipped" in status and "old.doc (binary Word" in status, status
+
+    asyncio.run(go())

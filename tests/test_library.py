@@ -4,6 +4,7 @@ import json
 import shutil
 
 import pytest
+from document_fixtures import cache_with_models
 
 from olifant_mlx import library
 from olifant_mlx.cli import main
@@ -21,15 +22,9 @@ def smollm2():
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
-    """A fresh cache for the libraries, where the shared cache's models are found by a link."""
-    from olifant_mlx.files import cache_dir
-
-    (tmp_path / "cache").mkdir()
-    for kind in ("models", "gguf"):
-        if (cache_dir() / kind).is_dir():
-            (tmp_path / "cache" / kind).symlink_to(cache_dir() / kind)
-    monkeypatch.setenv("OLIFANT_CACHE", str(tmp_path / "cache"))
-    return tmp_path / "cache"
+    root = cache_with_models(tmp_path / "cache")
+    monkeypatch.setenv("OLIFANT_CACHE", str(root))
+    return root
 
 
 def document(n: int) -> str:
