@@ -155,37 +155,15 @@ def build(name: str, folder, tokenizer, window: int = 4, on_file=None) -> dict:
     t0 = time.perf_counter()
     old, old_tokens = _previous(name, tokenizer)
     report = documents.Report()
-    rows, parts, reread = [], [], 0
+    rows, parts, reread, start = [], [], 0, 0
     for path, why in documents.walk(folder):
-        rel = str(path.relative_to(folder))
-        suffix = path.suffix.lower()
-        why = why or documents.not_read(path, also=TEXT_SUFFIXES)
-        if why is not None:
-            outcome = documents.Outcome(rel, "skipped", reason=why)
-        else:
-            try:
-                digest = documents.digest(read_regular(path), suffix)
-            except (OSError, ValueError) as e:
-                digest, outcome = None, documents.Outcome(rel, "skipped", reason=f"cannot read it ({e})")
-            row = old.get(digest)
-            if row is not None:
-                tokens = old_tokens[row["start"]:row["start"] + row["tokens"]]
-                offsets, pages, title = row["paragraphs"], row["pages"], row["title"]
-                outcome = documents.Outcome(rel, "read", paragraphs=len(offsets), pages=max(pages, default=0),
-                                            cached=True)
-            elif digest is not None:
-                ext, outcome = documents.read_document(path)
-                outcome.path, outcome.cached = rel, False
-                if ext is not None:
-                    reread += 1
-                    tokens, offsets = _tokenize(tokenizer, ext)
-                    pages, title = ext.pages, ext.paragraphs[0][:80]
-            if outcome.status == "read":
-                start = sum(p.size for p in parts)
-                rows.append({"id": len(rows), "path": rel, "title": title, "hash": digest, "start": start,
-                             "tokens": int(tokens.size), "paragraphs": [int(o) for o in offsets],
-                             "pages": [int(p) for p in pages]})
-                parts.append(np.asarray(tokens, dtype=np.uint32))
+        outcome, row, tokens = _document(path, str(path.relative_to(folder)), why, old, old_tokens, tokenizer)
+        if row is not None:
+            row.update(id=len(rows), start=start)
+            rows.append(row)
+            parts.append(tokens)
+            start += int(tokens.size)
+            reread += not outcome.cached
         report.add(outcome)
         if on_file is not None:
             on_file(outcome)
@@ -201,6 +179,33 @@ def build(name: str, folder, tokenizer, window: int = 4, on_file=None) -> dict:
                    read_tokenize_s=round(read_s, 3), build_s=round(time.perf_counter() - t1, 3),
                    rebuild_s=round(time.perf_counter() - t0, 3))
     return summary
+
+
+def _document(path: Path, rel: str, why, old: dict, old_tokens: np.ndarray, tokenizer):
+    """(outcome, table row or None, token ids) of one file: its old tokens when the library
+    already holds its content hash, else extracted and tokenized afresh."""
+    suffix = path.suffix.lower()
+    why = why or documents.not_read(path, also=TEXT_SUFFIXES)
+    if why is not None:
+        return documents.Outcome(rel, "skipped", reason=why), None, None
+    try:
+        digest = documents.digest(read_regular(path), suffix)
+    except (OSError, ValueError) as e:
+        return documents.Outcome(rel, "skipped", reason=f"cannot read it ({e})"), None, None
+    row = old.get(digest)
+    if row is not None:
+        tokens = old_tokens[row["start"]:row["start"] + row["tokens"]]
+        outcome = documents.Outcome(rel, "read", paragraphs=len(row["paragraphs"]),
+                                    pages=max(row["pages"], default=0), cached=True)
+        return outcome, {**row, "path": rel}, tokens
+    ext, outcome = documents.read_document(path)
+    outcome.path, outcome.cached = rel, False
+    if ext is None:
+        return outcome, None, None
+    tokens, offsets = _tokenize(tokenizer, ext)
+    row = {"path": rel, "title": ext.paragraphs[0][:80], "hash": digest, "tokens": int(tokens.size),
+           "paragraphs": [int(o) for o in offsets], "pages": [int(p) for p in ext.pages]}
+    return outcome, row, tokens
 
 
 def _write(name, folder, tokenizer, window, stream, starts, rows) -> dict:
@@ -222,7 +227,8 @@ def _write(name, folder, tokenizer, window, stream, starts, rows) -> dict:
         corpus.add_documents(stream, starts)
         corpus.build_index().save(tmp / "index.sfx")
         write_atomic(tmp / "tokens.u32", stream.astype("<u4").tobytes())
-        write_atomic(tmp / "documents.json", json.dumps({"format": FORMAT, "documents": rows}, indent=1))
+        write_atomic(tmp / "documents.json", json.dumps({"format": FORMAT, "documents": rows}, indent=1,
+                                                         sort_keys=True))   # the same bytes, however built
         meta = {"format": FORMAT, "name": name, "folder": str(folder.resolve()),
                 "tokenizer": tokenizer.identity(),
                 "documents": len(rows), "tokens": int(stream.size), "window": window,
