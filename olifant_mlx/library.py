@@ -86,7 +86,7 @@ def load(name: str) -> Library:
     except FileNotFoundError:
         have = ", ".join(lib.name for lib in list_libraries()) or "none yet"
         raise LibraryError(f"no library {name!r} (libraries: {have}; build one with "
-                           f"`olifant_mlx library build {name} FOLDER --model VERIFIER`)") from None
+                           f"`python -m olifant_mlx library build {name} FOLDER --model VERIFIER`)") from None
     except (OSError, ValueError) as e:
         raise LibraryError(f"library {name!r} at {path} cannot be read ({e}): rebuild it") from None
     missing = [f for f in FILES if not (path / f).is_file()]
