@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -1051,8 +1052,11 @@ class OlifantApp(App):
                     last[0] = now
                     self.post_message(TrainProgress(phase, done, total))
 
-            summary = train([corpus], tokenizer, str(out), show_progress=False, on_progress=progress)
-            self.post_message(TrainDone(dict(summary, out=str(out))))
+            from olifant_mlx.draftmodel.documents import reporting
+
+            with reporting() as files:       # a folder's files: each read or skipped, and why
+                summary = train([corpus], tokenizer, str(out), show_progress=False, on_progress=progress)
+            self.post_message(TrainDone(dict(summary, out=str(out), files=files.as_dict())))
         except Exception as e:
             self.post_message(Failed("training", f"{type(e).__name__}: {e}"))
 
@@ -1064,8 +1068,12 @@ class OlifantApp(App):
     def on_train_done(self, m: TrainDone) -> None:
         self.query_one("#train-progress").display = False
         s = m.summary
+        files = s.get("files") or {}
+        skipped = [f"{os.path.basename(f['path'])} ({f['reason']})" for f in files.get("files", ())
+                   if f["status"] == "skipped"]
         self.query_one("#train-status", Static).update(
             f"trained {s['out']}: {s.get('nodes', 0):,} nodes from {s.get('instances', 0):,} "
-            f"instances")
+            f"instances" + (f"; {files['read']} files read, {len(skipped)} skipped: " + "; ".join(skipped)
+                            if skipped else ""))
         self.notify(f"draft model saved to {s['out']}")
         self.query_one(ModelsTab).refresh_models()

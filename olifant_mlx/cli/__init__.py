@@ -9,7 +9,7 @@ import sys
 from importlib import import_module
 
 COMMAND_MODULES = ("olifant_mlx.cli.train", "olifant_mlx.cli.generate", "olifant_mlx.cli.models",
-                   "olifant_mlx.cli.energy", "olifant_mlx.cli.rest",
+                   "olifant_mlx.cli.energy", "olifant_mlx.cli.rest", "olifant_mlx.cli.library",
                    "olifant_mlx.cli.analysis", "olifant_mlx.cli.bench", "olifant_mlx.cli.tui",
                    "olifant_mlx.cli.serve")
 

@@ -55,12 +55,15 @@ def cmd_models(args) -> int:
             print(f"cache {usage['path']}: {_size(usage['bytes'])} "
                   f"({', '.join(f'{k} {_size(v)}' for k, v in usage['by_kind'].items())})")
         return 0
+    from olifant_mlx.library import list_libraries
     from olifant_mlx.verifier import default_model
 
     verifiers, drafts, default = catalog.verifiers(), catalog.draft_models(), default_model()
+    libraries = list_libraries()
     if args.json:
         print_json({"verifiers": [v.as_dict() for v in verifiers], "default_verifier": default,
-                    "draft_models": [d.as_dict() for d in drafts], "cache": usage}, indent=2)
+                    "draft_models": [d.as_dict() for d in drafts],
+                    "libraries": [lib.as_dict() for lib in libraries], "cache": usage}, indent=2)
         return 0
     from rich.console import Console
     from rich.table import Table
@@ -84,6 +87,14 @@ def cmd_models(args) -> int:
 
         t.add_row(f"none in {', '.join(str(p) for p in draft_model_dirs())}", "", "", "", "", "")
     con.print(t)
+    if libraries:
+        t = Table(title="precedent libraries (--draft library:NAME; `library` to build, describe, remove)")
+        for c in ("name", "tokenizer", "documents", "tokens", "folder"):
+            t.add_column(c)
+        for lib in libraries:
+            m = lib.meta
+            t.add_row(lib.name, m["tokenizer"]["name"], f"{m['documents']:,}", f"{m['tokens']:,}", m["folder"])
+        con.print(t)
     con.print(f"cache {usage['path']}: {_size(usage['bytes'])}; `models rm NAME` removes a cached "
               f"verifier or a draft model")
     return 0

@@ -8,6 +8,8 @@ from olifant_mlx.cli.common import mb, print_json, table
 
 
 def cmd_build_rest(args) -> int:
+    from olifant_mlx.cli.train import files_table
+    from olifant_mlx.draftmodel.documents import reporting
     from olifant_mlx.draftmodel.retrieval import build_retrieval
     from olifant_mlx.verifier import load_tokenizer
 
@@ -26,12 +28,16 @@ def cmd_build_rest(args) -> int:
             shown.append(phase)
             sys.stderr.write(f"{phase} ...\n")
 
-    s = build_retrieval(args.corpus, tok, index_out=args.out, ngram_out=args.ngram_cache,
-                        order=args.order, max_tokens=args.max_tokens, text_field=args.text_field,
-                        on_progress=progress)
+    with reporting() as files:
+        s = build_retrieval(args.corpus, tok, index_out=args.out, ngram_out=args.ngram_cache,
+                            order=args.order, max_tokens=args.max_tokens, text_field=args.text_field,
+                            on_progress=progress)
+    if files.outcomes:
+        s["files"] = files.as_dict()
     if args.json:
         print_json(s, indent=2)
         return 0
+    files_table(files)
     rows = [("tokenizer", f"{s['tokenizer']['name']} ({s['tokenizer']['vocab_size']})"),
             ("documents", f"{s['documents']:,}"), ("tokens", f"{s['tokens']:,}"),
             ("read + tokenize", f"{s['read_tokenize_s']:.1f} s")]

@@ -156,9 +156,17 @@ def model_tokenizer(model, path, spec: str | None = None):
     return tok
 
 
+def files_table(files) -> None:
+    """Every file of a folder corpus: read (paragraphs, pages) or skipped, and why."""
+    if files.outcomes:
+        table(f"files: {files.read} read, {files.skipped} skipped, {files.extracted} extracted afresh",
+              files.rows())
+
+
 # ---- commands ------------------------------------------------------------------------------
 
 def cmd_train(args) -> int:
+    from olifant_mlx.draftmodel.documents import reporting
     from olifant_mlx.draftmodel.train import preflight, train
 
     order = permutation(args.permutation, args.window) if args.permutation else args.order
@@ -167,14 +175,18 @@ def cmd_train(args) -> int:
     tok, why = train_tokenizer(args)
     if not args.quiet:
         sys.stderr.write(f"training for tokenizer {tok.name}, vocab {tok.vocab_size:,} ({why})\n")
-    s = train(corpora, tok, args.out, window=args.window, order=order,
-              top_k=args.top_k, max_tokens=args.max_tokens, holdout=args.holdout,
-              eval_specs=args.eval or (), eval_max=args.eval_max, text_field=args.text_field,
-              show_progress=not args.quiet, workers=args.workers, force=args.force,
-              memory_limit=args.memory_limit, threads=args.threads, tmpdir=args.tmpdir)
+    with reporting() as files:
+        s = train(corpora, tok, args.out, window=args.window, order=order,
+                  top_k=args.top_k, max_tokens=args.max_tokens, holdout=args.holdout,
+                  eval_specs=args.eval or (), eval_max=args.eval_max, text_field=args.text_field,
+                  show_progress=not args.quiet, workers=args.workers, force=args.force,
+                  memory_limit=args.memory_limit, threads=args.threads, tmpdir=args.tmpdir)
+    if files.outcomes:
+        s["files"] = files.as_dict()
     if args.json:
         print_json(s, indent=2)
         return 0
+    files_table(files)
     rows = [("model", s["out"]), ("tokenizer", f"{s['tokenizer']['name']} ({s['tokenizer']['vocab_size']})"),
             ("documents", f"{s['documents']:,}"), ("instances", f"{s['instances']:,}"),
             ("nodes", f"{s['nodes']:,}"), ("classes", f"{s['classes']:,}"),

@@ -5,7 +5,8 @@ A spec is `KIND` or `KIND:ARG`: `auto` (the default everywhere: the best drafter
 for the verifier), `none`, `olifant:PATH`, `ngram[:N]`, `ngram-words[:N]`, `lookup[:N]`,
 `neural:MODEL`, `hybrid[:PATH][+SPEC...]` (extra candidate sources after the draft model),
 `adaptive:SPEC` (any other spec, its length chosen per step), `rest:PATH` (a corpus suffix
-index) and `ngram-cache:PATH` (llama.cpp's static n-gram cache).
+index), `ngram-cache:PATH` (llama.cpp's static n-gram cache) and `library:NAME` (a precedent
+library: the adaptive hybrid over its IGTree, its suffix index and the session's text).
 """
 from __future__ import annotations
 
@@ -62,7 +63,7 @@ class DrafterSpec:
 @dataclass(frozen=True)
 class DrafterKind:
     name: str
-    arg: str                 # "" (none) | "int" (optional) | "file" | "optfile" | "model" | "spec"
+    arg: str                 # "" (none) | "int" (optional) | "file" | "optfile" | "model" | "spec" | "name"
     summary: str
     build: Callable          # (spec, tokenizer, history) -> Drafter
     default: int | None = None
@@ -73,7 +74,7 @@ class DrafterKind:
     def usage(self) -> str:
         return {"": self.name, "int": f"{self.name}[:N]", "file": f"{self.name}:PATH",
                 "optfile": f"{self.name}[:PATH]", "model": f"{self.name}:MODEL",
-                "spec": f"{self.name}:SPEC"}[self.arg] + self.more
+                "spec": f"{self.name}:SPEC", "name": f"{self.name}:NAME"}[self.arg] + self.more
 
 
 KINDS: dict[str, DrafterKind] = {}
@@ -127,6 +128,10 @@ def parse_spec(text: str, check_files: bool = True) -> DrafterSpec:
         return DrafterSpec(kind)
     if not arg:
         raise DrafterSpecError(f"drafter {kind} needs an argument: {k.usage}")
+    if k.arg == "name":
+        if check_files:
+            _check_library(text, arg)
+        return DrafterSpec(kind, arg)
     if k.arg == "spec":
         inner = parse_spec(arg, check_files)
         if inner.kind == kind:
@@ -247,11 +252,15 @@ def _build_hybrid(spec, tokenizer, history):
 
 
 def resolve_auto(tokenizer, dirs=None) -> DrafterSpec:
-    """What `auto` means for a verifier's tokenizer: the adaptive hybrid over the draft model
-    trained for it on the most instances (./models, the cache), else the adaptive hybrid over
-    the session's own text."""
+    """What `auto` means for a verifier's tokenizer: the biggest precedent library built for
+    it, else the adaptive hybrid over the draft model trained for it on the most instances
+    (./models, the cache), else the adaptive hybrid over the session's own text."""
     from olifant_mlx.catalog import best_draft_model
+    from olifant_mlx.library import best_library
 
+    lib = best_library(tokenizer) if tokenizer is not None else None
+    if lib is not None:
+        return library_spec(lib)
     entry = best_draft_model(tokenizer, dirs) if tokenizer is not None else None
     inner = DrafterSpec("hybrid", str(entry.path) if entry else "")
     return DrafterSpec("adaptive", inner=inner)
@@ -280,6 +289,31 @@ def _build_ngram_cache(spec, tokenizer, history):
     from olifant_mlx.draftmodel.suffix import NgramCache
 
     return NgramCacheDrafter(_retrieval(NgramCache, spec.arg, tokenizer))
+
+
+def _check_library(text: str, name: str) -> None:
+    from olifant_mlx.library import LibraryError, load
+
+    try:
+        load(name)
+    except LibraryError as e:
+        raise DrafterSpecError(f"--draft {text}: {e}") from None
+
+
+def library_spec(lib) -> DrafterSpec:
+    """A library's drafter: the adaptive hybrid over its IGTree, its suffix index and the session."""
+    rest = DrafterSpec("rest", str(lib.index_path))
+    return DrafterSpec("adaptive", inner=DrafterSpec("hybrid", str(lib.model_path), sources=(rest,)))
+
+
+def _build_library(spec, tokenizer, history):
+    from olifant_mlx.library import LibraryError, load
+
+    try:
+        lib = load(spec.arg)
+    except LibraryError as e:
+        raise DrafterSpecError(f"--draft {spec.text}: {e}") from None
+    return build_drafter(library_spec(lib), tokenizer, history)
 
 
 def _build_adaptive(spec, tokenizer, history):
@@ -311,6 +345,8 @@ for _kind in (
     DrafterKind("ngram-cache", "file", "llama.cpp's static n-gram cache (llama-lookup's "
                                        "corpus tier, from build-rest --ngram-cache)",
                 _build_ngram_cache, magic=NGRAM_MAGIC),
+    DrafterKind("library", "name", "a precedent library (`library build`): the adaptive hybrid over "
+                                   "its IGTree, its suffix index and the session's text", _build_library),
 ):
     register(_kind)
 
@@ -319,4 +355,4 @@ def uses_history(spec: DrafterSpec) -> bool:
     """Whether a session history would be read by this drafter (the hybrid, or adaptive of it)."""
     while spec.inner is not None:
         spec = spec.inner
-    return spec.kind in ("hybrid", "auto")
+    return spec.kind in ("hybrid", "auto", "library")

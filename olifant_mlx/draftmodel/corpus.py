@@ -3,7 +3,10 @@
 Sources (`spec`):
 - `.txt` files, documents separated by blank lines; `.jsonl` files, one
   document per line in a text field; either may be `.gz`, `.xz` or `.bz2`;
-  a directory means every such file in it, sorted;
+- Word, PDF, OpenDocument, RTF, HTML, e-mail and Markdown files, one document
+  each (`documents.py`, the `[documents]` extra);
+- a directory means every file in it, sorted: each one read, or skipped with
+  the reason in the run's `documents.Report` (the hook at the end);
 - `builtin:licenses`: the licence texts of the installed Python packages —
   legal text that every installation carries, the embedded default;
 - `name[:config]:split`: a Hugging Face dataset, when `datasets` is installed.
@@ -53,6 +56,8 @@ from itertools import chain
 from pathlib import Path
 
 import numpy as np
+
+from olifant_mlx.draftmodel import documents
 
 TEXT_SUFFIXES = (".txt", ".text")
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
@@ -189,7 +194,7 @@ def _record_text(path, n: int, line, text_field: str):
 def check_file(path: Path, text_field: str = "text", force: bool = False) -> None:
     """Refuse a file that cannot be read or is not text, from its first bytes (pipes and
     devices are only checked as they are read)."""
-    if not path.is_file():
+    if not path.is_file() or _document_file(path, named=True):
         return
     head = _head(path)
     reason = None if force else binary_reason(head)
@@ -212,8 +217,11 @@ def check_corpora(specs, text_field: str = "text", force: bool = False) -> None:
                 _import_datasets(spec)
                 continue
             raise CorpusError(f"corpus {spec!r} does not exist")
+        if _document_file(path, named=True) and documents.missing_reader(path):
+            raise CorpusError(f"corpus {spec}: {documents.missing_reader(path)}")
         for f in _files(path):
-            check_file(f, text_field, force)
+            if f == path or not _document_file(f):     # in a folder, documents.py reports the rest
+                check_file(f, text_field, force)
 
 
 # ---- reading -------------------------------------------------------------------------
@@ -451,10 +459,9 @@ def hf_documents(spec: str, text_field: str) -> Iterator[str]:
 
 def _files(path: Path) -> list[Path]:
     if path.is_dir():
-        found = [p for p in sorted(path.rglob("*")) if p.is_file()
-                 and _split_suffix(p)[0] in TEXT_SUFFIXES + JSONL_SUFFIXES]
+        found = folder_files(path)
         if not found:
-            raise CorpusError(f"{path}: directory holds no .txt or .jsonl files")
+            raise CorpusError(f"{path}: directory holds no files")
         return found
     return [path]
 
@@ -476,11 +483,49 @@ def iter_documents(spec: str, text_field: str = "text", progress: Progress | Non
     for f in _files(path):
         if progress is not None:
             progress.update(source=str(f), done=0, total=0)
-        fmt, _ = _split_suffix(f)
-        if fmt in JSONL_SUFFIXES:
-            yield from read_jsonl_documents(f, text_field, progress, force)
-        else:
-            yield from read_text_documents(f, progress, force)
+        yield from file_documents(f, text_field, progress, force, named=f == path)
+
+
+# ---- the hook for folders of mixed files (Word, PDF, ...: documents.py) ------------------------
+
+def folder_files(folder: Path) -> list[Path]:
+    """Every file under `folder`, sorted; links to nothing, link loops, hidden and lock files
+    included, so that they get an outcome too."""
+    return [p for p, _ in documents.walk(folder)]
+
+
+def _document_file(path: Path, named: bool = False) -> bool:
+    """Read by documents.py: a document format, a link that leads nowhere, or (in a folder,
+    not `named` by the user) anything that is not .txt/.jsonl, or is hidden or a lock file."""
+    fmt, _ = _split_suffix(path)
+    return (documents.is_document(path) or (path.is_symlink() and not path.exists())
+            or (not named and (fmt not in TEXT_SUFFIXES + JSONL_SUFFIXES
+                               or documents.not_read(path, also=(path.suffix.lower(),)) is not None)))
+
+
+def file_documents(f: Path, text_field: str = "text", progress: Progress | None = None,
+                   force: bool = False, named: bool = True) -> Iterator[str]:
+    """The documents of one file, and its outcome recorded in the run's documents.Report:
+    a document format is one document (or skipped with the reason), a text file's count of
+    documents is recorded once it is read."""
+    if _document_file(f, named):
+        why = documents.not_read(f)
+        if why is not None:
+            documents.record(documents.Outcome(str(f), "skipped", reason=why))
+            return
+        ext, _ = documents.read_document(f)
+        if ext is not None:
+            yield from _nonblank(split_document(ext.text()))
+        return
+    fmt, _ = _split_suffix(f)
+    read = (read_jsonl_documents(f, text_field, progress, force) if fmt in JSONL_SUFFIXES
+            else read_text_documents(f, progress, force))
+    count = 0
+    for doc in read:
+        count += 1
+        yield doc
+    documents.record(documents.Outcome(str(f), "read", paragraphs=count) if count
+                     else documents.Outcome(str(f), "skipped", reason="an empty file (no text)"))
 
 
 # ---- tokenising ----------------------------------------------------------------------

@@ -1,0 +1,251 @@
+"""Precedent libraries: a folder of documents as one named bundle for one verifier tokenizer.
+
+A library lives in cache_dir()/libraries/NAME/ and holds
+- `model.olif`: the IGTree draft model trained on the documents;
+- `index.sfx`: their suffix index (REST);
+- `tokens.u32`: the corpus token stream (every document's ids, in path order);
+- `documents.json`: the document table — id, path (relative to the folder), title, content
+  hash, the document's token offset and count, its paragraphs' token offsets and pages;
+- `library.json`: the name, folder, tokenizer, and the last build's counts and times.
+Everything but library.json is a function of the files' contents and the tokenizer, so an
+incremental rebuild equals a full one byte for byte. A rebuild re-extracts and re-tokenizes
+only the files whose content hash is new; the others' tokens come from tokens.u32. The bundle
+is written in a fresh folder and renamed into place: a reader sees the old one or the new one.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from olifant_mlx.draftmodel import documents
+from olifant_mlx.files import PRIVATE, cache_dir, fsync_dir, fsync_tree, read_regular, write_atomic
+
+FORMAT = 1
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+TEXT_SUFFIXES = (".txt", ".text")
+FILES = ("model.olif", "index.sfx", "tokens.u32", "documents.json", "library.json")
+
+
+class LibraryError(ValueError):
+    """A library name, folder or bundle that cannot be used; the message says which and why."""
+
+
+def libraries_dir() -> Path:
+    return cache_dir() / "libraries"
+
+
+def check_name(name: str) -> str:
+    if not NAME_RE.fullmatch(name or ""):
+        raise LibraryError(f"library name {name!r}: use letters, digits, '.', '_' or '-' (at most 64)")
+    return name
+
+
+@dataclass
+class Library:
+    name: str
+    path: Path
+    meta: dict
+
+    @property
+    def model_path(self) -> Path:
+        return self.path / "model.olif"
+
+    @property
+    def index_path(self) -> Path:
+        return self.path / "index.sfx"
+
+    @property
+    def tokens(self) -> int:
+        return int(self.meta.get("tokens", 0))
+
+    def fits(self, tokenizer) -> bool:
+        t = self.meta.get("tokenizer", {})
+        return t.get("vocab_size") == tokenizer.vocab_size and t.get("digest") == tokenizer.digest.hex()
+
+    def table(self) -> list[dict]:
+        return json.loads((self.path / "documents.json").read_text(encoding="utf-8"))["documents"]
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "path": str(self.path), **self.meta,
+                "size": sum(f.stat().st_size for f in self.path.iterdir() if f.is_file())}
+
+
+def load(name: str) -> Library:
+    """The library called `name`; LibraryError if there is none (or it is damaged)."""
+    path = libraries_dir() / check_name(name)
+    try:
+        meta = json.loads((path / "library.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        have = ", ".join(lib.name for lib in list_libraries()) or "none yet"
+        raise LibraryError(f"no library {name!r} (libraries: {have}; build one with "
+                           f"`python -m olifant_mlx library build {name} FOLDER --model VERIFIER`)") from None
+    except (OSError, ValueError) as e:
+        raise LibraryError(f"library {name!r} at {path} cannot be read ({e}): rebuild it") from None
+    missing = [f for f in FILES if not (path / f).is_file()]
+    if missing:
+        raise LibraryError(f"library {name!r} at {path} lacks {', '.join(missing)}: rebuild it")
+    return Library(name, path, meta)
+
+
+def list_libraries() -> list[Library]:
+    """Every readable library, by name."""
+    root = libraries_dir()
+    found = []
+    for p in sorted(root.iterdir()) if root.is_dir() else ():
+        if p.is_dir() and NAME_RE.fullmatch(p.name) and (p / "library.json").is_file():
+            try:
+                found.append(load(p.name))
+            except LibraryError:
+                continue
+    return found
+
+
+def best_library(tokenizer) -> Library | None:
+    """The library for this tokenizer with the most tokens, None if there is none."""
+    fitting = [lib for lib in list_libraries() if lib.fits(tokenizer)]
+    return max(fitting, key=lambda lib: lib.tokens) if fitting else None
+
+
+def remove(name: str) -> Path:
+    lib = load(name)
+    shutil.rmtree(lib.path)
+    fsync_dir(lib.path.parent)
+    return lib.path
+
+
+# ---- building ------------------------------------------------------------------------------
+
+def _previous(name: str, tokenizer) -> tuple[dict, np.ndarray]:
+    """{content hash: table row} and the token stream of the library's last build, when it was
+    built for this tokenizer (else nothing to reuse)."""
+    try:
+        lib = load(name)
+    except LibraryError:
+        return {}, np.zeros(0, np.uint32)
+    if not lib.fits(tokenizer):
+        return {}, np.zeros(0, np.uint32)
+    tokens = np.frombuffer(read_regular(lib.path / "tokens.u32"), dtype=np.uint32)
+    return {row["hash"]: row for row in lib.table()}, tokens
+
+
+def _tokenize(tokenizer, ext: documents.Extracted) -> tuple[np.ndarray, list[int]]:
+    """A document's ids: each paragraph encoded with its blank-line separator (so paragraph
+    offsets are exact token offsets), and those offsets."""
+    texts = [p + "\n\n" for p in ext.paragraphs[:-1]] + ext.paragraphs[-1:]
+    ids = tokenizer.encode_batch(texts)
+    offsets = np.concatenate([[0], np.cumsum([len(x) for x in ids])[:-1]]).astype(int).tolist()
+    return np.fromiter((t for x in ids for t in x), dtype=np.uint32), offsets
+
+
+def build(name: str, folder, tokenizer, window: int = 4, on_file=None) -> dict:
+    """Build (or update) library `name` from every file under `folder`; return a summary:
+    the files' outcomes, how many were re-read, the times. on_file(outcome) per file."""
+    check_name(name)
+    folder = Path(folder).expanduser()
+    if not folder.is_dir():
+        raise LibraryError(f"library {name}: {folder} is not a folder")
+    t0 = time.perf_counter()
+    old, old_tokens = _previous(name, tokenizer)
+    report = documents.Report()
+    rows, parts, reread, start = [], [], 0, 0
+    for path, why in documents.walk(folder):
+        outcome, row, tokens = _document(path, str(path.relative_to(folder)), why, old, old_tokens, tokenizer)
+        if row is not None:
+            row.update(id=len(rows), start=start)
+            rows.append(row)
+            parts.append(tokens)
+            start += int(tokens.size)
+            reread += not outcome.cached
+        report.add(outcome)
+        if on_file is not None:
+            on_file(outcome)
+    if not rows:
+        raise LibraryError(f"library {name}: no file under {folder} could be read "
+                           f"({report.skipped} skipped)")
+    read_s = time.perf_counter() - t0
+    stream = np.concatenate(parts)
+    starts = np.asarray([r["start"] for r in rows if r["tokens"]], dtype=np.uint64)
+    t1 = time.perf_counter()
+    summary = _write(name, folder, tokenizer, window, stream, starts, rows)
+    summary.update(files=report.as_dict(), reread=reread, reused=sum(o.cached for o in report.outcomes),
+                   read_tokenize_s=round(read_s, 3), build_s=round(time.perf_counter() - t1, 3),
+                   rebuild_s=round(time.perf_counter() - t0, 3))
+    return summary
+
+
+def _document(path: Path, rel: str, why, old: dict, old_tokens: np.ndarray, tokenizer):
+    """(outcome, table row or None, token ids) of one file: its old tokens when the library
+    already holds its content hash, else extracted and tokenized afresh."""
+    suffix = path.suffix.lower()
+    why = why or documents.not_read(path, also=TEXT_SUFFIXES)
+    if why is not None:
+        return documents.Outcome(rel, "skipped", reason=why), None, None
+    try:
+        digest = documents.digest(read_regular(path), suffix)
+    except (OSError, ValueError) as e:
+        return documents.Outcome(rel, "skipped", reason=f"cannot read it ({e})"), None, None
+    row = old.get(digest)
+    if row is not None:
+        tokens = old_tokens[row["start"]:row["start"] + row["tokens"]]
+        outcome = documents.Outcome(rel, "read", paragraphs=len(row["paragraphs"]),
+                                    pages=max(row["pages"], default=0), cached=True)
+        return outcome, {**row, "path": rel}, tokens
+    ext, outcome = documents.read_document(path)
+    outcome.path, outcome.cached = rel, False
+    if ext is None:
+        return outcome, None, None
+    tokens, offsets = _tokenize(tokenizer, ext)
+    row = {"path": rel, "title": ext.paragraphs[0][:80], "hash": digest, "tokens": int(tokens.size),
+           "paragraphs": [int(o) for o in offsets], "pages": [int(p) for p in ext.pages]}
+    return outcome, row, tokens
+
+
+def _write(name, folder, tokenizer, window, stream, starts, rows) -> dict:
+    """Build the model and the index from the stream; write the bundle in a fresh folder and
+    rename it over the old one."""
+    from olifant_mlx.draftmodel.igtree import Builder
+    from olifant_mlx.draftmodel.suffix import Corpus
+
+    root = libraries_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=root))
+    try:
+        builder = Builder(tokenizer.vocab_size, window=window, tokenizer_name=tokenizer.name,
+                          tokenizer_digest=tokenizer.digest)
+        builder.add_documents(stream, starts)
+        model = builder.build()
+        model.save(tmp / "model.olif")
+        corpus = Corpus(tokenizer.vocab_size, tokenizer.name, tokenizer.digest)
+        corpus.add_documents(stream, starts)
+        corpus.build_index().save(tmp / "index.sfx")
+        write_atomic(tmp / "tokens.u32", stream.astype("<u4").tobytes())
+        write_atomic(tmp / "documents.json", json.dumps({"format": FORMAT, "documents": rows}, indent=1,
+                                                         sort_keys=True))   # the same bytes, however built
+        meta = {"format": FORMAT, "name": name, "folder": str(folder.resolve()),
+                "tokenizer": tokenizer.identity(),
+                "documents": len(rows), "tokens": int(stream.size), "window": window,
+                "nodes": model.n_nodes, "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        write_atomic(tmp / "library.json", json.dumps(meta, indent=1))
+        for f in FILES:                  # every part holds the user's text: private, whoever wrote it
+            os.chmod(tmp / f, PRIVATE)
+        fsync_tree(tmp)
+        target = root / name
+        old = None
+        if target.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".old", dir=root))
+            os.replace(target, old / name)
+        os.replace(tmp, target)
+        fsync_dir(root)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return {**meta, "path": str(target)}
