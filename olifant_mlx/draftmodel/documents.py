@@ -310,7 +310,7 @@ def _extract(suffix: str, data: bytes) -> Extracted:
 
 def _check_text(data: bytes) -> None:
     """Skip a file of a text format whose bytes are binary (the test train applies to .txt)."""
-    from olifant_mlx.draftmodel.corpus import SNIFF_BYTES, binary_reason
+    from olifant_mlx.draftmodel.sniff import SNIFF_BYTES, binary_reason
 
     head = data[:SNIFF_BYTES]
     reason = binary_reason(head)
