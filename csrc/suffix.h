@@ -28,10 +28,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "olif_file.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+/* Library version: the file layer's (olif_file.h); sfx_version() is the one linked. */
+#define SFX_VERSION_NUMBER OLIF_VERSION_NUMBER
+#define SFX_VERSION_STRING OLIF_VERSION_STRING
 #define SFX_FORMAT_VERSION 1u
 #define SFX_MAX_VOCAB (1u << 26)        /* ids must stay below this */
 #define SFX_MAX_TEXT 0x7FFFFFF0u        /* corpus tokens + one separator per document */
@@ -41,28 +46,28 @@ extern "C" {
 #define SFX_LOAD_SKIP_CHECKSUM 1u       /* structure is still fully validated;
                                            for fuzzing and trusted files */
 
-typedef enum {
-    SFX_OK = 0,
-    SFX_ERR_ARG = 1,        /* bad argument: out-of-range id, order, NULL ... */
-    SFX_ERR_NOMEM = 2,      /* allocation failed */
-    SFX_ERR_IO = 3,         /* open/read/write/mmap failed */
-    SFX_ERR_FOREIGN = 4,    /* not an olifant retrieval file (bad magic) */
-    SFX_ERR_VERSION = 5,    /* an olifant retrieval file of another format version */
-    SFX_ERR_TRUNCATED = 6,  /* file shorter than its header says */
-    SFX_ERR_CORRUPT = 7,    /* inconsistent header or structure */
-    SFX_ERR_CHECKSUM = 8,   /* header or payload checksum mismatch */
-    SFX_ERR_EMPTY = 9,      /* no corpus tokens */
-    SFX_ERR_LIMIT = 10,     /* a size limit of the format was exceeded */
-    SFX_ERR_CANCELLED = 11  /* the progress callback asked to stop */
-} sfx_status;
-
-typedef struct {
-    int code;               /* an sfx_status */
-    char message[256];      /* what went wrong, naming the offending value */
-} sfx_error;
+/* Status codes and errors are the file layer's (olif_file.h), under this library's names. */
+typedef olif_status sfx_status;
+typedef olif_error sfx_error;
+#define SFX_OK OLIF_OK
+#define SFX_ERR_ARG OLIF_ERR_ARG
+#define SFX_ERR_NOMEM OLIF_ERR_NOMEM
+#define SFX_ERR_IO OLIF_ERR_IO
+#define SFX_ERR_FOREIGN OLIF_ERR_FOREIGN
+#define SFX_ERR_VERSION OLIF_ERR_VERSION
+#define SFX_ERR_TRUNCATED OLIF_ERR_TRUNCATED
+#define SFX_ERR_CORRUPT OLIF_ERR_CORRUPT
+#define SFX_ERR_CHECKSUM OLIF_ERR_CHECKSUM
+#define SFX_ERR_EMPTY OLIF_ERR_EMPTY
+#define SFX_ERR_LIMIT OLIF_ERR_LIMIT
+#define SFX_ERR_CANCELLED OLIF_ERR_CANCELLED
 
 /* Static description of a status code (never NULL). */
 const char *sfx_status_string(int code);
+
+/* SFX_VERSION_STRING and SFX_VERSION_NUMBER of the library linked. */
+const char *sfx_version(void);
+uint32_t sfx_version_number(void);
 
 typedef struct {
     uint32_t vocab_size;    /* ids < vocab_size; vocab_size is the separator */

@@ -134,7 +134,7 @@ def test_roundtrip_identity_and_tokenizer_check(files, built):
     _, index, cache = built
     for _, (path, data, cls) in files.items():
         mapped, copied = cls.load(path), cls.from_bytes(data)
-        assert mapped.memory_mapped and not copied.memory_mapped
+        assert not mapped.memory_mapped and not copied.memory_mapped   # loads are private copies
         assert mapped.describe() == copied.describe()
         assert mapped.tokenizer_name == "test" and mapped.tokenizer_digest == bytes(range(32))
         mapped.check_tokenizer("test", 20, bytes(range(32)))
@@ -331,7 +331,7 @@ def test_c_driver_with_sanitizers(tmp_path):
     if _compile(cc, [probe], tmp_path / "probe", SANITIZE).returncode != 0:
         pytest.skip(f"sanitizer runtime unavailable for {cc}")
     exe = tmp_path / "test_suffix_asan"
-    built = _compile(cc, [CSRC / "suffix.c", CSRC / "test_suffix.c"], exe, SANITIZE)
+    built = _compile(cc, [CSRC / "suffix.c", CSRC / "olif_file.c", CSRC / "test_suffix.c"], exe, SANITIZE)
     assert built.returncode == 0, built.stderr
     scratch = tmp_path / "scratch"
     scratch.mkdir()
@@ -351,7 +351,7 @@ def test_c_driver_with_sanitizers(tmp_path):
 def test_c_driver_strict_warnings(tmp_path):
     cc = _compiler()
     exe = tmp_path / "test_suffix"
-    built = _compile(cc, [CSRC / "suffix.c", CSRC / "test_suffix.c"], exe, STRICT)
+    built = _compile(cc, [CSRC / "suffix.c", CSRC / "olif_file.c", CSRC / "test_suffix.c"], exe, STRICT)
     assert built.returncode == 0, built.stderr
     scratch = tmp_path / "scratch"
     scratch.mkdir()
@@ -372,7 +372,7 @@ def test_libfuzzer_smoke(tmp_path):
     if _compile(clang, [probe], tmp_path / "probe", flags).returncode != 0:
         pytest.skip("clang cannot build libFuzzer targets (libclang-rt dev package missing?)")
     exe = tmp_path / "fuzz_suffix"
-    built = _compile(clang, [FUZZ / "fuzz_suffix.c", CSRC / "suffix.c"], exe, flags)
+    built = _compile(clang, [FUZZ / "fuzz_suffix.c", CSRC / "suffix.c", CSRC / "olif_file.c"], exe, flags)
     assert built.returncode == 0, built.stderr
     seeds, corpus = tmp_path / "seeds", tmp_path / "corpus"
     corpus.mkdir()
