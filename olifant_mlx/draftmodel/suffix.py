@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from olifant_mlx.draftmodel.igtree import TokenizerMismatch
+from olifant_mlx.files import open_regular
 
 try:
     from olifant_mlx.draftmodel._suffix import ffi, lib
@@ -370,8 +371,11 @@ class NgramCache(_RetrievalFile):
 
 def load_retrieval(path, verify_checksum: bool = True):
     """A SuffixIndex or NgramCache, whichever the file's magic says."""
-    with open(path, "rb") as f:
-        head = f.read(8)
+    fd = open_regular(path)         # a FIFO or device is refused, never waited on
+    try:
+        head = os.read(fd, 8)
+    finally:
+        os.close(fd)
     if head == NGRAM_MAGIC:
         return NgramCache.load(path, verify_checksum)
     return SuffixIndex.load(path, verify_checksum)
