@@ -11,7 +11,8 @@
  * text every document is followed by the separator id, vocab_size.
  *
  * Files. Each structure is one versioned file (magic OLIFSFX\0 or OLIFNGC\0,
- * same header layout), memory-mapped read-only or copied from a buffer.
+ * same header layout), read into private memory or copied from a buffer
+ * (olif_file.h: a file changed under a loaded structure cannot affect it).
  * Every length, offset and index is validated before use and both header and
  * payload are checksummed: a truncated, corrupt, foreign or wrong-version
  * file is an error, never a crash. A built structure is serialised to this
@@ -109,10 +110,10 @@ typedef struct sfx_index sfx_index;
 sfx_status sfx_index_build(const sfx_corpus *c, sfx_index **out,
                            sfx_progress_fn progress, void *user, sfx_error *err);
 
-/* Write as one versioned file (written to path.tmp, renamed). */
+/* Write as one versioned file, atomically and mode 0600 (olif_write_file). */
 sfx_status sfx_index_save(const sfx_index *x, const char *path, sfx_error *err);
 
-/* Memory-map a file read-only / load from a buffer (copied). */
+/* Read a file into private memory (olif_read_file) / load from a buffer (copied). */
 sfx_status sfx_index_load(const char *path, uint32_t flags, sfx_index **out,
                           sfx_error *err);
 sfx_status sfx_index_load_buffer(const void *data, size_t size, uint32_t flags,
@@ -134,7 +135,7 @@ typedef struct {
     uint64_t n_tokens;          /* corpus tokens = suffixes indexed */
     uint64_t n_documents;
     uint64_t file_size;
-    int memory_mapped;
+    int memory_mapped;          /* always 0: loads are private copies */
     char tokenizer_name[SFX_TOKENIZER_NAME_MAX];
     uint8_t tokenizer_digest[SFX_TOKENIZER_DIGEST_SIZE];
 } sfx_index_info;
@@ -201,7 +202,7 @@ typedef struct {
     uint64_t n_pairs;           /* distinct (context, next id) */
     uint64_t n_instances;       /* n-grams counted */
     uint64_t file_size;
-    int memory_mapped;
+    int memory_mapped;          /* always 0: loads are private copies */
     char tokenizer_name[SFX_TOKENIZER_NAME_MAX];
     uint8_t tokenizer_digest[SFX_TOKENIZER_DIGEST_SIZE];
 } sfx_ngram_info;
