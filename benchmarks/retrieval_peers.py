@@ -106,7 +106,8 @@ def c_timing(out: Path, ctx, k, repeats=9) -> dict:
     cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     exe = out / "draft_timing"
     subprocess.run([cc, "-O2", "-std=c11", "-I", str(ROOT / "csrc"), str(ROOT / "benchmarks" / "draft_timing.c"),
-                    str(ROOT / "csrc" / "igtree.c"), str(ROOT / "csrc" / "suffix.c"), "-lm", "-o", str(exe)],
+                    str(ROOT / "csrc" / "igtree.c"), str(ROOT / "csrc" / "suffix.c"),
+                    str(ROOT / "csrc" / "olif_file.c"), "-lm", "-o", str(exe)],
                    check=True)
     ctx_file = out / "contexts.u32"
     np.ascontiguousarray(ctx, np.uint32).tofile(ctx_file)

@@ -31,28 +31,13 @@
  * Loading reads the file into private memory and validates that copy; a
  * model is never backed by the file itself (igtree.h, igt_load).
  */
-#if defined(__linux__) && !defined(_GNU_SOURCE)
-#define _GNU_SOURCE /* O_TMPFILE; everything else used here is POSIX.1-2008 */
-#endif
-#define _POSIX_C_SOURCE 200809L
 #include "igt_internal.h"
 #include "olif_checksum.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#if defined(__unix__) || defined(__APPLE__)
-#define IGT_POSIX_IO 1
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
-#else
-#define IGT_POSIX_IO 0
-#endif
 
 #define IGT_MAGIC "OLIFIGT"     /* 8 bytes with the NUL */
 #define IGT_ENDIAN_TAG 0x01020304u
@@ -903,103 +888,16 @@ igt_status igt_load_buffer(const void *data, size_t size, uint32_t flags, igt_mo
     return model_from_image(copy, size, flags, out, err);
 }
 
-#if IGT_POSIX_IO
-static const char *file_kind(mode_t mode) {
-    if (S_ISDIR(mode)) return "a directory";
-    if (S_ISFIFO(mode)) return "a FIFO";
-    if (S_ISCHR(mode)) return "a character device";
-    if (S_ISBLK(mode)) return "a block device";
-    if (S_ISSOCK(mode)) return "a socket";
-    return "not a regular file";
-}
-#endif
-
-/* Read the whole file into private memory: the model must not change when
- * the file does (truncation would SIGBUS a mapping; a rewritten file would
- * feed unvalidated bytes to queries), so validation and queries see only
- * this copy. */
+/* The file layer reads the whole file into private memory (olif_read_file): a model does not
+ * change, and cannot SIGBUS, when its file is rewritten or truncated. */
 igt_status igt_load(const char *path, uint32_t flags, igt_model **out, igt_error *err) {
     igt__clear_error(err);
     if (!path || !out) return igt__fail(err, IGT_ERR_ARG, "NULL path or out");
     *out = NULL;
-#if IGT_POSIX_IO
-    /* O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then
-     * refuses anything but a regular file before a byte is read */
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY
-#ifdef O_CLOEXEC
-                            | O_CLOEXEC
-#endif
-    );
-    if (fd < 0) return igt__fail(err, IGT_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    struct stat stt;
-    if (fstat(fd, &stt) != 0) {
-        int e = errno;
-        close(fd);
-        return igt__fail(err, IGT_ERR_IO, "cannot stat %s: %s", path, strerror(e));
-    }
-    if (!S_ISREG(stt.st_mode)) {
-        close(fd);
-        return igt__fail(err, IGT_ERR_IO, "%s is %s, not a model file", path, file_kind(stt.st_mode));
-    }
-    int fl = fcntl(fd, F_GETFL);
-    if (fl != -1) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
-    if (stt.st_size == 0) {
-        close(fd);
-        return igt__fail(err, IGT_ERR_TRUNCATED, "%s is empty", path);
-    }
-    if ((uint64_t)stt.st_size > (uint64_t)SIZE_MAX / 2) {
-        close(fd);
-        return igt__fail(err, IGT_ERR_LIMIT, "%s: %lld bytes is too large to load", path,
-                         (long long)stt.st_size);
-    }
-    size_t want = (size_t)stt.st_size, got = 0;
-    uint8_t *buf = malloc(want);
-    if (!buf) {
-        close(fd);
-        return igt__fail(err, IGT_ERR_NOMEM, "cannot allocate %zu bytes for %s", want, path);
-    }
-    while (got < want) {
-        size_t ask = want - got > ((size_t)1 << 30) ? (size_t)1 << 30 : want - got;
-        ssize_t r = read(fd, buf + got, ask);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) {
-            int e = errno;
-            close(fd);
-            free(buf);
-            return igt__fail(err, IGT_ERR_IO, "cannot read %s: %s", path, strerror(e));
-        }
-        if (r == 0) break;          /* shrank since fstat: validation sees what is there */
-        got += (size_t)r;
-    }
-    close(fd);
-    return model_from_image(buf, got, flags, out, err);
-#else
-    FILE *f = fopen(path, "rb");
-    if (!f) return igt__fail(err, IGT_ERR_IO, "cannot open %s: %s", path, strerror(errno));
     uint8_t *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n == cap) {
-            cap = cap ? cap * 2 : (size_t)1 << 20;
-            uint8_t *nb = realloc(buf, cap);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return igt__fail(err, IGT_ERR_NOMEM, "reading %s", path);
-            }
-            buf = nb;
-        }
-        size_t r = fread(buf + n, 1, cap - n, f);
-        n += r;
-        if (r == 0) break;
-    }
-    fclose(f);
-    if (n == 0) {
-        free(buf);
-        return igt__fail(err, IGT_ERR_TRUNCATED, "%s is empty", path);
-    }
-    return model_from_image(buf, n, flags, out, err);
-#endif
+    size_t size = 0;
+    igt_status st = olif_read_file(path, "a model file", &buf, &size, err);
+    return st ? st : model_from_image(buf, size, flags, out, err);
 }
 
 void igt_free(igt_model *m) {
@@ -1013,167 +911,11 @@ void igt_free(igt_model *m) {
 
 /* ---- saving ------------------------------------------------------------------------ */
 
-#if IGT_POSIX_IO
-static int write_all(int fd, const uint8_t *p, size_t n) {
-    while (n) {
-        size_t ask = n > ((size_t)1 << 30) ? (size_t)1 << 30 : n;
-        ssize_t w = write(fd, p, ask);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return w < 0 ? errno : EIO;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-/* A temporary name in the target's directory; unique per process, time and
- * attempt (created with O_EXCL, so a clash only costs a retry). */
-static void temp_name(char *buf, size_t cap, const char *base, unsigned attempt) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t x = (uint64_t)getpid() * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_nsec ^
-                 (uint64_t)ts.tv_sec << 30 ^ (uint64_t)(uintptr_t)buf ^ (uint64_t)attempt << 48;
-    x ^= x >> 31;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 29;
-    snprintf(buf, cap, ".%.180s.%016llx.tmp", base, (unsigned long long)x);
-}
-
-/* Write data to path so that readers see the old file or the whole new one:
- * a private temporary file in the same directory (O_TMPFILE where the
- * system has it, so a kill mid-write leaves nothing; else a fresh name made
- * with O_EXCL|O_NOFOLLOW, never following a planted link), mode 0600 (a
- * model holds its corpus's n-grams), fsync, rename over path, fsync the
- * directory. On failure the temporary file is gone and path is untouched. */
-static igt_status write_atomically(const char *path, const uint8_t *data, size_t size,
-                                   igt_error *err) {
-    size_t len = strlen(path);
-    if (len == 0 || path[len - 1] == '/')
-        return igt__fail(err, IGT_ERR_ARG, "save path '%s' names a directory", path);
-    char *dir = malloc(len + 2);
-    if (!dir) return igt__fail(err, IGT_ERR_NOMEM, "path");
-    const char *slash = strrchr(path, '/');
-    const char *base = slash ? slash + 1 : path;
-    if (!slash) {
-        strcpy(dir, ".");
-    } else if (slash == path) {
-        strcpy(dir, "/");
-    } else {
-        memcpy(dir, path, (size_t)(slash - path));
-        dir[slash - path] = '\0';
-    }
-    igt_status st = IGT_OK;
-    char name[256];
-    name[0] = '\0';
-    int named = 0, fd = -1, e = 0;
-    int dfd = open(dir, O_RDONLY
-#ifdef O_DIRECTORY
-                            | O_DIRECTORY
-#endif
-#ifdef O_CLOEXEC
-                            | O_CLOEXEC
-#endif
-    );
-    if (dfd < 0) {
-        st = igt__fail(err, IGT_ERR_IO, "cannot save %s: directory %s: %s", path, dir,
-                       strerror(errno));
-        goto out;
-    }
-    for (int use_tmpfile = 1; use_tmpfile >= 0; use_tmpfile--) {
-        named = 0;
-        if (use_tmpfile) {
-#ifdef O_TMPFILE
-            fd = openat(dfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
-#endif
-            if (fd < 0) continue;   /* no O_TMPFILE here: a named file */
-        } else {
-            for (unsigned attempt = 0; attempt < 64; attempt++) {
-                temp_name(name, sizeof name, base, attempt);
-                fd = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW
-#ifdef O_CLOEXEC
-                                           | O_CLOEXEC
-#endif
-                            , 0600);
-                if (fd >= 0 || errno != EEXIST) break;
-            }
-            if (fd < 0) {
-                st = igt__fail(err, IGT_ERR_IO, "cannot create a temporary file for %s in %s: %s",
-                               path, dir, strerror(errno));
-                goto out;
-            }
-            named = 1;
-        }
-        if (fchmod(fd, 0600) != 0 || (e = write_all(fd, data, size)) != 0 || fsync(fd) != 0) {
-            if (!e) e = errno;
-            st = igt__fail(err, IGT_ERR_IO, "cannot write %s: %s", path, strerror(e));
-            goto out;
-        }
-        if (named) break;
-        /* give the finished unnamed file a name (a unique one: linkat never
-         * replaces), then rename it over path below */
-        char proc[64];
-        snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
-        int linked = 0;
-        for (unsigned attempt = 0; attempt < 64 && !linked; attempt++) {
-            temp_name(name, sizeof name, base, attempt);
-            if (linkat(AT_FDCWD, proc, dfd, name, AT_SYMLINK_FOLLOW) == 0) linked = 1;
-            else if (errno != EEXIST) break;
-        }
-        if (linked) {
-            named = 1;
-            break;
-        }
-        close(fd);      /* no /proc, or a filesystem that refuses: start over named */
-        fd = -1;
-    }
-    if (renameat(dfd, name, dfd, base) != 0) {
-        st = igt__fail(err, IGT_ERR_IO, "cannot rename the temporary file to %s: %s", path,
-                       strerror(errno));
-        goto out;
-    }
-    named = 0;          /* it is path now */
-    if (fsync(dfd) != 0 && errno != EINVAL && errno != ENOTSUP && errno != EBADF)
-        st = igt__fail(err, IGT_ERR_IO, "saved %s, but cannot sync directory %s: %s", path, dir,
-                       strerror(errno));
-out:
-    if (fd >= 0) close(fd);
-    if (named) unlinkat(dfd, name, 0);
-    if (dfd >= 0) close(dfd);
-    free(dir);
-    return st;
-}
-#else
-static igt_status write_atomically(const char *path, const uint8_t *data, size_t size,
-                                   igt_error *err) {
-    /* no POSIX: best effort with stdio (a stale path.tmp may remain) */
-    size_t len = strlen(path);
-    char *tmp = malloc(len + 5);
-    if (!tmp) return igt__fail(err, IGT_ERR_NOMEM, "path");
-    memcpy(tmp, path, len);
-    memcpy(tmp + len, ".tmp", 5);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        free(tmp);
-        return igt__fail(err, IGT_ERR_IO, "cannot create %s.tmp: %s", path, strerror(errno));
-    }
-    int bad = fwrite(data, 1, size, f) != size || fflush(f) != 0;
-    if (fclose(f) != 0) bad = 1;
-    remove(path);
-    if (bad || rename(tmp, path) != 0) {
-        remove(tmp);
-        free(tmp);
-        return igt__fail(err, IGT_ERR_IO, "cannot write %s", path);
-    }
-    free(tmp);
-    return IGT_OK;
-}
-#endif
-
 igt_status igt_save_version(const igt_model *m, const char *path, uint32_t version,
                             igt_error *err) {
     igt__clear_error(err);
     if (!m || !path) return igt__fail(err, IGT_ERR_ARG, "NULL model or path");
-    if (version == 2) return write_atomically(path, m->image, m->size, err);
+    if (version == 2) return olif_write_file(path, m->image, m->size, err);
     if (version != 1)
         return igt__fail(err, IGT_ERR_ARG, "cannot write format version %u (this library writes 1 and 2)",
                          version);
@@ -1183,7 +925,7 @@ igt_status igt_save_version(const igt_model *m, const char *path, uint32_t versi
     size_t size = 0;
     igt_status st = encode_v1(&m->meta, &src, &img, &size, err);
     if (st) return st;
-    st = write_atomically(path, img, size, err);
+    st = olif_write_file(path, img, size, err);
     free(img);
     return st;
 }

@@ -22,12 +22,9 @@
 
 /* ---- errors (igtree.c) ------------------------------------------------------ */
 
-igt_status igt__fail(igt_error *err, igt_status code, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-void igt__clear_error(igt_error *err);
+/* the file layer's formatter (olif_file.h): one for both libraries */
+#define igt__fail olif_fail
+#define igt__clear_error olif_clear_error
 void igt__prefix_error(igt_error *err, const char *prefix);   /* prefix err's message */
 
 /* ---- small utilities ------------------------------------------------------- */

@@ -20,34 +20,7 @@ const char *igt_version(void) { return IGT_VERSION_STRING; }
 
 uint32_t igt_version_number(void) { return IGT_VERSION_NUMBER; }
 
-const char *igt_status_string(int code) {
-    switch (code) {
-    case IGT_OK: return "ok";
-    case IGT_ERR_ARG: return "invalid argument";
-    case IGT_ERR_NOMEM: return "out of memory";
-    case IGT_ERR_IO: return "i/o error";
-    case IGT_ERR_FOREIGN: return "not an olifant model file";
-    case IGT_ERR_VERSION: return "unsupported model format version";
-    case IGT_ERR_TRUNCATED: return "model file is truncated";
-    case IGT_ERR_CORRUPT: return "model file is corrupt";
-    case IGT_ERR_CHECKSUM: return "model file checksum mismatch";
-    case IGT_ERR_EMPTY: return "no training instances";
-    case IGT_ERR_LIMIT: return "size limit exceeded";
-    case IGT_ERR_CANCELLED: return "cancelled";
-    default: return "unknown error";
-    }
-}
-
-igt_status igt__fail(igt_error *err, igt_status code, const char *fmt, ...) {
-    if (err) {
-        va_list ap;
-        err->code = (int)code;
-        va_start(ap, fmt);
-        vsnprintf(err->message, sizeof err->message, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
+const char *igt_status_string(int code) { return olif_status_string(code); }
 
 void igt__prefix_error(igt_error *err, const char *prefix) {
     if (!err) return;
@@ -58,13 +31,6 @@ void igt__prefix_error(igt_error *err, const char *prefix) {
     memmove(err->message + p, err->message, m);
     memcpy(err->message, prefix, p);
     err->message[p + m] = '\0';
-}
-
-void igt__clear_error(igt_error *err) {
-    if (err) {
-        err->code = IGT_OK;
-        err->message[0] = '\0';
-    }
 }
 
 void *igt__malloc(size_t count, size_t elem) {

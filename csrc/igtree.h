@@ -31,16 +31,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "olif_file.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /* Library version: "MAJOR.MINOR.PATCH"; NUMBER = MAJOR*10000 + MINOR*100 + PATCH. */
-#define IGT_VERSION_MAJOR 0
-#define IGT_VERSION_MINOR 2
-#define IGT_VERSION_PATCH 0
-#define IGT_VERSION_NUMBER 200
-#define IGT_VERSION_STRING "0.2.0"
+#define IGT_VERSION_MAJOR OLIF_VERSION_MAJOR
+#define IGT_VERSION_MINOR OLIF_VERSION_MINOR
+#define IGT_VERSION_PATCH OLIF_VERSION_PATCH
+#define IGT_VERSION_NUMBER OLIF_VERSION_NUMBER
+#define IGT_VERSION_STRING OLIF_VERSION_STRING
 
 #define IGT_FORMAT_VERSION 2u       /* written by igt_save; 1 and 2 are read */
 #define IGT_MAX_WINDOW 16u
@@ -48,25 +50,21 @@ extern "C" {
 #define IGT_TOPK_ALL 0xFFFFFFFFu     /* store every class of every node */
 #define IGT_NO_TOKEN 0xFFFFFFFFu     /* igt_answer.token when there is no model or input */
 
-typedef enum {
-    IGT_OK = 0,
-    IGT_ERR_ARG = 1,        /* bad argument: out-of-range id, window, k, ... */
-    IGT_ERR_NOMEM = 2,      /* allocation failed */
-    IGT_ERR_IO = 3,         /* open/read/write/mmap failed */
-    IGT_ERR_FOREIGN = 4,    /* not an olifant model file (bad magic) */
-    IGT_ERR_VERSION = 5,    /* olifant model of another format version */
-    IGT_ERR_TRUNCATED = 6,  /* file shorter than its header says */
-    IGT_ERR_CORRUPT = 7,    /* inconsistent header or tree structure */
-    IGT_ERR_CHECKSUM = 8,   /* header or payload checksum mismatch */
-    IGT_ERR_EMPTY = 9,      /* no training instances */
-    IGT_ERR_LIMIT = 10,     /* a size limit of the format was exceeded */
-    IGT_ERR_CANCELLED = 11  /* the progress callback asked to stop */
-} igt_status;
-
-typedef struct {
-    int code;               /* an igt_status */
-    char message[256];      /* what went wrong, naming the offending value */
-} igt_error;
+/* Status codes and errors are the file layer's (olif_file.h), under this library's names. */
+typedef olif_status igt_status;
+typedef olif_error igt_error;
+#define IGT_OK OLIF_OK
+#define IGT_ERR_ARG OLIF_ERR_ARG
+#define IGT_ERR_NOMEM OLIF_ERR_NOMEM
+#define IGT_ERR_IO OLIF_ERR_IO
+#define IGT_ERR_FOREIGN OLIF_ERR_FOREIGN
+#define IGT_ERR_VERSION OLIF_ERR_VERSION
+#define IGT_ERR_TRUNCATED OLIF_ERR_TRUNCATED
+#define IGT_ERR_CORRUPT OLIF_ERR_CORRUPT
+#define IGT_ERR_CHECKSUM OLIF_ERR_CHECKSUM
+#define IGT_ERR_EMPTY OLIF_ERR_EMPTY
+#define IGT_ERR_LIMIT OLIF_ERR_LIMIT
+#define IGT_ERR_CANCELLED OLIF_ERR_CANCELLED
 
 /* Static description of a status code (never NULL). */
 const char *igt_status_string(int code);

@@ -19,59 +19,21 @@
 #include "suffix.h"
 #include "olif_checksum.h"
 
-#include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__unix__) || defined(__APPLE__)
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-#define SFX_HAVE_MMAP 1
-#else
-#define SFX_HAVE_MMAP 0
-#endif
-
 /* ---- errors ---------------------------------------------------------------- */
 
-const char *sfx_status_string(int code) {
-    switch (code) {
-    case SFX_OK: return "ok";
-    case SFX_ERR_ARG: return "invalid argument";
-    case SFX_ERR_NOMEM: return "out of memory";
-    case SFX_ERR_IO: return "i/o error";
-    case SFX_ERR_FOREIGN: return "not an olifant retrieval file";
-    case SFX_ERR_VERSION: return "unsupported retrieval file format version";
-    case SFX_ERR_TRUNCATED: return "retrieval file is truncated";
-    case SFX_ERR_CORRUPT: return "retrieval file is corrupt";
-    case SFX_ERR_CHECKSUM: return "retrieval file checksum mismatch";
-    case SFX_ERR_EMPTY: return "no corpus tokens";
-    case SFX_ERR_LIMIT: return "size limit exceeded";
-    case SFX_ERR_CANCELLED: return "cancelled";
-    default: return "unknown error";
-    }
-}
+const char *sfx_status_string(int code) { return olif_status_string(code); }
 
-static sfx_status fail(sfx_error *err, sfx_status code, const char *fmt, ...) {
-    if (err) {
-        va_list ap;
-        err->code = (int)code;
-        va_start(ap, fmt);
-        vsnprintf(err->message, sizeof err->message, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
+const char *sfx_version(void) { return olif_version(); }
 
-static void clear_error(sfx_error *err) {
-    if (err) {
-        err->code = SFX_OK;
-        err->message[0] = '\0';
-    }
-}
+uint32_t sfx_version_number(void) { return olif_version_number(); }
+
+/* the file layer's formatter (olif_file.h): one for both libraries */
+#define fail olif_fail
+#define clear_error olif_clear_error
 
 void sfx_config_init(sfx_config *cfg, uint32_t vocab_size) {
     if (!cfg) return;
@@ -171,19 +133,10 @@ static void seal(uint8_t *image, file_header *h) {
 typedef struct {
     const uint8_t *data;
     size_t size;
-    int mapped;
     file_header h;
 } image;
 
 static void image_release(image *im) {
-    if (!im->data) return;
-#if SFX_HAVE_MMAP
-    if (im->mapped) {
-        munmap((void *)im->data, im->size);
-        im->data = NULL;
-        return;
-    }
-#endif
     free((void *)im->data);
     im->data = NULL;
 }
@@ -270,71 +223,16 @@ static sfx_status parse_header(image *im, const char *magic, const char *what, c
     return SFX_OK;
 }
 
-static sfx_status read_file(const char *path, image *im, sfx_error *err) {
+/* The file layer reads the whole file into private memory (olif_read_file): a loaded structure
+ * does not change, and cannot SIGBUS, when its file is rewritten or truncated. */
+static sfx_status read_file(const char *path, const char *what, image *im, sfx_error *err) {
     memset(im, 0, sizeof *im);
-#if SFX_HAVE_MMAP
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return fail(err, SFX_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    struct stat stt;
-    if (fstat(fd, &stt) != 0) {
-        int e = errno;
-        close(fd);
-        return fail(err, SFX_ERR_IO, "cannot stat %s: %s", path, strerror(e));
-    }
-    if (!S_ISREG(stt.st_mode)) {
-        close(fd);
-        return fail(err, SFX_ERR_IO, "%s is not a regular file", path);
-    }
-    if (stt.st_size <= 0) {
-        close(fd);
-        return fail(err, SFX_ERR_TRUNCATED, "%s is empty", path);
-    }
-    if ((uint64_t)stt.st_size > (uint64_t)SIZE_MAX) {
-        close(fd);
-        return fail(err, SFX_ERR_LIMIT, "%s is too large to map", path);
-    }
-    size_t size = (size_t)stt.st_size;
-    void *map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED) return fail(err, SFX_ERR_IO, "cannot map %s: %s", path, strerror(errno));
-    im->data = map;
+    uint8_t *data = NULL;
+    size_t size = 0;
+    sfx_status st = olif_read_file(path, what, &data, &size, err);
+    im->data = data;
     im->size = size;
-    im->mapped = 1;
-    return SFX_OK;
-#else
-    FILE *f = fopen(path, "rb");
-    if (!f) return fail(err, SFX_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    uint8_t *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n == cap) {
-            cap = cap ? cap * 2 : (size_t)1 << 20;
-            uint8_t *nb = realloc(buf, cap);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return fail(err, SFX_ERR_NOMEM, "reading %s", path);
-            }
-            buf = nb;
-        }
-        size_t r = fread(buf + n, 1, cap - n, f);
-        n += r;
-        if (r == 0) break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return fail(err, SFX_ERR_IO, "cannot read %s", path);
-    }
-    if (n == 0) {
-        free(buf);
-        return fail(err, SFX_ERR_TRUNCATED, "%s is empty", path);
-    }
-    im->data = buf;
-    im->size = n;
-    return SFX_OK;
-#endif
+    return st;
 }
 
 static sfx_status copy_buffer(const void *data, size_t size, image *im, sfx_error *err) {
@@ -364,7 +262,7 @@ static sfx_status open_object(size_t size, parse_fn parse, const char *path, con
     image *im = obj;
     sfx_status st = SFX_OK;
     if (path) {
-        st = read_file(path, im, err);
+        st = read_file(path, "a retrieval file (.sfx, .ngc)", im, err);
     } else if (owned) {
         im->data = owned;
         im->size = n;
@@ -383,30 +281,7 @@ static sfx_status open_object(size_t size, parse_fn parse, const char *path, con
 
 static sfx_status write_image(const uint8_t *data, size_t size, const char *path,
                               sfx_error *err) {
-    if (!path) return fail(err, SFX_ERR_ARG, "NULL path");
-    size_t len = strlen(path);
-    char *tmp = malloc(len + 5);
-    if (!tmp) return fail(err, SFX_ERR_NOMEM, "path");
-    memcpy(tmp, path, len);
-    memcpy(tmp + len, ".tmp", 5);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        int e = errno;
-        free(tmp);
-        return fail(err, SFX_ERR_IO, "cannot create %s.tmp: %s", path, strerror(e));
-    }
-    size_t w = fwrite(data, 1, size, f);
-    int bad = w != size || fflush(f) != 0;
-    int e = errno;
-    if (fclose(f) != 0) bad = 1;
-    if (bad || rename(tmp, path) != 0) {
-        if (!bad) e = errno;
-        remove(tmp);
-        free(tmp);
-        return fail(err, SFX_ERR_IO, "cannot write %s: %s", path, strerror(e));
-    }
-    free(tmp);
-    return SFX_OK;
+    return olif_write_file(path, data, size, err);
 }
 
 /* ---- the corpus -------------------------------------------------------------- */
@@ -814,7 +689,7 @@ void sfx_index_get_info(const sfx_index *x, sfx_index_info *o) {
     o->n_tokens = h->count[1];
     o->n_documents = h->count[2];
     o->file_size = h->file_size;
-    o->memory_mapped = x->im.mapped;
+    o->memory_mapped = 0;   /* loads are private copies */
     memcpy(o->tokenizer_name, h->tokenizer_name, sizeof o->tokenizer_name);
     memcpy(o->tokenizer_digest, h->tokenizer_digest, sizeof o->tokenizer_digest);
 }
@@ -1318,7 +1193,7 @@ void sfx_ngram_get_info(const sfx_ngram *g, sfx_ngram_info *o) {
     o->n_pairs = h->count[1];
     o->n_instances = h->count[2];
     o->file_size = h->file_size;
-    o->memory_mapped = g->im.mapped;
+    o->memory_mapped = 0;   /* loads are private copies */
     memcpy(o->tokenizer_name, h->tokenizer_name, sizeof o->tokenizer_name);
     memcpy(o->tokenizer_digest, h->tokenizer_digest, sizeof o->tokenizer_digest);
 }

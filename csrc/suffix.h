@@ -11,7 +11,8 @@
  * text every document is followed by the separator id, vocab_size.
  *
  * Files. Each structure is one versioned file (magic OLIFSFX\0 or OLIFNGC\0,
- * same header layout), memory-mapped read-only or copied from a buffer.
+ * same header layout), read into private memory or copied from a buffer
+ * (olif_file.h: a file changed under a loaded structure cannot affect it).
  * Every length, offset and index is validated before use and both header and
  * payload are checksummed: a truncated, corrupt, foreign or wrong-version
  * file is an error, never a crash. A built structure is serialised to this
@@ -28,10 +29,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "olif_file.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+/* Library version: the file layer's (olif_file.h); sfx_version() is the one linked. */
+#define SFX_VERSION_NUMBER OLIF_VERSION_NUMBER
+#define SFX_VERSION_STRING OLIF_VERSION_STRING
 #define SFX_FORMAT_VERSION 1u
 #define SFX_MAX_VOCAB (1u << 26)        /* ids must stay below this */
 #define SFX_MAX_TEXT 0x7FFFFFF0u        /* corpus tokens + one separator per document */
@@ -41,28 +47,28 @@ extern "C" {
 #define SFX_LOAD_SKIP_CHECKSUM 1u       /* structure is still fully validated;
                                            for fuzzing and trusted files */
 
-typedef enum {
-    SFX_OK = 0,
-    SFX_ERR_ARG = 1,        /* bad argument: out-of-range id, order, NULL ... */
-    SFX_ERR_NOMEM = 2,      /* allocation failed */
-    SFX_ERR_IO = 3,         /* open/read/write/mmap failed */
-    SFX_ERR_FOREIGN = 4,    /* not an olifant retrieval file (bad magic) */
-    SFX_ERR_VERSION = 5,    /* an olifant retrieval file of another format version */
-    SFX_ERR_TRUNCATED = 6,  /* file shorter than its header says */
-    SFX_ERR_CORRUPT = 7,    /* inconsistent header or structure */
-    SFX_ERR_CHECKSUM = 8,   /* header or payload checksum mismatch */
-    SFX_ERR_EMPTY = 9,      /* no corpus tokens */
-    SFX_ERR_LIMIT = 10,     /* a size limit of the format was exceeded */
-    SFX_ERR_CANCELLED = 11  /* the progress callback asked to stop */
-} sfx_status;
-
-typedef struct {
-    int code;               /* an sfx_status */
-    char message[256];      /* what went wrong, naming the offending value */
-} sfx_error;
+/* Status codes and errors are the file layer's (olif_file.h), under this library's names. */
+typedef olif_status sfx_status;
+typedef olif_error sfx_error;
+#define SFX_OK OLIF_OK
+#define SFX_ERR_ARG OLIF_ERR_ARG
+#define SFX_ERR_NOMEM OLIF_ERR_NOMEM
+#define SFX_ERR_IO OLIF_ERR_IO
+#define SFX_ERR_FOREIGN OLIF_ERR_FOREIGN
+#define SFX_ERR_VERSION OLIF_ERR_VERSION
+#define SFX_ERR_TRUNCATED OLIF_ERR_TRUNCATED
+#define SFX_ERR_CORRUPT OLIF_ERR_CORRUPT
+#define SFX_ERR_CHECKSUM OLIF_ERR_CHECKSUM
+#define SFX_ERR_EMPTY OLIF_ERR_EMPTY
+#define SFX_ERR_LIMIT OLIF_ERR_LIMIT
+#define SFX_ERR_CANCELLED OLIF_ERR_CANCELLED
 
 /* Static description of a status code (never NULL). */
 const char *sfx_status_string(int code);
+
+/* SFX_VERSION_STRING and SFX_VERSION_NUMBER of the library linked. */
+const char *sfx_version(void);
+uint32_t sfx_version_number(void);
 
 typedef struct {
     uint32_t vocab_size;    /* ids < vocab_size; vocab_size is the separator */
@@ -104,10 +110,10 @@ typedef struct sfx_index sfx_index;
 sfx_status sfx_index_build(const sfx_corpus *c, sfx_index **out,
                            sfx_progress_fn progress, void *user, sfx_error *err);
 
-/* Write as one versioned file (written to path.tmp, renamed). */
+/* Write as one versioned file, atomically and mode 0600 (olif_write_file). */
 sfx_status sfx_index_save(const sfx_index *x, const char *path, sfx_error *err);
 
-/* Memory-map a file read-only / load from a buffer (copied). */
+/* Read a file into private memory (olif_read_file) / load from a buffer (copied). */
 sfx_status sfx_index_load(const char *path, uint32_t flags, sfx_index **out,
                           sfx_error *err);
 sfx_status sfx_index_load_buffer(const void *data, size_t size, uint32_t flags,
@@ -129,7 +135,7 @@ typedef struct {
     uint64_t n_tokens;          /* corpus tokens = suffixes indexed */
     uint64_t n_documents;
     uint64_t file_size;
-    int memory_mapped;
+    int memory_mapped;          /* always 0: loads are private copies */
     char tokenizer_name[SFX_TOKENIZER_NAME_MAX];
     uint8_t tokenizer_digest[SFX_TOKENIZER_DIGEST_SIZE];
 } sfx_index_info;
@@ -196,7 +202,7 @@ typedef struct {
     uint64_t n_pairs;           /* distinct (context, next id) */
     uint64_t n_instances;       /* n-grams counted */
     uint64_t file_size;
-    int memory_mapped;
+    int memory_mapped;          /* always 0: loads are private copies */
     char tokenizer_name[SFX_TOKENIZER_NAME_MAX];
     uint8_t tokenizer_digest[SFX_TOKENIZER_DIGEST_SIZE];
 } sfx_ngram_info;

@@ -199,6 +199,25 @@ def hf_tokenizer(tmp_path_factory):
     return d / "hf", vocab
 
 
+def test_build_rest_never_follows_a_planted_symlink_and_writes_private_files(hf_tokenizer, tmp_path):
+    """Issue 24 items 2-3: `ln -s victim.txt x.sfx.tmp; build-rest ... --out x.sfx` overwrote the
+    victim through the old fixed-name writer; and the files (the corpus as ids) were 0644."""
+    tok_dir, _ = hf_tokenizer
+    (tmp_path / "c.txt").write_text(CORPUS)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    out, cache = tmp_path / "x.sfx", tmp_path / "x.ngc"
+    os.symlink(victim, tmp_path / "x.sfx.tmp")
+    os.symlink(victim, tmp_path / "x.ngc.tmp")
+    run("build-rest", "--corpus", str(tmp_path / "c.txt"), "--tokenizer", str(tok_dir), "--out", str(out),
+        "--ngram-cache", str(cache), "--quiet")
+    assert victim.read_text() == "precious"
+    for p in (out, cache):
+        assert p.is_file() and not p.is_symlink(), p
+        assert p.stat().st_mode & 0o777 == 0o600, p
+    assert SuffixIndex.load(out).n_tokens > 0 and NgramCache.load(cache).order == 2
+
+
 def test_build_rest_command(hf_tokenizer, tmp_path):
     tok_dir, vocab = hf_tokenizer
     (tmp_path / "c.txt").write_text(CORPUS)

@@ -134,13 +134,15 @@ def test_roundtrip_identity_and_tokenizer_check(files, built):
     _, index, cache = built
     for _, (path, data, cls) in files.items():
         mapped, copied = cls.load(path), cls.from_bytes(data)
-        assert mapped.memory_mapped and not copied.memory_mapped
+        assert not mapped.memory_mapped and not copied.memory_mapped   # loads are private copies
         assert mapped.describe() == copied.describe()
         assert mapped.tokenizer_name == "test" and mapped.tokenizer_digest == bytes(range(32))
         mapped.check_tokenizer("test", 20, bytes(range(32)))
         with pytest.raises(TokenizerMismatch, match="built for tokenizer 'test'"):
             mapped.check_tokenizer("other", 20, bytes(32))
-        with pytest.raises(TokenizerMismatch):
+        with pytest.raises(TokenizerMismatch, match=re.escape(str(path))):
+            mapped.check_tokenizer("other", 21, bytes(32))
+        with pytest.raises(RetrievalFileError, match="damaged"):   # same tokenizer, other vocab
             mapped.check_tokenizer("test", 21, bytes(range(32)))
         assert type(load_retrieval(path)) is cls
     idx = SuffixIndex.load(files["index"][0])
@@ -300,6 +302,94 @@ def test_a_thousand_random_mutants(files, kind):
     assert outcomes["loaded"] and outcomes[lib.SFX_ERR_CORRUPT] and outcomes[lib.SFX_ERR_CHECKSUM]
 
 
+# ---- the file layer: private reads, safe writes -----------------------------------------------
+
+REWRITE_CHILD = """
+import os, sys
+from olifant_mlx.draftmodel.suffix import load_retrieval
+path, other = sys.argv[1], sys.argv[2]
+obj = load_retrieval(path)
+ctx = [1, 2, 3, 4]
+before = obj.draft(ctx, 6) if hasattr(obj, "match") else obj.draft(ctx, 6, min_samples=1, min_percent=0)
+def again():
+    return obj.draft(ctx, 6) if hasattr(obj, "match") else obj.draft(ctx, 6, min_samples=1, min_percent=0)
+os.truncate(path, 4096)                 # shorter than the loaded file: a shared mapping would SIGBUS
+assert again() == before
+os.truncate(path, 0)
+assert again() == before
+with open(path, "r+b") as f:            # rewritten in place with another file's bytes
+    f.write(open(other, "rb").read())
+assert again() == before
+print("same answers")
+"""
+
+
+@pytest.mark.parametrize("kind", ["index", "ngram"])
+def test_truncating_or_rewriting_a_loaded_file_is_harmless(files, kind, tmp_path):
+    """Issue 24 item 1: a loaded .sfx/.ngc is a private copy; a child process would die of SIGBUS
+    (rc -7) with a shared mapping."""
+    path, data, _ = files[kind]
+    target = tmp_path / path.name
+    target.write_bytes(data)
+    other = tmp_path / "other.bin"
+    other.write_bytes(bytes(reversed(data)))
+    run = subprocess.run([sys.executable, "-c", REWRITE_CHILD, str(target), str(other)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, (run.returncode, run.stderr[-2000:])
+    assert "same answers" in run.stdout
+
+
+@pytest.mark.parametrize("kind", ["index", "ngram"])
+def test_save_never_follows_a_planted_symlink(built, kind, tmp_path):
+    """Issue 24 item 2: `ln -s victim.txt x.sfx.tmp` made the old fixed-name writer overwrite the
+    victim; the file layer writes a fresh O_EXCL|O_NOFOLLOW temporary file."""
+    _, index, cache = built
+    obj = index if kind == "index" else cache
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    out = tmp_path / ("x.sfx" if kind == "index" else "x.ngc")
+    os.symlink(victim, tmp_path / (out.name + ".tmp"))
+    obj.save(out)
+    assert victim.read_text() == "precious"
+    assert out.is_file() and not out.is_symlink()
+    assert load_retrieval(out).describe() == obj.describe()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([victim.name, out.name, out.name + ".tmp"])
+
+
+@pytest.mark.parametrize("kind", ["index", "ngram"])
+def test_saved_files_are_private(built, kind, tmp_path):
+    """Issue 24 item 3: the files hold the corpus as token ids: mode 0600, whatever the umask."""
+    _, index, cache = built
+    obj = index if kind == "index" else cache
+    out = tmp_path / f"p.{kind}"
+    old = os.umask(0o022)
+    try:
+        obj.save(out)
+        obj.save(out)       # replacing keeps it private
+    finally:
+        os.umask(old)
+    assert out.stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize("kind", ["index", "ngram"])
+def test_a_damaged_vocab_size_names_the_file(files, kind, tmp_path):
+    """Issue 24 item 7: a header whose vocab size was damaged (checksums recomputed) used to read
+    as a tokenizer mismatch with the same tokenizer on both sides and no file."""
+    path, data, cls = files[kind]
+    buf = bytearray(data)
+    struct.pack_into("<II", buf, 20, 40, 40)      # vocab_size and separator
+    _reseal(buf)
+    bad = tmp_path / path.name
+    bad.write_bytes(bytes(buf))
+    try:
+        obj = cls.load(bad)
+    except RetrievalFileError as e:                 # refused by the structure checks: also fine
+        assert str(bad) in str(e)
+        return
+    with pytest.raises(RetrievalFileError, match=re.escape(str(bad)) + ".*damaged"):
+        obj.check_tokenizer("test", 20, bytes(range(32)))
+
+
 # ---- (c), (d): the C driver and the fuzzer ------------------------------------------------------
 
 def _compiler():
@@ -331,7 +421,7 @@ def test_c_driver_with_sanitizers(tmp_path):
     if _compile(cc, [probe], tmp_path / "probe", SANITIZE).returncode != 0:
         pytest.skip(f"sanitizer runtime unavailable for {cc}")
     exe = tmp_path / "test_suffix_asan"
-    built = _compile(cc, [CSRC / "suffix.c", CSRC / "test_suffix.c"], exe, SANITIZE)
+    built = _compile(cc, [CSRC / "suffix.c", CSRC / "olif_file.c", CSRC / "test_suffix.c"], exe, SANITIZE)
     assert built.returncode == 0, built.stderr
     scratch = tmp_path / "scratch"
     scratch.mkdir()
@@ -351,7 +441,7 @@ def test_c_driver_with_sanitizers(tmp_path):
 def test_c_driver_strict_warnings(tmp_path):
     cc = _compiler()
     exe = tmp_path / "test_suffix"
-    built = _compile(cc, [CSRC / "suffix.c", CSRC / "test_suffix.c"], exe, STRICT)
+    built = _compile(cc, [CSRC / "suffix.c", CSRC / "olif_file.c", CSRC / "test_suffix.c"], exe, STRICT)
     assert built.returncode == 0, built.stderr
     scratch = tmp_path / "scratch"
     scratch.mkdir()
@@ -372,7 +462,7 @@ def test_libfuzzer_smoke(tmp_path):
     if _compile(clang, [probe], tmp_path / "probe", flags).returncode != 0:
         pytest.skip("clang cannot build libFuzzer targets (libclang-rt dev package missing?)")
     exe = tmp_path / "fuzz_suffix"
-    built = _compile(clang, [FUZZ / "fuzz_suffix.c", CSRC / "suffix.c"], exe, flags)
+    built = _compile(clang, [FUZZ / "fuzz_suffix.c", CSRC / "suffix.c", CSRC / "olif_file.c"], exe, flags)
     assert built.returncode == 0, built.stderr
     seeds, corpus = tmp_path / "seeds", tmp_path / "corpus"
     corpus.mkdir()

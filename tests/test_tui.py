@@ -422,6 +422,45 @@ def test_incompatible_draft_model_is_marked_and_refused(tmp_path):
     run(go())
 
 
+def _retrieval_files(tmp_path, identity):
+    """A suffix index and an n-gram cache built for `identity`'s tokenizer (one id per byte)."""
+    from olifant_mlx.draftmodel.suffix import Corpus
+
+    ids = list(MIT.encode())
+    c = Corpus(identity.vocab_size, identity.name, identity.digest)
+    c.add_documents(ids, [0])
+    c.build_index().save(tmp_path / f"{identity.name}.sfx")
+    c.build_ngram(2).save(tmp_path / f"{identity.name}.ngc")
+    return tmp_path / f"{identity.name}.sfx", tmp_path / f"{identity.name}.ngc"
+
+
+@pytest.mark.parametrize("kind", ["rest", "ngram-cache"])
+def test_tui_drafts_with_rest_and_ngram_cache_files(kind, tmp_path):
+    """`tui --draft rest:PATH` and `ngram-cache:PATH`: on fa4fc7f the TUI loaded every file spec
+    as an IGTree and refused these with "not an olifant model file (bad magic)"."""
+    sfx, ngc = _retrieval_files(tmp_path, FAKE_IDENTITY)
+    other_sfx, other_ngc = _retrieval_files(tmp_path, Identity("other-tok", 256, bytes(32)))
+    good, bad = (sfx, other_sfx) if kind == "rest" else (ngc, other_ngc)
+
+    async def go():
+        app = fake_app(max_tokens=6, draft=f"{kind}:{good}")
+        async with app.run_test(size=SIZE) as pilot:
+            n = FakeSession.streams
+            await send(pilot, app, "hello")
+            assert FakeSession.streams == n + 1, [m.message for m in app._notifications]
+            assert app.session.spec.text == f"{kind}:{good}"
+            assert app.session.drafter.name.startswith(kind.split("-")[0])
+            assert not any(m.severity == "error" for m in app._notifications)
+        app = fake_app(max_tokens=6, draft=f"{kind}:{bad}")
+        async with app.run_test(size=SIZE) as pilot:
+            n = FakeSession.streams
+            await send(pilot, app, "hello")
+            assert FakeSession.streams == n                  # another tokenizer's file: refused
+            assert any("built for tokenizer 'other-tok'" in m.message for m in app._notifications)
+
+    run(go())
+
+
 # ---- the rest of the app -----------------------------------------------------------------
 
 def test_replay_energy_live_numbers_and_power_chart(shared):

@@ -478,11 +478,11 @@ class OlifantApp(App):
         path = spec.model_file
         if not path or identity is None:
             return
-        from olifant_mlx.draftmodel.igtree import IGTree
+        from olifant_mlx.draftmodel.open import check_model_tokenizer
 
-        IGTree.load(path, verify_checksum=False).check_tokenizer(
-            identity.name, identity.vocab_size, identity.digest,
-            fix="choose a model marked ✓ in the Models tab (F6), or train one there")
+        # every file spec the CLI takes: olifant/hybrid models, rest: indexes, ngram-cache: caches
+        check_model_tokenizer(path, identity.name, identity.vocab_size, identity.digest,
+                              fix="choose a model marked ✓ in the Models tab (F6), or train one there")
 
     def _session_for(self, s: Settings):
         """The shared Session for these settings. Loads a verifier only when the verifier

@@ -208,19 +208,15 @@ def check_draft_model(path, model_spec) -> None:
     """Refuse a draft model trained for another tokenizer before loading the verifier's weights
     (the tokenizer alone loads in a moment)."""
     from olifant_mlx.draftmodel.igtree import IGTree
-    from olifant_mlx.draftmodel.suffix import INDEX_MAGIC, NGRAM_MAGIC, load_retrieval
+    from olifant_mlx.draftmodel.open import check_model_tokenizer, model_file_kind
     from olifant_mlx.verifier import default_model, load_tokenizer
 
+    kind = model_file_kind(path)     # a FIFO, a device or a foreign file: refused before the tokenizer loads
     name = model_spec or default_model()
     tok = load_tokenizer(name)
-    with open(path, "rb") as f:
-        retrieval = f.read(8) in (INDEX_MAGIC, NGRAM_MAGIC)
-    if retrieval:      # rest: and ngram-cache: files
-        load_retrieval(path, verify_checksum=False).check_tokenizer(
-            tok.name, tok.vocab_size, tok.digest, fix=f"build one with `build-rest --tokenizer {name}`")
-        return
-    IGTree.load(path, verify_checksum=False).check_tokenizer(tok.name, tok.vocab_size, tok.digest,
-                                                            fix=f"train one with `train --model {name}`")
+    fix = f"train one with `train --model {name}`" if kind is IGTree else \
+        f"build one with `build-rest --tokenizer {name}`"    # rest: and ngram-cache: files
+    check_model_tokenizer(path, tok.name, tok.vocab_size, tok.digest, fix=fix)
 
 
 def table(title, rows) -> None:

@@ -55,9 +55,9 @@ def cmd_build_rest(args) -> int:
 
 
 def cmd_rest_info(args) -> int:
-    from olifant_mlx.draftmodel.suffix import load_retrieval
+    from olifant_mlx.draftmodel.open import open_model_file
 
-    d = load_retrieval(args.file).describe()
+    d = open_model_file(args.file).describe()
     if args.json:
         print_json(d, indent=2)
     else:

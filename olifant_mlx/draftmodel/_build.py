@@ -16,33 +16,54 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join(os.path.dirname(os.path.dirname(HERE)), "csrc")
 
 
-def header_cdef(path, prefix="IGT"):
+def header_cdef(path, prefix="IGT", known=None):
     text = open(path, encoding="utf-8").read()
     text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
-    macros, lines = {}, []
+    # enum constants (the file layer's status codes) may be the values of a header's macros
+    known = dict(known or {}, **{k: int(v) for k, v in re.findall(r"\b([A-Z]+_\w+)\s*=\s*(\d+)", text)})
+    macros, dropped, lines, included = {}, [], [], ""
     for line in text.splitlines():
+        inc = re.match(r'\s*#\s*include\s+"(olif_file\.h)"', line)
+        if inc:     # the shared file layer: its declarations are part of this module's cdef
+            included = header_cdef(os.path.join(os.path.dirname(path), inc.group(1)), "OLIF")
+            known.update(_constants(included))
+            continue
         m = re.match(rf"\s*#\s*define\s+({prefix}_\w+)\s+(.+?)\s*$", line)
         if m:
             value = re.sub(r"(?<=[0-9a-fA-Fx])[uU]\b", "", m.group(2))
-            if value.startswith('"'):
+            try:
+                number = int(eval(value, {}, {**known, **macros}))  # integer literals and known names only
+            except (NameError, SyntaxError, TypeError, ValueError):
+                dropped.append(m.group(1))  # string macros, attributes: left out
                 continue
-            macros[m.group(1)] = int(eval(value, {}))  # integer literals only
+            macros[m.group(1)] = number
             continue
         if line.lstrip().startswith("#") or 'extern "C"' in line or line.strip() == "}":
             continue
         lines.append(line)
     body = "\n".join(lines)
+    for name in dropped:
+        body = re.sub(rf"\b{name}\b", "", body)
     for name, value in macros.items():
         body = re.sub(rf"\b{name}\b", str(value), body)
     defines = "\n".join(f"#define {k} {v}" for k, v in macros.items() if v < 2**31)
-    return defines + "\n" + body
+    return included + "\n" + defines + "\n" + body
+
+
+def _constants(cdef):
+    """The integer #defines and enum constants of a cdef, by name."""
+    found = {k: int(v) for k, v in re.findall(r"#define (\w+) (\d+)", cdef)}
+    found.update({k: int(v) for k, v in re.findall(r"\b([A-Z]+_\w+)\s*=\s*(\d+)", cdef)})
+    return found
 
 
 ffibuilder = FFI()
 ffibuilder.cdef(header_cdef(os.path.join(CSRC, "igtree.h")))
 ffibuilder.cdef('extern "Python" int _igt_progress(void *, const char *, uint64_t, uint64_t);')
-# igtree.c and its parts igt_*.c are the library (suffix.c is the other module, test_*.c drivers)
-SOURCES = sorted(os.path.relpath(p) for p in [os.path.join(CSRC, "igtree.c"),
+# igtree.c, its parts igt_*.c and the file layer olif_file.c are the library
+# (suffix.c is the other module, test_*.c drivers)
+FILE_LAYER = os.path.relpath(os.path.join(CSRC, "olif_file.c"))  # both modules' file layer
+SOURCES = sorted(os.path.relpath(p) for p in [os.path.join(CSRC, "igtree.c"), FILE_LAYER,
                                                *glob.glob(os.path.join(CSRC, "igt_*.c"))])
 ffibuilder.set_source(
     "olifant_mlx.draftmodel._igtree",
@@ -61,7 +82,7 @@ suffix_ffibuilder.cdef('extern "Python" int _sfx_progress(void *, const char *, 
 suffix_ffibuilder.set_source(
     "olifant_mlx.draftmodel._suffix",
     '#include "suffix.h"',
-    sources=[os.path.relpath(os.path.join(CSRC, "suffix.c"))],
+    sources=[os.path.relpath(os.path.join(CSRC, "suffix.c")), FILE_LAYER],
     include_dirs=[os.path.relpath(CSRC)],
     extra_compile_args=["-std=c11", "-O2"],
     py_limited_api=True,

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from olifant_mlx.draftmodel.igtree import TokenizerMismatch
+from olifant_mlx.files import open_regular
 
 try:
     from olifant_mlx.draftmodel._suffix import ffi, lib
@@ -156,7 +157,8 @@ class _RetrievalFile:
     kind = "retrieval file"
     _ctype = ""               # "sfx_index" or "sfx_ngram": the C functions' prefix
 
-    def __init__(self, ptr):
+    def __init__(self, ptr, path=None):
+        self.path = os.fspath(path) if path is not None else None   # the file it was loaded from
         self._h = ffi.gc(ptr, getattr(lib, f"{self._ctype}_free"))
         info = ffi.new(f"{self._ctype}_info *")
         getattr(lib, f"{self._ctype}_get_info")(self._h, info)
@@ -182,11 +184,12 @@ class _RetrievalFile:
         else:
             load = getattr(lib, f"{cls._ctype}_load_buffer")
             _check(load(data, len(data), flags, out, err), err)
-        return cls(out[0])
+        return cls(out[0], path)
 
     @classmethod
     def load(cls, path, verify_checksum: bool = True):
-        """Memory-map a file; a bad file raises RetrievalFileError naming the problem."""
+        """Read a file into private memory (a later rewrite of the file cannot change or crash
+        the loaded structure); a bad file raises RetrievalFileError naming the problem."""
         return cls._open(path=path, verify_checksum=verify_checksum)
 
     @classmethod
@@ -198,10 +201,20 @@ class _RetrievalFile:
         _check(getattr(lib, f"{self._ctype}_save")(self._h, os.fsencode(path), err), err)
 
     def check_tokenizer(self, name: str, vocab_size: int, digest: bytes, fix: str | None = None) -> None:
-        """Raise TokenizerMismatch unless built with this tokenizer (as IGTree.check_tokenizer)."""
-        if self.vocab_size != vocab_size or self.tokenizer_digest != digest[:32].ljust(32, b"\0"):
+        """Raise TokenizerMismatch unless built with this tokenizer (as IGTree.check_tokenizer).
+
+        The same tokenizer (name and digest) with another vocabulary size is no mismatch but a
+        damaged header (one whose checksums were recomputed): a RetrievalFileError naming the file."""
+        where = f"{self.path}: " if self.path else ""
+        same_tokenizer = (self.tokenizer_name == name and self.tokenizer_digest == digest[:32].ljust(32, b"\0"))
+        if same_tokenizer and self.vocab_size != vocab_size:
+            raise RetrievalFileError(lib.SFX_ERR_CORRUPT, (
+                f"{where}the header says tokenizer {name!r} (digest {digest.hex()[:12]}) with "
+                f"vocab {self.vocab_size}, but that tokenizer has vocab {vocab_size}: the file is "
+                f"damaged; rebuild it with `build-rest --tokenizer {name}`"))
+        if not same_tokenizer or self.vocab_size != vocab_size:
             raise TokenizerMismatch(
-                f"{self.kind} was built for tokenizer {self.tokenizer_name!r} "
+                f"{where}{self.kind} was built for tokenizer {self.tokenizer_name!r} "
                 f"(vocab {self.vocab_size}, digest {self.tokenizer_digest.hex()[:12]}) but the "
                 f"verifier uses {name!r} (vocab {vocab_size}, digest {digest.hex()[:12]}); "
                 f"{fix or f'build one for it with `build-rest --tokenizer {name}`'}")
@@ -358,8 +371,11 @@ class NgramCache(_RetrievalFile):
 
 def load_retrieval(path, verify_checksum: bool = True):
     """A SuffixIndex or NgramCache, whichever the file's magic says."""
-    with open(path, "rb") as f:
-        head = f.read(8)
+    fd = open_regular(path)         # a FIFO or device is refused, never waited on
+    try:
+        head = os.read(fd, 8)
+    finally:
+        os.close(fd)
     if head == NGRAM_MAGIC:
         return NgramCache.load(path, verify_checksum)
     return SuffixIndex.load(path, verify_checksum)
