@@ -142,10 +142,13 @@ class CachedVerification:
     check of the next draft, which the drafter then usually re-proposes), kept to measure
     against."""
 
-    def __init__(self, model, prompt, pick, max_kv_size=None, on_prefill=None, lead: bool = True):
+    def __init__(self, model, prompt, pick, max_kv_size=None, on_prefill=None, lead: bool = True,
+                 prompt_cache=None):
         self.model, self.pick, self.lead = model, pick, lead
-        self.cache = kv.make_cache(model, max_kv_size)
-        logits = kv.prefill(model, self.cache, prompt, on_progress=on_prefill)
+        self.key = (id(model), max_kv_size)          # what a kept cache must have been made for
+        layers, self.reused = prompt_cache.take(self.key, prompt) if prompt_cache else (None, 0)
+        self.cache = layers if layers is not None else kv.make_cache(model, max_kv_size)
+        logits = kv.prefill(model, self.cache, prompt[self.reused:], on_progress=on_prefill)
         self._set_next(logits, len(prompt), prompt)
         self.led = False          # the sequence's last token is an emitted correction, not yet fed
         self.to_feed = False      # the token just emitted must be fed to know the next one
@@ -231,6 +234,12 @@ class CachedVerification:
         return Verdict(drafts[:a] + [c], a, c, False, len(feed), led=True, next_led=True,
                        rejected=(len(seq) + a, drafts[a]))
 
+    def keep(self, prompt_cache, seq) -> None:
+        """Give the cache, holding a prefix of `seq`, to `prompt_cache` for the next generation."""
+        settled = kv.settle(self.cache, seq)
+        if settled is not None:
+            prompt_cache.keep(self.key, *settled)
+
     def advance(self, seq, verdict: Verdict) -> None:
         """Know the next token before the next step: from the pass just made, or by feeding
         the token just emitted (a 1-token pass, counted in the verdict; queued, not awaited,
@@ -281,7 +290,7 @@ def generate_steps(model, prompt, drafter=None, k: int = 3, max_tokens: int = 10
                    kv_cache: bool = True, eos_ids=(), max_kv_size: int | None = None,
                    bos_id: int | None = None, stats: Stats | None = None,
                    sampling: Sampling | None = None, on_prefill=None, processors=(),
-                   vocab_size: int | None = None, lead=True, shared=None):
+                   vocab_size: int | None = None, lead=True, shared=None, prompt_cache=None):
     """Yield a Step per verifier pass until max_tokens or an EOS token (not emitted).
     Greedy by default; with `sampling`, the verifier samples (see Sampling); `processors`
     (mlx-lm logits processors: processor(tokens, logits) -> logits) shape every choice. The
@@ -293,7 +302,10 @@ def generate_steps(model, prompt, drafter=None, k: int = 3, max_tokens: int = 10
     A sharded verifier always leads (every rank must take the same passes, and pass times
     differ between ranks). With `shared` (a sharded verifier's
     `engine.distributed.Shard`), the drafts and every choice of token are rank 0's, so every
-    rank takes the same passes and rollbacks."""
+    rank takes the same passes and rollbacks. `prompt_cache` (KV regime; engine.cache's
+    PromptCache or PrefixCache) lends the cache of an earlier generation: only the prompt's
+    tokens past the prefix it shares are prefilled, and the cache goes back to it at the end
+    (at the last Step, or when the caller closes the generator between Steps)."""
     if not 0 <= k <= MAX_K:
         raise ValueError(f"k must be between 0 and {MAX_K}, got {k}")
     if max_tokens < 0:
@@ -318,10 +330,27 @@ def generate_steps(model, prompt, drafter=None, k: int = 3, max_tokens: int = 10
         drafter, pick = shared.drafter(drafter), shared.choices(pick)
     t0 = time.perf_counter()
     if kv_cache:
-        verifier = CachedVerification(model, prompt, pick, max_kv_size, on_prefill, lead is not False)
+        verifier = CachedVerification(model, prompt, pick, max_kv_size, on_prefill, lead is not False,
+                                      prompt_cache)
         stats.prefill_s = time.perf_counter() - t0
+        if prompt_cache is not None:
+            stats.extra["cached_tokens"] = verifier.reused
     else:
         verifier = UncachedVerification(model, prompt, pick)
+        prompt_cache = None                     # nothing to keep: no pass leaves a cache behind
+    try:
+        yield from _steps(verifier, drafter, rule, seq, skip, k, vocab_size, max_tokens, eos, stats,
+                          kv_cache)
+    except GeneratorExit:        # closed between Steps: the cache holds a prefix of seq
+        if prompt_cache is not None:
+            verifier.keep(prompt_cache, seq)
+        raise
+    if prompt_cache is not None:
+        verifier.keep(prompt_cache, seq)
+
+
+def _steps(verifier, drafter, rule, seq, skip, k, vocab_size, max_tokens, eos, stats, kv_cache):
+    """The loop of generate_steps: draft, verify, emit, until max_tokens or an EOS."""
     produced, index, rejected = 0, 0, None
     while True:
         ts = time.perf_counter()

@@ -321,13 +321,16 @@ class Session:
     def stream(self, prompt, options: GenerationOptions | None = None, drafter=None,
                should_stop: Callable[[], bool] | None = None,
                on_prefill: Callable[[int, int], None] | None = None,
-               continuation: bool = False) -> Iterator[Response]:
+               continuation: bool = False, cache=None) -> Iterator[Response]:
         """Generate from `prompt` (text or ids), one Response per verifier pass. `drafter`
         overrides the session's for this call; `should_stop()` is asked after every pass.
+        `cache` (engine.cache's PromptCache, a conversation's; or PrefixCache, a server's): the
+        KV regime starts from the cache of an earlier generation with this session and prefills
+        only the prompt's tokens past the prefix they share; the output is the same.
         `continuation=True` (a text prompt whose text the output is appended to, as in a
         document being continued): the output keeps the space before its first word, which a
         streaming detokenizer drops at the start of a generation."""
-        responses = self._stream(prompt, options, drafter, should_stop, on_prefill, continuation)
+        responses = self._stream(prompt, options, drafter, should_stop, on_prefill, continuation, cache)
         return responses if self.shard is None else self._to_the_end(responses)
 
     def _to_the_end(self, responses):
@@ -344,7 +347,7 @@ class Session:
                                     "should_stop)")
                 raise
 
-    def _stream(self, prompt, options, drafter, should_stop, on_prefill, continuation):
+    def _stream(self, prompt, options, drafter, should_stop, on_prefill, continuation, cache=None):
         opts = options or self.options
         drafter = self.drafter if drafter is None else as_drafter(drafter)
         ids = self.fit_context(self.encode(prompt), opts)
@@ -358,7 +361,7 @@ class Session:
         meter = self.meter
         start = meter.mark() if meter is not None else None
         tokens = []
-        steps = self._steps(ids, drafter, opts, stats, on_prefill, eos)
+        steps = self._steps(ids, drafter, opts, stats, on_prefill, eos, cache)
         last = None
         lead = continuation and not isinstance(prompt, Chat)    # the first text: check its space
         for step in steps:
@@ -410,15 +413,17 @@ class Session:
             return [(" " + text, segments[0][1])] + segments[1:]
         return segments
 
-    def _steps(self, ids, drafter, opts, stats, on_prefill, eos_ids):
-        """The engine loop for one generation (a Step per verifier pass)."""
+    def _steps(self, ids, drafter, opts, stats, on_prefill, eos_ids, cache=None):
+        """The engine loop for one generation (a Step per verifier pass); a sharded verifier
+        keeps no cache between generations (every rank would have to keep the same one)."""
         v = self.verifier
         return generate_steps(v.model, ids, drafter, k=opts.k, max_tokens=opts.max_tokens,
                               kv_cache=opts.kv_cache, eos_ids=eos_ids,
                               max_kv_size=opts.max_kv_size, bos_id=v.bos_id, stats=stats,
                               sampling=opts.sampling, on_prefill=on_prefill,
                               processors=opts.processors(), vocab_size=self.vocab_size,
-                              lead=self._lead_rule(), shared=self.shard)
+                              lead=self._lead_rule(), shared=self.shard,
+                              prompt_cache=cache if self.shard is None else None)
 
     def _lead_rule(self):
         if self.lead != "auto":
@@ -439,10 +444,10 @@ class Session:
         return meter.between(start, meter.mark()) if meter is not None else None
 
     def generate(self, prompt, options: GenerationOptions | None = None, drafter=None,
-                 should_stop=None) -> Result:
+                 should_stop=None, cache=None) -> Result:
         """The whole generation at once."""
         text, tokens, last = [], [], None
-        for r in self.stream(prompt, options, drafter, should_stop):
+        for r in self.stream(prompt, options, drafter, should_stop, cache=cache):
             text.append(r.text)
             tokens.extend(r.tokens)
             last = r

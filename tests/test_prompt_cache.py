@@ -1,0 +1,137 @@
+"""Prompt cache reuse: a generation that starts from an earlier one's KV cache prefills only the
+new tokens and emits exactly what a fresh generation on the whole prompt emits."""
+import numpy as np
+import pytest
+
+from olifant_mlx.drafters import AdaptiveDrafter, HybridDrafter, NgramDrafter, NoDrafter, OlifantDrafter
+from olifant_mlx.engine import PrefixCache, PromptCache, Stats, generate, generate_steps
+from olifant_mlx.engine import cache as kv
+from tests.test_engine import VOCAB, igtree_on_own_output, tiny_llama
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_llama(0)
+
+
+@pytest.fixture(scope="module")
+def olifant(model):
+    return igtree_on_own_output(model)
+
+
+def fresh_drafters(olifant):
+    return {"none": NoDrafter, "olifant": lambda: OlifantDrafter(olifant), "ngram": NgramDrafter,
+            "hybrid": lambda: HybridDrafter(OlifantDrafter(olifant, min_depth=1, min_share=0.2)),
+            "adaptive-hybrid": lambda: AdaptiveDrafter(HybridDrafter(OlifantDrafter(olifant)))}
+
+
+def turns(model, drafter, store, kv_cache=True, max_kv_size=None, n=5, k=4, eos=()):
+    """A conversation of n turns: each prompt is the last prompt, its output and new tokens
+    (every third turn also rewrites the output's last token, as a chat template re-rendering
+    the answer might). (tokens from the cache, tokens fresh, cached token counts) per turn."""
+    rng = np.random.default_rng(7)
+    prompt = rng.integers(1, VOCAB, size=9).tolist()
+    out = []
+    for turn in range(n):
+        stats = Stats()
+        got = [t for s in generate_steps(model, prompt, drafter(), k=k, max_tokens=12, kv_cache=kv_cache,
+                                         max_kv_size=max_kv_size, stats=stats, prompt_cache=store,
+                                         eos_ids=eos)
+               for t in s.emitted]
+        want, _ = generate(model, prompt, drafter(), k=k, max_tokens=12, kv_cache=kv_cache,
+                           max_kv_size=max_kv_size, eos_ids=eos)
+        out.append((got, want, stats.extra.get("cached_tokens"), len(prompt)))
+        answer = got[:-1] + [(got[-1] % (VOCAB - 1)) + 1] if turn % 3 == 2 and got else got
+        prompt = prompt + answer + rng.integers(1, VOCAB, size=3 + turn).tolist()
+    return out
+
+
+@pytest.mark.parametrize("name", ["none", "olifant", "ngram", "hybrid", "adaptive-hybrid"])
+def test_reused_cache_gives_the_fresh_output(model, olifant, name):
+    store = PromptCache()
+    result = turns(model, fresh_drafters(olifant)[name], store)
+    for i, (got, want, cached, n_prompt) in enumerate(result):
+        assert got == want, f"turn {i}"
+        if i == 0:
+            assert cached == 0
+        else:       # the previous prompt and (most of) its answer were not prefilled again
+            assert n_prompt - 3 - i - 12 <= cached < n_prompt, f"turn {i}: {cached} of {n_prompt}"
+    assert store.entry is not None
+
+
+def test_reuse_after_an_eos_trims_what_was_fed_past_it(model, olifant):
+    """An EOS (not emitted) may have been fed to the cache: the kept cache holds only the sequence."""
+    plain = turns(model, NoDrafter, PromptCache(), n=1)[0][1]
+    eos = (plain[5],)
+    store = PromptCache()
+    for got, want, _, _ in turns(model, fresh_drafters(olifant)["olifant"], store, eos=eos, n=4):
+        assert got == want
+    tokens, layers = store.entry[1], store.entry[2]
+    assert kv.held_tokens(layers) == len(tokens)
+
+
+def test_uncached_regime_ignores_the_cache(model, olifant):
+    store = PromptCache()
+    for got, want, cached, _ in turns(model, fresh_drafters(olifant)["hybrid"], store, kv_cache=False, n=3):
+        assert got == want and cached is None
+    assert store.entry is None
+
+
+@pytest.mark.parametrize("window", [256, 24])
+def test_rotating_window_reuses_only_what_it_can(model, olifant, window):
+    """A window the conversation fits is reused; one it outgrows falls back to a fresh prefill."""
+    store = PromptCache()
+    result = turns(model, fresh_drafters(olifant)["olifant"], store, max_kv_size=window, n=4)
+    for i, (got, want, cached, n_prompt) in enumerate(result):
+        assert got == want
+        assert (cached == 0) == (i == 0 or n_prompt > window), f"turn {i}: {cached} of {n_prompt}"
+    assert any(n > window for *_, n in result) == (window == 24)
+
+
+def test_a_cache_made_for_another_model_or_window_is_not_used(model):
+    store = PromptCache()
+    prompt = list(range(1, 12))
+    list(generate_steps(model, prompt, max_tokens=4, prompt_cache=store))
+    other = tiny_llama(3)
+    stats = Stats()
+    got = [t for s in generate_steps(other, prompt + [5], max_tokens=4, prompt_cache=store, stats=stats)
+           for t in s.emitted]
+    assert stats.extra["cached_tokens"] == 0 and got == generate(other, prompt + [5], max_tokens=4)[0]
+    stats = Stats()
+    list(generate_steps(other, prompt + [5, 6], max_tokens=4, prompt_cache=store, stats=stats,
+                        max_kv_size=100))
+    assert stats.extra["cached_tokens"] == 0
+
+
+def test_a_generation_closed_early_keeps_its_cache(model):
+    store = PromptCache()
+    prompt = list(range(1, 12))
+    steps = generate_steps(model, prompt, max_tokens=20, prompt_cache=store)
+    emitted = [t for _, s in zip(range(3), steps) for t in s.emitted]
+    steps.close()
+    assert store.tokens == (prompt + emitted)[:len(store.tokens)] and len(store.tokens) >= len(prompt)
+    got = [t for s in generate_steps(model, prompt + emitted, max_tokens=5, prompt_cache=store) for t in s.emitted]
+    assert got == generate(model, prompt + emitted, max_tokens=5)[0]
+
+
+def test_prefix_cache_copies_evicts_and_bounds(model):
+    store = PrefixCache(max_entries=2)
+    a, b, c = [list(range(1, 10)), list(range(20, 30)), list(range(30, 40))]
+    for p in (a, b):
+        list(generate_steps(model, p, max_tokens=3, prompt_cache=store))
+    assert len(store) == 2
+    # two requests extending a: each gets its own copy, both exact
+    key = (id(model), None)
+    first, n1 = store.take(key, a + [3, 4])
+    second, n2 = store.take(key, a + [3, 4])
+    assert n1 == n2 >= len(a) - 1 and first is not second and first[0] is not second[0]
+    list(generate_steps(model, c, max_tokens=3, prompt_cache=store))      # evicts b (a was used later)
+    assert len(store) == 2 and store.take(key, b + [1])[1] == 0 and store.take(key, a + [1])[1] > 0
+    for p in (a + [7, 8, 9], b + [1, 2]):
+        got = [t for s in generate_steps(model, p, max_tokens=6, prompt_cache=store) for t in s.emitted]
+        assert got == generate(model, p, max_tokens=6)[0]
+    # an entry extended by a later one is dropped: the longer one serves both
+    assert not any(t == tuple(a) for _, t in store.entries)
+    tiny = PrefixCache(max_entries=4, max_bytes=1)
+    list(generate_steps(model, a, max_tokens=3, prompt_cache=tiny))
+    assert len(tiny) == 0
