@@ -27,8 +27,8 @@ def fresh_drafters(olifant):
 
 def turns(model, drafter, store, kv_cache=True, max_kv_size=None, n=5, k=4, eos=()):
     """A conversation of n turns: each prompt is the last prompt, its output and new tokens
-    (every third turn also rewrites the output's last token, as a chat template re-rendering
-    the answer might). (tokens from the cache, tokens fresh, cached token counts) per turn."""
+    (every third turn also rewrites a token in the middle of the output, as a chat template
+    re-rendering the answer might: the cache is trimmed back to it). (tokens from the cache, tokens fresh, cached token counts) per turn."""
     rng = np.random.default_rng(7)
     prompt = rng.integers(1, VOCAB, size=9).tolist()
     out = []
@@ -41,7 +41,9 @@ def turns(model, drafter, store, kv_cache=True, max_kv_size=None, n=5, k=4, eos=
         want, _ = generate(model, prompt, drafter(), k=k, max_tokens=12, kv_cache=kv_cache,
                            max_kv_size=max_kv_size, eos_ids=eos)
         out.append((got, want, stats.extra.get("cached_tokens"), len(prompt)))
-        answer = got[:-1] + [(got[-1] % (VOCAB - 1)) + 1] if turn % 3 == 2 and got else got
+        answer = list(got)
+        if turn % 3 == 2 and got:
+            answer[len(got) // 2] = got[len(got) // 2] % (VOCAB - 1) + 1
         prompt = prompt + answer + rng.integers(1, VOCAB, size=3 + turn).tolist()
     return out
 
