@@ -28,7 +28,8 @@ def fresh_drafters(olifant):
 def turns(model, drafter, store, kv_cache=True, max_kv_size=None, n=5, k=4, eos=()):
     """A conversation of n turns: each prompt is the last prompt, its output and new tokens
     (every third turn also rewrites a token in the middle of the output, as a chat template
-    re-rendering the answer might: the cache is trimmed back to it). (tokens from the cache, tokens fresh, cached token counts) per turn."""
+    re-rendering the answer might: the cache is trimmed back to it). Per turn: (tokens with the
+    cache, tokens fresh, tokens taken from the cache, prompt length)."""
     rng = np.random.default_rng(7)
     prompt = rng.integers(1, VOCAB, size=9).tolist()
     out = []

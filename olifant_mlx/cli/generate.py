@@ -57,15 +57,16 @@ def open_session(args):
     return session, options
 
 
-def stream_answer(session, prompt, options, args, out=sys.stdout):
+def stream_answer(session, prompt, options, args, out=sys.stdout, cache=None):
     """Generate, streaming text to `out` (or NDJSON chunks with --json-stream); returns
-    (text, tokens, last Response)."""
+    (text, tokens, last Response). `cache`: a PromptCache the generation starts from and
+    leaves its KV cache in."""
     ndjson = getattr(args, "json_stream", False)
     quiet_text = getattr(args, "json", False)
     bar = PrefillBar(sys.stderr.isatty() and not ndjson)
     text, tokens, last = [], [], None
     try:
-        for r in session.stream(prompt, options, on_prefill=bar):
+        for r in session.stream(prompt, options, on_prefill=bar, cache=cache):
             bar.close()
             text.append(r.text)
             tokens.extend(r.tokens)
@@ -115,9 +116,10 @@ CHAT_HELP = "type a message; 'q' quits, 'r' starts a new conversation, 'h' shows
 
 def cmd_chat(args) -> int:
     """A multi-turn conversation on stdin/stdout (like mlx_lm.chat), kept in memory only."""
-    from olifant_mlx.engine import Chat
+    from olifant_mlx.engine import Chat, PromptCache
 
     session, options = open_session(args)
+    cache = PromptCache()      # the conversation's KV cache: a turn prefills only its new tokens
     if not session.verifier.has_chat_template:
         raise ValueError(f"{session.verifier.name} has no chat template (a base model): use "
                          f"`generate` to continue text")
@@ -139,6 +141,7 @@ def cmd_chat(args) -> int:
             break
         if query.strip() == "r":
             chat = Chat(system, template_kwargs(args))
+            cache.clear()
             sys.stderr.write("(new conversation)\n")
             continue
         if query.strip() == "h":
@@ -147,7 +150,7 @@ def cmd_chat(args) -> int:
         if not query.strip():
             continue
         chat = chat.then("user", query)
-        text, tokens, last = stream_answer(session, chat, options, args)
+        text, tokens, last = stream_answer(session, chat, options, args, cache=cache)
         sys.stdout.write("\n")
         sys.stdout.flush()
         chat = chat.then("assistant", text)
