@@ -124,7 +124,7 @@ def test_prefix_cache_copies_evicts_and_bounds(model):
         list(generate_steps(model, p, max_tokens=3, prompt_cache=store))
     assert len(store) == 2
     # two requests extending a: each gets its own copy, both exact
-    key = (id(model), None)
+    key = kv.cache_key(model)
     first, n1 = store.take(key, a + [3, 4])
     second, n2 = store.take(key, a + [3, 4])
     assert n1 == n2 >= len(a) - 1 and first is not second and first[0] is not second[0]
@@ -138,3 +138,65 @@ def test_prefix_cache_copies_evicts_and_bounds(model):
     tiny = PrefixCache(max_entries=4, max_bytes=1)
     list(generate_steps(model, a, max_tokens=3, prompt_cache=tiny))
     assert len(tiny) == 0
+
+
+# ---- a prompt's cache in a file (cache-prompt, generate --prompt-cache-file) -----------------
+
+def test_a_prompt_cache_file_round_trips_and_continues_exactly(model, olifant, tmp_path):
+    import os
+
+    from mlx_lm.models.cache import load_prompt_cache
+
+    from olifant_mlx.engine import prompt_file
+    from tests.test_bench import Tok, tiny_verifier
+
+    v = tiny_verifier()
+    cached = list(range(3, 20))
+    layers = kv.make_cache(v.model)
+    kv.prefill(v.model, layers, cached)
+    path = tmp_path / "p.safetensors"
+    prompt_file.save(path, layers, cached, v)
+    assert os.stat(path).st_mode & 0o777 == 0o600 and os.listdir(tmp_path) == ["p.safetensors"]
+    assert len(load_prompt_cache(str(path))) == len(layers)          # mlx-lm reads it
+    got_layers, tokens = prompt_file.load(path, Tok(), v.model)
+    assert tokens == cached
+    store = PromptCache()
+    store.keep(kv.cache_key(v.model), tokens, got_layers)
+    full = cached + [7, 8, 9]
+    stats = Stats()
+    got = [t for s in generate_steps(v.model, full, OlifantDrafter(olifant), k=4, max_tokens=10,
+                                     prompt_cache=store, stats=stats) for t in s.emitted]
+    assert stats.extra["cached_tokens"] == len(cached)
+    assert got == generate(v.model, full, max_tokens=10)[0]
+
+
+def test_a_prompt_cache_file_that_cannot_be_used_is_refused_naming_it(tmp_path):
+    from mlx_lm.models.cache import save_prompt_cache
+
+    from olifant_mlx.engine import prompt_file
+    from tests.test_bench import Tok, tiny_verifier
+
+    v = tiny_verifier()
+    layers = kv.make_cache(v.model)
+    kv.prefill(v.model, layers, [1, 2, 3])
+    path = tmp_path / "p.safetensors"
+    prompt_file.save(path, layers, [1, 2, 3], v)
+
+    class Other(Tok):
+        name, digest = "other", bytes([1] * 32)
+
+    theirs = tmp_path / "mlx.safetensors"
+    save_prompt_cache(str(theirs), layers, {"model": "x", "tokenizer_config": "{}"})
+    junk = tmp_path / "junk.safetensors"
+    junk.write_bytes(b"not a cache")
+    cases = [(lambda: prompt_file.check(path, Other()), "made for another model (tiny), not other"),
+             (lambda: prompt_file.check(theirs, Tok()), "mlx_lm.cache_prompt"),
+             (lambda: prompt_file.check(junk, Tok()), "not a prompt cache file"),
+             (lambda: prompt_file.check(tmp_path / "none.safetensors", Tok()), "no such file"),
+             (lambda: prompt_file.check(tmp_path / "p.bin", Tok()), ".safetensors"),
+             (lambda: prompt_file.load(path, Tok(), v.model, max_kv_size=64), "--max-kv-size"),
+             (lambda: prompt_file.load(path, Tok(), tiny_llama(0, layers=3)), "another model")]
+    for call, words in cases:
+        with pytest.raises(prompt_file.PromptFileError) as e:
+            call()
+        assert words in str(e.value) and ".safetensors" in str(e.value), str(e.value)

@@ -97,6 +97,13 @@ def add_generation_args(p, prompt: bool = True) -> None:
     p.add_argument("--energy", metavar="BACKEND", help=energy_help())
 
 
+def add_prompt_cache_args(p) -> None:
+    """mlx-lm's KV cache flags (generate): a prompt cache file."""
+    p.add_argument("--prompt-cache-file", metavar="FILE",
+                   help="a prompt's KV cache made by `cache-prompt` (mlx-lm's format): the prompt "
+                        "continues the cached one, whose tokens are not read again")
+
+
 def add_sampling_args(p, temp_help: str) -> None:
     """--temp, --top-p, --min-p, --top-k (mlx-lm's spellings)."""
     p.add_argument("--temp", "--temperature", dest="temperature", type=float, default=0.0, help=temp_help)
@@ -149,6 +156,8 @@ def prepare(args):
         check_path(options.history)      # a FIFO, a folder or a dangling link: refused now
     if spec.model_file:
         check_draft_model(spec.model_file, args.model)
+    if getattr(args, "prompt_cache_file", None):
+        check_prompt_file(args.prompt_cache_file, args.model, options)
     meter = open_meter(getattr(args, "energy", None))
     return options, spec, meter
 
@@ -170,6 +179,17 @@ def check_draft_model(path, model_spec) -> None:
         return
     IGTree.load(path, verify_checksum=False).check_tokenizer(tok.name, tok.vocab_size, tok.digest,
                                                             fix=f"train one with `train --model {name}`")
+
+
+def check_prompt_file(path, model_spec, options) -> None:
+    """Refuse a prompt cache file made for another model before the verifier loads (its
+    tokenizer loads in a moment)."""
+    from olifant_mlx.engine import prompt_file
+    from olifant_mlx.verifier import default_model, load_tokenizer
+
+    if not options.kv_cache:
+        raise ValueError("--prompt-cache-file holds a KV cache: it cannot go with --no-kv-cache")
+    prompt_file.check(path, load_tokenizer(model_spec or default_model()))
 
 
 def table(title, rows) -> None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import hashlib
 import sys
 
-from olifant_mlx.cli.common import (add_generation_args, draft_tokens, empty_answer_hint, prepare,
-                                    print_json, summary_lines, template_kwargs)
+from olifant_mlx.cli.common import (MODEL_HELP, add_generation_args, add_prompt_cache_args, draft_tokens,
+                                    empty_answer_hint, prepare, print_json, summary_lines, template_kwargs)
 from olifant_mlx.cli.sharding import add_sharding_args, sharded_command
 
 DEMO_PROMPT = (  # the warranty disclaimer of the MIT licence: legal boilerplate verifiers know
@@ -106,8 +106,64 @@ def cmd_generate(args) -> int:
     session, options = open_session(args)
     prompt = session.prompt_for(prompt_text, args.system_prompt, not args.ignore_chat_template,
                                 template_kwargs(args))
-    text, tokens, last = stream_answer(session, prompt, options, args)
+    cache = None
+    if args.prompt_cache_file:
+        prompt, cache = continue_cached(session, prompt, args, options)
+    text, tokens, last = stream_answer(session, prompt, options, args, cache=cache)
     report(session, prompt, text, tokens, last, args)
+    return 0
+
+
+def continue_cached(session, prompt, args, options):
+    """(the whole prompt's ids, a PromptCache holding the file's cache): the prompt continues
+    the cached one. A chat's continuation is its template's text from the user's message on,
+    as mlx-lm's generate cuts it (the cached prompt is the start of that message)."""
+    from olifant_mlx.engine import Chat, PromptCache
+    from olifant_mlx.engine import cache as kv
+    from olifant_mlx.engine import prompt_file
+
+    v = session.verifier
+    layers, cached = prompt_file.load(args.prompt_cache_file, v.identity, v.model, options.max_kv_size)
+    if isinstance(prompt, Chat):
+        def render(messages):
+            return v.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True,
+                                                   **prompt.template_kwargs)
+
+        full = render(prompt.messages)
+        marked = render(prompt.messages[:-1] + ({"role": "user", "content": "<query>"},))
+        text = full[marked.index("<query>"):]
+    else:
+        text = prompt
+    store = PromptCache()
+    store.keep(kv.cache_key(v.model, options.max_kv_size), cached, layers)
+    return cached + list(v.tokenizer.encode(text, add_special_tokens=False)), store
+
+
+def cmd_cache_prompt(args) -> int:
+    """mlx-lm's cache_prompt: the prompt's KV cache in a file, for `generate --prompt-cache-file`.
+    With a chat template the prompt is the start of a user message, left open."""
+    from olifant_mlx.engine import cache as kv
+    from olifant_mlx.engine import prompt_file
+    from olifant_mlx.engine.session import GenerationOptions
+    from olifant_mlx.mlx_setup import mx
+    from olifant_mlx.verifier import load_verifier
+
+    GenerationOptions(max_kv_size=args.max_kv_size)           # checked before the model loads
+    if not args.prompt_cache_file.endswith(prompt_file.SUFFIX):
+        raise ValueError(f"{args.prompt_cache_file}: a prompt cache file must end in {prompt_file.SUFFIX}")
+    text = sys.stdin.read() if args.prompt == "-" else args.prompt
+    v = load_verifier(args.model)
+    if v.has_chat_template and not args.ignore_chat_template:
+        rendered = v.tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                                   add_generation_prompt=False, continue_final_message=True)
+        ids = list(v.tokenizer.encode(rendered, add_special_tokens=False))
+    else:
+        ids = v.encode(text)
+    layers = kv.make_cache(v.model, args.max_kv_size)
+    kv.prefill(v.model, layers, ids)
+    mx.eval([c.state for c in layers])
+    prompt_file.save(args.prompt_cache_file, layers, ids, v)
+    sys.stderr.write(f"saved the KV cache of {len(ids):,} prompt tokens to {args.prompt_cache_file} (mode 0600)\n")
     return 0
 
 
@@ -243,6 +299,7 @@ def add_parsers(sub):
     g = sub.add_parser("generate", help="generate text with speculative decoding (drafting on by default)")
     add_generation_args(g)
     add_sharding_args(g)
+    add_prompt_cache_args(g)
     g.add_argument("--stats", action="store_true", help="more detail in the summary (steps, times)")
     g.add_argument("--quiet", action="store_true", help="no summary on stderr")
     out = g.add_mutually_exclusive_group()
@@ -256,6 +313,17 @@ def add_parsers(sub):
     add_sharding_args(c)
     c.add_argument("--quiet", action="store_true", help="no per-answer summary on stderr")
     c.set_defaults(func=sharded_command(cmd_chat), stats=False)
+
+    cp = sub.add_parser("cache-prompt", help="a prompt's KV cache in a file, for generate --prompt-cache-file "
+                                             "(mlx-lm's cache_prompt)")
+    cp.add_argument("--model", help=MODEL_HELP)
+    cp.add_argument("-p", "--prompt", required=True, help="the prompt to cache ('-' reads stdin)")
+    cp.add_argument("--prompt-cache-file", required=True, metavar="FILE",
+                    help="where to write it (a .safetensors file, mode 0600)")
+    cp.add_argument("--max-kv-size", type=int, help="a sliding KV window (generate must use the same)")
+    cp.add_argument("--ignore-chat-template", action="store_true",
+                    help="cache the prompt as raw text, without the verifier's chat template")
+    cp.set_defaults(func=cmd_cache_prompt)
 
     d = sub.add_parser("demo", help="plain vs speculative on a legal prompt with the offline verifier")
     d.add_argument("--model", help="verifier (default smollm2-135m)")

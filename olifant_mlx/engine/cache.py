@@ -62,6 +62,12 @@ def rollback(model, cache, passed: int, keep: list, snap) -> None:
 
 # ---- reuse between generations (a conversation's turns, a server's requests) ---------------
 
+def cache_key(model, max_kv_size=None) -> tuple:
+    """What a kept cache must have been made for to be reused: this model (alive in the
+    session that keeps the cache) and this kind of cache."""
+    return (id(model), max_kv_size)
+
+
 def held_tokens(layers) -> int:
     """How many tokens a cache holds (its layers agree; the first with an offset says)."""
     for c in layers:

@@ -145,7 +145,7 @@ class CachedVerification:
     def __init__(self, model, prompt, pick, max_kv_size=None, on_prefill=None, lead: bool = True,
                  prompt_cache=None):
         self.model, self.pick, self.lead = model, pick, lead
-        self.key = (id(model), max_kv_size)          # what a kept cache must have been made for
+        self.key = kv.cache_key(model, max_kv_size)
         layers, self.reused = prompt_cache.take(self.key, prompt) if prompt_cache else (None, 0)
         self.cache = layers if layers is not None else kv.make_cache(model, max_kv_size)
         logits = kv.prefill(model, self.cache, prompt[self.reused:], on_progress=on_prefill)

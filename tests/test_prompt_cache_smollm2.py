@@ -1,0 +1,59 @@
+"""Prompt cache reuse on the real SmolLM2-135M-Instruct: a multi-turn chat whose turns start from
+the conversation's cache answers token for token what a fresh Session answers on the whole
+conversation, with drafting (olifant, hybrid, adaptive hybrid) and without, in both regimes.
+Minutes on two cores: marked slow."""
+import pytest
+
+from olifant_mlx.cli.generate import demo_draft_model
+from olifant_mlx.engine import Chat, GenerationOptions, PromptCache, Session
+from olifant_mlx.verifier import load_verifier
+
+pytestmark = pytest.mark.slow
+
+QUESTIONS = ("Draft a confidentiality clause for a software licence.",
+             "Now make it shorter.", "Add a clause on the governing law.")
+
+
+@pytest.fixture(scope="module")
+def smol():
+    return load_verifier("smollm2-135m")
+
+
+@pytest.fixture(scope="module")
+def draft_path(smol):
+    return demo_draft_model(smol.identity, "smollm2-135m", ["builtin:licenses"])[1]
+
+
+@pytest.mark.parametrize("regime", ["kv", "uncached"])
+def test_a_chat_with_the_cache_answers_as_a_fresh_session(smol, draft_path, regime):
+    opts = GenerationOptions(k=5, max_tokens=40 if regime == "kv" else 16, kv_cache=regime == "kv")
+    specs = ["none", f"olifant:{draft_path}", f"hybrid:{draft_path}", f"adaptive:hybrid:{draft_path}"]
+    for spec in specs if regime == "kv" else specs[::3]:
+        session, cache = Session(smol, spec, opts), PromptCache()
+        chat = Chat(())
+        for turn, q in enumerate(QUESTIONS):
+            chat = chat.then("user", q)
+            got = session.generate(chat, cache=cache)
+            want = Session(smol, spec, opts).generate(chat)
+            assert got.tokens == want.tokens, f"{spec}, turn {turn}"
+            cached = got.stats.extra.get("cached_tokens")
+            if regime == "uncached":
+                assert cached is None
+            elif turn:       # everything before this turn's question came from the cache
+                assert cached >= len(smol.chat_ids(chat.messages[:-2])), f"{spec}, turn {turn}: {cached}"
+            chat = chat.then("assistant", got.text)
+
+
+def test_a_sliding_window_falls_back_to_a_fresh_prefill(smol, draft_path):
+    """--max-kv-size smaller than the conversation: turns that outgrow the window read it afresh."""
+    opts = GenerationOptions(k=5, max_tokens=24, max_kv_size=96)
+    session, cache = Session(smol, f"hybrid:{draft_path}", opts), PromptCache()
+    chat, seen = Chat(()), []
+    for q in QUESTIONS:
+        chat = chat.then("user", q)
+        got = session.generate(chat, cache=cache)
+        assert got.tokens == Session(smol, f"hybrid:{draft_path}", opts).generate(chat).tokens
+        n = len(smol.chat_ids(chat.messages))
+        seen.append((n, got.stats.extra["cached_tokens"]))
+        chat = chat.then("assistant", got.text)
+    assert all(c == 0 for n, c in seen if n > 96) and any(n > 96 for n, _ in seen)
