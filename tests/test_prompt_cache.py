@@ -200,3 +200,81 @@ def test_a_prompt_cache_file_that_cannot_be_used_is_refused_naming_it(tmp_path):
         with pytest.raises(prompt_file.PromptFileError) as e:
             call()
         assert words in str(e.value) and ".safetensors" in str(e.value), str(e.value)
+
+
+# ---- a quantized KV cache (--kv-bits) -------------------------------------------------------
+
+def head64_llama(seed=0):
+    """A tiny llama whose head dimension (64) mx.quantize can group."""
+    from mlx.utils import tree_map
+    from mlx_lm.models import llama
+
+    from olifant_mlx.mlx_setup import mx
+
+    mx.random.seed(seed)
+    args = llama.ModelArgs(model_type="llama", hidden_size=128, num_hidden_layers=2, intermediate_size=96,
+                           num_attention_heads=2, num_key_value_heads=1, rms_norm_eps=1e-5, vocab_size=VOCAB,
+                           tie_word_embeddings=True)
+    m = llama.Model(args)
+    m.update(tree_map(lambda p: p * 2.0, m.parameters()))
+    return m
+
+
+@pytest.fixture(scope="module")
+def qmodel():
+    return head64_llama()
+
+
+@pytest.fixture(scope="module")
+def qolifant(qmodel):
+    return igtree_on_own_output(qmodel)
+
+
+def test_speculation_on_a_quantized_cache_equals_plain_on_it(qmodel, qolifant):
+    """Exact against plain decoding with the same quantized cache, wherever the switch falls:
+    after the prefill, or inside the answer (passes stop at it, so it comes at the same token)."""
+    rng = np.random.default_rng(3)
+    changed = 0
+    for bits in (4, 8):
+        for start in (0, 10, 20, 5000):
+            for n in (5, 12, 30):
+                p = rng.integers(1, VOCAB, size=n).tolist()
+                q = dict(kv_bits=bits, quantized_kv_start=start, max_tokens=40)
+                plain, _ = generate(qmodel, p, **q)
+                changed += plain != generate(qmodel, p, max_tokens=40)[0]
+                for d in (lambda: OlifantDrafter(qolifant), NgramDrafter,
+                          lambda: HybridDrafter(OlifantDrafter(qolifant))):
+                    for k in (1, 4, 8):
+                        assert generate(qmodel, p, d(), k=k, **q)[0] == plain, (bits, start, n, k)
+    assert changed > 0           # the quantization is real: it changes the output somewhere
+
+
+def test_a_quantized_cache_is_trimmed_on_rollback_and_not_reused(qmodel, qolifant):
+    from mlx_lm.models.cache import QuantizedKVCache
+
+    store = PromptCache()
+    p = list(range(1, 15))
+    stats = Stats()
+    list(generate_steps(qmodel, p, OlifantDrafter(qolifant), k=8, max_tokens=30, kv_bits=8,
+                        quantized_kv_start=0, prompt_cache=store, stats=stats))
+    assert stats.steps < 30 and all(isinstance(c, QuantizedKVCache) for c in store.entry[2])
+    assert kv.held_tokens(store.entry[2]) == len(store.tokens)
+    # the next turn reads its prompt afresh: a fresh prefill reads it unquantized first
+    nxt = store.tokens + [4, 5, 6]
+    stats = Stats()
+    got = [t for s in generate_steps(qmodel, nxt, k=0, max_tokens=8, kv_bits=8, quantized_kv_start=0,
+                                     prompt_cache=store, stats=stats) for t in s.emitted]
+    assert stats.extra["cached_tokens"] == 0
+    assert got == generate(qmodel, nxt, max_tokens=8, kv_bits=8, quantized_kv_start=0)[0]
+
+
+def test_kv_quantization_options_are_checked():
+    from olifant_mlx.engine import GenerationOptions, OptionsError
+
+    for bad, words in [(dict(kv_bits=7), "KV bits"), (dict(kv_bits=4, kv_group_size=48), "group size"),
+                       (dict(kv_bits=4, quantized_kv_start=-1), "start"),
+                       (dict(kv_bits=4, max_kv_size=64), "sliding window"),
+                       (dict(kv_bits=4, kv_cache=False), "uncached")]:
+        with pytest.raises(OptionsError, match=words):
+            GenerationOptions(**bad)
+    assert GenerationOptions(kv_bits=8, kv_group_size=32, quantized_kv_start=0).kv_bits == 8

@@ -70,6 +70,7 @@ def add_generation_args(p, prompt: bool = True) -> None:
                    help=f"draft tokens per step, 0..64 (the maximum for adaptive drafters; default {DEFAULT_K})")
     p.add_argument("--no-kv-cache", action="store_true", help="uncached regime: the whole sequence each step")
     p.add_argument("--max-kv-size", type=int, help="a sliding KV window of this many tokens (rotating cache)")
+    add_kv_quantization_args(p)
     if prompt:
         p.add_argument("-p", "--prompt", default="hello",
                        help="the prompt ('-' reads stdin; default 'hello'): an instruction for an "
@@ -104,6 +105,16 @@ def add_prompt_cache_args(p) -> None:
                         "continues the cached one, whose tokens are not read again")
 
 
+def add_kv_quantization_args(p) -> None:
+    """mlx-lm's KV quantization flags (generate, chat, cache-prompt)."""
+    p.add_argument("--kv-bits", type=int, metavar="BITS",
+                   help="quantize the KV cache to this many bits (2-8; mlx-lm's QuantizedKVCache; "
+                        "default: not quantized)")
+    p.add_argument("--kv-group-size", type=int, default=64, help="group size of the KV quantization (default 64)")
+    p.add_argument("--quantized-kv-start", type=int, default=5000,
+                   help="with --kv-bits, quantize once the cache holds this many tokens (default 5000)")
+
+
 def add_sampling_args(p, temp_help: str) -> None:
     """--temp, --top-p, --min-p, --top-k (mlx-lm's spellings)."""
     p.add_argument("--temp", "--temperature", dest="temperature", type=float, default=0.0, help=temp_help)
@@ -117,7 +128,9 @@ def options_from(args):
     from olifant_mlx.engine import GenerationOptions
 
     return GenerationOptions(k=args.k, max_tokens=args.max_tokens, kv_cache=not args.no_kv_cache,
-                             max_kv_size=args.max_kv_size, temperature=args.temperature,
+                             max_kv_size=args.max_kv_size, kv_bits=args.kv_bits,
+                             kv_group_size=args.kv_group_size, quantized_kv_start=args.quantized_kv_start,
+                             temperature=args.temperature,
                              top_p=args.top_p, seed=args.seed, top_k=args.top_k, min_p=args.min_p,
                              repetition_penalty=args.repetition_penalty,
                              repetition_context_size=args.repetition_context_size,

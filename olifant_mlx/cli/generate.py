@@ -135,7 +135,8 @@ def continue_cached(session, prompt, args, options):
     else:
         text = prompt
     store = PromptCache()
-    store.keep(kv.cache_key(v.model, options.max_kv_size), cached, layers)
+    quantized = (options.kv_bits, options.kv_group_size, options.quantized_kv_start) if options.kv_bits else None
+    store.keep(kv.cache_key(v.model, options.max_kv_size, quantized), cached, layers)
     return cached + list(v.tokenizer.encode(text, add_special_tokens=False)), store
 
 

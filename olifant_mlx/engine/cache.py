@@ -62,10 +62,24 @@ def rollback(model, cache, passed: int, keep: list, snap) -> None:
 
 # ---- reuse between generations (a conversation's turns, a server's requests) ---------------
 
-def cache_key(model, max_kv_size=None) -> tuple:
+def cache_key(model, max_kv_size=None, quantized=None) -> tuple:
     """What a kept cache must have been made for to be reused: this model (alive in the
-    session that keeps the cache) and this kind of cache."""
-    return (id(model), max_kv_size)
+    session that keeps the cache) and this kind of cache (window; quantization: bits, group
+    size, start)."""
+    return (id(model), max_kv_size) + ((tuple(quantized),) if quantized else ())
+
+
+def quantize(cache, bits, group_size, start) -> bool:
+    """mlx-lm's maybe_quantize_kv_cache: plain KV layers holding `start` tokens or more become
+    QuantizedKVCache (in place, between passes); whether that has happened."""
+    from mlx_lm.models.cache import KVCache
+
+    done = False
+    for i, c in enumerate(cache):
+        if type(c) is KVCache and c.offset >= start:
+            cache[i] = c.to_quantized(group_size=group_size, bits=bits)
+            done = True
+    return done
 
 
 def held_tokens(layers) -> int:
@@ -90,12 +104,17 @@ def reuse(layers, tokens, prompt):
     its length; (None, 0) when nothing can be reused exactly. At least the prompt's last token
     is always left to feed (its logits start the generation). A rotating window is reused only
     while it has not wrapped and the whole prompt fits it: a longer prompt read fresh slides
-    its window chunk by chunk, which a reused one would not repeat."""
+    its window chunk by chunk, which a reused one would not repeat. A quantized cache is not
+    reused: read fresh, the prompt's tokens attend to unquantized keys."""
     from mlx_lm.models.cache import RotatingKVCache, can_trim_prompt_cache, trim_prompt_cache
+
+    from mlx_lm.models.cache import QuantizedKVCache
 
     n = min(common_prefix(tokens, prompt), len(prompt) - 1)
     if n <= 0 or not can_trim_prompt_cache(layers):
         return None, 0
+    if any(isinstance(c, QuantizedKVCache) for c in layers):
+        return None, 0        # a fresh prefill reads the prompt unquantized, then quantizes
     if any(isinstance(c, RotatingKVCache) and c.max_size < len(prompt) for c in layers):
         return None, 0
     drop = len(tokens) - n
