@@ -69,3 +69,57 @@ def test_a_quantized_kv_cache_speculates_exactly(smol, draft_path, bits):
         plain = Session(smol, "none", opts).generate(prompt)
         for spec in (f"olifant:{draft_path}", f"hybrid:{draft_path}", f"adaptive:hybrid:{draft_path}"):
             assert Session(smol, spec, opts).generate(prompt).tokens == plain.tokens, f"{spec}, start {start}"
+
+
+def cli(*args, stdin=None):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "olifant_mlx", *args], capture_output=True, text=True,
+                          input=stdin, timeout=600)
+
+
+def test_chat_on_stdin_reuses_the_conversations_cache():
+    r = cli("chat", "--model", "smollm2-135m", "-m", "16",
+            stdin="What is a confidentiality clause?\nNow make it shorter.\nq\n")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("tokens,") == 2 and r.stderr.count("prompt tokens from the cache") == 1, r.stderr
+
+
+def test_cache_prompt_then_generate_continues_it(smol, tmp_path):
+    """The file round trip through the commands: the answer is the fresh Session's on the whole
+    prompt; a file made for another model is refused, naming it."""
+    import argparse
+    import json
+    import os
+
+    from olifant_mlx.cli.generate import continue_cached
+    from tests.test_bench import tiny_verifier
+
+    path = tmp_path / "contract.safetensors"
+    r = cli("cache-prompt", "--model", "smollm2-135m", "--prompt-cache-file", str(path),
+            "-p", "Here is a licence: THE SOFTWARE IS PROVIDED AS IS, WITHOUT WARRANTY OF ANY KIND.")
+    assert r.returncode == 0 and "saved the KV cache" in r.stderr, r.stderr
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    r = cli("generate", "--model", "smollm2-135m", "--prompt-cache-file", str(path), "-p", " Summarise it.",
+            "-m", "24", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["stats"]["cached_tokens"] > 20
+    opts = GenerationOptions(k=8, max_tokens=24)
+    session = Session(smol, "auto", opts)
+    args = argparse.Namespace(prompt_cache_file=str(path))
+    ids, _ = continue_cached(session, session.prompt_for(" Summarise it."), args, opts)
+    assert out["tokens"] == Session(smol, "none", opts).generate(ids).tokens
+    # another model's file: refused before the verifier loads, naming the file
+    from olifant_mlx.engine import cache as kv
+    from olifant_mlx.engine import prompt_file
+
+    v = tiny_verifier()
+    layers = kv.make_cache(v.model)
+    kv.prefill(v.model, layers, [1, 2, 3])
+    foreign = tmp_path / "tiny.safetensors"
+    prompt_file.save(foreign, layers, [1, 2, 3], v)
+    r = cli("generate", "--model", "smollm2-135m", "--prompt-cache-file", str(foreign), "-p", "x")
+    assert r.returncode == 1 and str(foreign) in r.stderr and "another model" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr

@@ -215,8 +215,10 @@ def cmd_chat(args) -> int:
         if s.tokens == 0 and s.stop_reason == "eos":
             sys.stderr.write("note: " + empty_answer_hint(session, chat) + "\n")
         if not args.quiet:
+            reused = s.extra.get("cached_tokens", 0)
+            cached = f"; {reused} of the {s.prompt_tokens} prompt tokens from the cache" if reused else ""
             sys.stderr.write(f"[{s.tokens} tokens, {s.generation_tps:.1f} tok/s, acceptance "
-                             f"{s.acceptance:.0%}, {s.steps} verifier passes, {s.stop_reason}]\n")
+                             f"{s.acceptance:.0%}, {s.steps} verifier passes, {s.stop_reason}{cached}]\n")
     return 0
 
 
