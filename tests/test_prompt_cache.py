@@ -6,17 +6,10 @@ import pytest
 from olifant_mlx.drafters import AdaptiveDrafter, HybridDrafter, NgramDrafter, NoDrafter, OlifantDrafter
 from olifant_mlx.engine import PrefixCache, PromptCache, Stats, generate, generate_steps
 from olifant_mlx.engine import cache as kv
+from tests import test_engine
 from tests.test_engine import VOCAB, igtree_on_own_output, tiny_llama
 
-
-@pytest.fixture(scope="module")
-def model():
-    return tiny_llama(0)
-
-
-@pytest.fixture(scope="module")
-def olifant(model):
-    return igtree_on_own_output(model)
+model, olifant, prompts = test_engine.model, test_engine.olifant, test_engine.prompts    # its fixtures
 
 
 def fresh_drafters(olifant):

@@ -4,24 +4,15 @@ conversation, with drafting (olifant, hybrid, adaptive hybrid) and without, in b
 Minutes on two cores: marked slow."""
 import pytest
 
-from olifant_mlx.cli.generate import demo_draft_model
 from olifant_mlx.engine import Chat, GenerationOptions, PromptCache, Session
-from olifant_mlx.verifier import load_verifier
+from tests import test_instruct_verifier
+
+smol, draft_path = test_instruct_verifier.smol, test_instruct_verifier.draft_path    # its fixtures
 
 pytestmark = pytest.mark.slow
 
 QUESTIONS = ("Draft a confidentiality clause for a software licence.",
              "Now make it shorter.", "Add a clause on the governing law.")
-
-
-@pytest.fixture(scope="module")
-def smol():
-    return load_verifier("smollm2-135m")
-
-
-@pytest.fixture(scope="module")
-def draft_path(smol):
-    return demo_draft_model(smol.identity, "smollm2-135m", ["builtin:licenses"])[1]
 
 
 @pytest.mark.parametrize("regime", ["kv", "uncached"])
