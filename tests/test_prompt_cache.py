@@ -271,3 +271,16 @@ def test_kv_quantization_options_are_checked():
         with pytest.raises(OptionsError, match=words):
             GenerationOptions(**bad)
     assert GenerationOptions(kv_bits=8, kv_group_size=32, quantized_kv_start=0).kv_bits == 8
+
+
+def test_a_cache_of_a_model_that_is_gone_never_matches():
+    import gc
+
+    store = PrefixCache()
+    m = tiny_llama(5)
+    list(generate_steps(m, list(range(1, 12)), max_tokens=3, prompt_cache=store))
+    key = next(iter(store.entries))[0]
+    assert key == kv.cache_key(m)
+    del m
+    gc.collect()
+    assert not key[0] == key[0] and all(key != kv.cache_key(tiny_llama(5)) for _ in range(3))

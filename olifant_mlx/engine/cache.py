@@ -6,6 +6,8 @@ taken before the pass and the accepted tokens re-fed, so rejected drafts never s
 """
 from __future__ import annotations
 
+import weakref
+
 from olifant_mlx.mlx_setup import mx
 
 
@@ -62,11 +64,25 @@ def rollback(model, cache, passed: int, keep: list, snap) -> None:
 
 # ---- reuse between generations (a conversation's turns, a server's requests) ---------------
 
+class SameObject:
+    """A key part equal only to a key part of the same live object: a cache kept for a model
+    that is gone (a verifier replaced in the TUI) never matches a new one at the same address."""
+    __slots__ = ("ref", "hash")
+
+    def __init__(self, obj):
+        self.ref, self.hash = weakref.ref(obj), id(obj)
+
+    def __eq__(self, other):
+        return isinstance(other, SameObject) and self.ref() is not None and self.ref() is other.ref()
+
+    def __hash__(self):
+        return self.hash
+
+
 def cache_key(model, max_kv_size=None, quantized=None) -> tuple:
-    """What a kept cache must have been made for to be reused: this model (alive in the
-    session that keeps the cache) and this kind of cache (window; quantization: bits, group
-    size, start)."""
-    return (id(model), max_kv_size) + ((tuple(quantized),) if quantized else ())
+    """What a kept cache must have been made for to be reused: this model and this kind of
+    cache (window; quantization: bits, group size, start)."""
+    return (SameObject(model), max_kv_size) + ((tuple(quantized),) if quantized else ())
 
 
 def quantize(cache, bits, group_size, start) -> bool:
