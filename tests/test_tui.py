@@ -87,6 +87,25 @@ def test_two_turn_conversation_regenerate_and_edit():
     run(go())
 
 
+def test_chat_turns_keep_a_prompt_cache_and_compare_reads_afresh():
+    """Chat turns hand the app's prefix cache to the Session (the next turn prefills only its
+    new tokens: exactness is tested in test_prompt_cache*.py); the Compare tab never does."""
+    async def go():
+        app = fake_app(max_tokens=6, k=3)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            await send(pilot, app, "Draft a confidentiality clause.")
+            await send(pilot, app, "Shorter, please.")
+            assert FakeSession.caches[-2:] == [app.prompt_cache] * 2
+            n = len(FakeSession.caches)
+            await pilot.press("ctrl+b")
+            await settle(pilot, app)
+            assert "speedup" in static_text(app, "#compare-result")
+            assert len(FakeSession.caches) > n and set(FakeSession.caches[n:]) == {None}
+
+    run(go())
+
+
 def test_answer_streams_with_provenance_and_markdown_toggle():
     async def go():
         app = fake_app(max_tokens=100000, delay=0.01)

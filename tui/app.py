@@ -26,7 +26,7 @@ from textual.containers import Horizontal
 from textual.widgets import Button, Checkbox, Footer, Header, Input, ProgressBar, Static, TabbedContent, TextArea
 from textual.worker import get_current_worker
 
-from olifant_mlx.engine import GenerationOptions
+from olifant_mlx.engine import GenerationOptions, PrefixCache
 from olifant_mlx.tui import render, store
 from olifant_mlx.tui.calculator_tab import CalculatorTab
 from olifant_mlx.tui.chat_tab import ChatTab, MessageView
@@ -161,6 +161,9 @@ class OlifantApp(App):
         self.editing: int | None = None     # the chat turn being edited
         self.jobs: dict[int, Job] = {}
         self._ids = itertools.count(1)
+        # the KV caches of recent chat turns and document runs: the next turn of a conversation
+        # prefills only its new tokens (Compare always reads its prompt afresh: it measures)
+        self.prompt_cache = PrefixCache(max_entries=4)
         self.generating = False
         # loading a verifier or a tokenizer imports transformers, whose lazy imports are not
         # thread-safe: one load at a time
@@ -708,7 +711,8 @@ class OlifantApp(App):
         run = job.id if target is None else target
         for r in session.stream(job.prompt, options or job.settings.options, drafter,
                                 should_stop=lambda: worker.is_cancelled,
-                                continuation=isinstance(job.prompt, str)):
+                                continuation=isinstance(job.prompt, str),
+                                cache=self.prompt_cache if job.kind != "compare" else None):
             tokens.extend(r.tokens)
             text.append(r.text)
             pending.extend(r.segments)

@@ -70,6 +70,7 @@ def add_generation_args(p, prompt: bool = True) -> None:
                    help=f"draft tokens per step, 0..64 (the maximum for adaptive drafters; default {DEFAULT_K})")
     p.add_argument("--no-kv-cache", action="store_true", help="uncached regime: the whole sequence each step")
     p.add_argument("--max-kv-size", type=int, help="a sliding KV window of this many tokens (rotating cache)")
+    add_kv_quantization_args(p)
     if prompt:
         p.add_argument("-p", "--prompt", default="hello",
                        help="the prompt ('-' reads stdin; default 'hello'): an instruction for an "
@@ -142,6 +143,23 @@ def check_adapter_path(path) -> str | None:
     return str(folder)
 
 
+def add_prompt_cache_args(p) -> None:
+    """mlx-lm's KV cache flags (generate): a prompt cache file."""
+    p.add_argument("--prompt-cache-file", metavar="FILE",
+                   help="a prompt's KV cache made by `cache-prompt` (mlx-lm's format): the prompt "
+                        "continues the cached one, whose tokens are not read again")
+
+
+def add_kv_quantization_args(p) -> None:
+    """mlx-lm's KV quantization flags (generate, chat, cache-prompt)."""
+    p.add_argument("--kv-bits", type=int, metavar="BITS",
+                   help="quantize the KV cache to this many bits (2-8; mlx-lm's QuantizedKVCache; "
+                        "default: not quantized)")
+    p.add_argument("--kv-group-size", type=int, default=64, help="group size of the KV quantization (default 64)")
+    p.add_argument("--quantized-kv-start", type=int, default=5000,
+                   help="with --kv-bits, quantize once the cache holds this many tokens (default 5000)")
+
+
 def add_sampling_args(p, temp_help: str) -> None:
     """--temp, --top-p, --min-p, --top-k (mlx-lm's spellings)."""
     p.add_argument("--temp", "--temperature", dest="temperature", type=float, default=0.0, help=temp_help)
@@ -155,7 +173,9 @@ def options_from(args):
     from olifant_mlx.engine import GenerationOptions
 
     return GenerationOptions(k=args.k, max_tokens=args.max_tokens, kv_cache=not args.no_kv_cache,
-                             max_kv_size=args.max_kv_size, temperature=args.temperature,
+                             max_kv_size=args.max_kv_size, kv_bits=args.kv_bits,
+                             kv_group_size=args.kv_group_size, quantized_kv_start=args.quantized_kv_start,
+                             temperature=args.temperature,
                              top_p=args.top_p, seed=args.seed, top_k=args.top_k, min_p=args.min_p,
                              repetition_penalty=args.repetition_penalty,
                              repetition_context_size=args.repetition_context_size,
@@ -200,6 +220,8 @@ def prepare(args):
         check_path(options.history)      # a FIFO, a folder or a dangling link: refused now
     if spec.model_file:
         check_draft_model(spec.model_file, args.model)
+    if getattr(args, "prompt_cache_file", None):
+        check_prompt_file(args.prompt_cache_file, args.model, options)
     meter = open_meter(getattr(args, "energy", None))
     return options, spec, meter
 
@@ -217,6 +239,17 @@ def check_draft_model(path, model_spec) -> None:
     fix = f"train one with `train --model {name}`" if kind is IGTree else \
         f"build one with `build-rest --tokenizer {name}`"    # rest: and ngram-cache: files
     check_model_tokenizer(path, tok.name, tok.vocab_size, tok.digest, fix=fix)
+
+
+def check_prompt_file(path, model_spec, options) -> None:
+    """Refuse a prompt cache file made for another model before the verifier loads (its
+    tokenizer loads in a moment)."""
+    from olifant_mlx.engine import prompt_file
+    from olifant_mlx.verifier import default_model, load_tokenizer
+
+    if not options.kv_cache:
+        raise ValueError("--prompt-cache-file holds a KV cache: it cannot go with --no-kv-cache")
+    prompt_file.check(path, load_tokenizer(model_spec or default_model()))
 
 
 def table(title, rows) -> None:

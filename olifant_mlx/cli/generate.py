@@ -9,8 +9,9 @@ from __future__ import annotations
 import hashlib
 import sys
 
-from olifant_mlx.cli.common import (add_generation_args, add_mlx_lm_args, draft_tokens, empty_answer_hint, prepare,
-                                    print_json, summary_lines, template_kwargs)
+from olifant_mlx.cli.common import (MODEL_HELP, add_generation_args, add_mlx_lm_args, add_prompt_cache_args,
+                                    draft_tokens, empty_answer_hint, prepare, print_json, summary_lines,
+                                    template_kwargs)
 from olifant_mlx.cli.sharding import add_sharding_args, sharded_command
 
 DEMO_PROMPT = (  # the warranty disclaimer of the MIT licence: legal boilerplate verifiers know
@@ -58,16 +59,17 @@ def open_session(args):
     return session, options
 
 
-def stream_answer(session, prompt, options, args, out=None):
+def stream_answer(session, prompt, options, args, out=None, cache=None):
     """Generate, streaming text to `out` (default: sys.stdout as it is now, not as it was at
-    import) or NDJSON chunks with --json-stream; returns (text, tokens, last Response)."""
+    import) or NDJSON chunks with --json-stream; returns (text, tokens, last Response).
+    `cache`: a PromptCache the generation starts from and leaves its KV cache in."""
     out = out or sys.stdout
     ndjson = getattr(args, "json_stream", False)
     quiet_text = getattr(args, "json", False)
     bar = PrefillBar(sys.stderr.isatty() and not ndjson)
     text, tokens, last = [], [], None
     try:
-        for r in session.stream(prompt, options, on_prefill=bar):
+        for r in session.stream(prompt, options, on_prefill=bar, cache=cache):
             bar.close()
             text.append(r.text)
             tokens.extend(r.tokens)
@@ -105,12 +107,18 @@ def report(session, prompt, text, tokens, last, args) -> None:
 
 
 def cmd_generate(args) -> int:
+    if args.prompt_cache_file and args.prefill_response is not None:
+        raise ValueError("--prefill-response cannot go with --prompt-cache-file (the cached prompt ends inside "
+                         "the user's message, before the assistant's answer begins): put the text in the prompt")
     prompt_text = sys.stdin.read() if args.prompt == "-" else args.prompt
     session, options = open_session(args)
     prompt = session.prompt_for(prompt_text, args.system_prompt, not args.ignore_chat_template,
                                 template_kwargs(args))
+    cache = None
+    if args.prompt_cache_file:
+        prompt, cache = continue_cached(session, prompt, args, options)
     text, tokens, last = stream_answer(session, prefilled(session, prompt, args.prefill_response),
-                                       options, args)
+                                       options, args, cache=cache)
     report(session, prompt, text, tokens, last, args)
     return 0
 
@@ -129,14 +137,69 @@ def prefilled(session, prompt, prefill):
     return session.verifier.chat_ids(prompt.messages, prompt.template_kwargs, prefill=prefill)
 
 
+def continue_cached(session, prompt, args, options):
+    """(the whole prompt's ids, a PromptCache holding the file's cache): the prompt continues
+    the cached one. A chat's continuation is its template's text from the user's message on,
+    as mlx-lm's generate cuts it (the cached prompt is the start of that message)."""
+    from olifant_mlx.engine import Chat, PromptCache
+    from olifant_mlx.engine import cache as kv
+    from olifant_mlx.engine import prompt_file
+
+    v = session.verifier
+    layers, cached = prompt_file.load(args.prompt_cache_file, v.identity, v.model, options.max_kv_size)
+    if isinstance(prompt, Chat):
+        def render(messages):
+            return v.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True,
+                                                   **prompt.template_kwargs)
+
+        full = render(prompt.messages)
+        marked = render(prompt.messages[:-1] + ({"role": "user", "content": "<query>"},))
+        text = full[marked.index("<query>"):]
+    else:
+        text = prompt
+    store = PromptCache()
+    quantized = (options.kv_bits, options.kv_group_size, options.quantized_kv_start) if options.kv_bits else None
+    store.keep(kv.cache_key(v.model, options.max_kv_size, quantized), cached, layers)
+    return cached + list(v.tokenizer.encode(text, add_special_tokens=False)), store
+
+
+def cmd_cache_prompt(args) -> int:
+    """mlx-lm's cache_prompt: the prompt's KV cache in a file, for `generate --prompt-cache-file`.
+    With a chat template the prompt is the start of a user message, left open."""
+    from olifant_mlx.engine import cache as kv
+    from olifant_mlx.engine import prompt_file
+    from olifant_mlx.engine.session import GenerationOptions
+    from olifant_mlx.mlx_setup import mx
+    from olifant_mlx.verifier import load_verifier
+
+    GenerationOptions(max_kv_size=args.max_kv_size)           # checked before the model loads
+    if not args.prompt_cache_file.endswith(prompt_file.SUFFIX):
+        raise ValueError(f"{args.prompt_cache_file}: a prompt cache file must end in {prompt_file.SUFFIX}")
+    text = sys.stdin.read() if args.prompt == "-" else args.prompt
+    v = load_verifier(args.model)
+    if v.has_chat_template and not args.ignore_chat_template:
+        rendered = v.tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                                   add_generation_prompt=False, continue_final_message=True)
+        ids = list(v.tokenizer.encode(rendered, add_special_tokens=False))
+    else:
+        ids = v.encode(text)
+    layers = kv.make_cache(v.model, args.max_kv_size)
+    kv.prefill(v.model, layers, ids)
+    mx.eval([c.state for c in layers])
+    prompt_file.save(args.prompt_cache_file, layers, ids, v)
+    sys.stderr.write(f"saved the KV cache of {len(ids):,} prompt tokens to {args.prompt_cache_file} (mode 0600)\n")
+    return 0
+
+
 CHAT_HELP = "type a message; 'q' quits, 'r' starts a new conversation, 'h' shows this help"
 
 
 def cmd_chat(args) -> int:
     """A multi-turn conversation on stdin/stdout (like mlx_lm.chat), kept in memory only."""
-    from olifant_mlx.engine import Chat
+    from olifant_mlx.engine import Chat, PromptCache
 
     session, options = open_session(args)
+    cache = PromptCache()      # the conversation's KV cache: a turn prefills only its new tokens
     if not session.verifier.has_chat_template:
         raise ValueError(f"{session.verifier.name} has no chat template (a base model): use "
                          f"`generate` to continue text")
@@ -158,6 +221,7 @@ def cmd_chat(args) -> int:
             break
         if query.strip() == "r":
             chat = Chat(system, template_kwargs(args))
+            cache.clear()
             sys.stderr.write("(new conversation)\n")
             continue
         if query.strip() == "h":
@@ -167,7 +231,7 @@ def cmd_chat(args) -> int:
             continue
         chat = chat.then("user", query)
         text, tokens, last = stream_answer(session, prefilled(session, chat, args.prefill_response),
-                                           options, args)
+                                           options, args, cache=cache)
         sys.stdout.write("\n")
         sys.stdout.flush()
         chat = chat.then("assistant", (args.prefill_response or "") + text)
@@ -177,8 +241,10 @@ def cmd_chat(args) -> int:
         if s.tokens == 0 and s.stop_reason == "eos":
             sys.stderr.write("note: " + empty_answer_hint(session, chat) + "\n")
         if not args.quiet:
+            reused = s.extra.get("cached_tokens", 0)
+            cached = f"; {reused} of the {s.prompt_tokens} prompt tokens from the cache" if reused else ""
             sys.stderr.write(f"[{s.tokens} tokens, {s.generation_tps:.1f} tok/s, acceptance "
-                             f"{s.acceptance:.0%}, {s.steps} verifier passes, {s.stop_reason}]\n")
+                             f"{s.acceptance:.0%}, {s.steps} verifier passes, {s.stop_reason}{cached}]\n")
     return 0
 
 
@@ -263,6 +329,7 @@ def add_parsers(sub):
     add_generation_args(g)
     add_mlx_lm_args(g)
     add_sharding_args(g)
+    add_prompt_cache_args(g)
     g.add_argument("--stats", action="store_true", help="more detail in the summary (steps, times)")
     g.add_argument("--quiet", action="store_true", help="no summary on stderr")
     out = g.add_mutually_exclusive_group()
@@ -277,6 +344,17 @@ def add_parsers(sub):
     add_sharding_args(c)
     c.add_argument("--quiet", action="store_true", help="no per-answer summary on stderr")
     c.set_defaults(func=sharded_command(cmd_chat), stats=False)
+
+    cp = sub.add_parser("cache-prompt", help="a prompt's KV cache in a file, for generate --prompt-cache-file "
+                                             "(mlx-lm's cache_prompt)")
+    cp.add_argument("--model", help=MODEL_HELP)
+    cp.add_argument("-p", "--prompt", required=True, help="the prompt to cache ('-' reads stdin)")
+    cp.add_argument("--prompt-cache-file", required=True, metavar="FILE",
+                    help="where to write it (a .safetensors file, mode 0600)")
+    cp.add_argument("--max-kv-size", type=int, help="a sliding KV window (generate must use the same)")
+    cp.add_argument("--ignore-chat-template", action="store_true",
+                    help="cache the prompt as raw text, without the verifier's chat template")
+    cp.set_defaults(func=cmd_cache_prompt)
 
     d = sub.add_parser("demo", help="plain vs speculative on a legal prompt with the offline verifier")
     d.add_argument("--model", help="verifier (default smollm2-135m)")

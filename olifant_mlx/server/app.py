@@ -440,14 +440,14 @@ def start(verifier, choice, defaults=None, limits: Limits | None = None, api_key
     bind rule of `check_bind` applies."""
     from olifant_mlx.engine.session import GenerationOptions
     from olifant_mlx.server.config import LOOPBACK, check_bind
-    from olifant_mlx.server.queue import make_setup
+    from olifant_mlx.server.queue import make_setup, prompt_cache
 
     defaults = defaults or GenerationOptions(k=8, max_tokens=512)
     limits = limits or Limits()
     host = check_bind(host, api_key)
     sock = bind(host, port)
     queue = GenerationQueue(make_setup(verifier, choice, defaults, meter), limits.queue_size,
-                            [make_setup(v, choice, defaults, meter) for v in others])
+                            [make_setup(v, choice, defaults, meter) for v in others], prompt_cache(limits))
     try:
         queue.start()
     except BaseException:
