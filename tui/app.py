@@ -26,6 +26,7 @@ from textual.widgets import Button, Checkbox, Footer, Header, Input, ProgressBar
 from textual.worker import get_current_worker
 
 from olifant_mlx.engine import GenerationOptions
+from olifant_mlx.teardown import on_own_thread
 from olifant_mlx.tui import render, store
 from olifant_mlx.tui.calculator_tab import CalculatorTab
 from olifant_mlx.tui.chat_tab import ChatTab, MessageView
@@ -726,6 +727,7 @@ class OlifantApp(App):
                              f"continue text in the Document tab (F3)")
 
     @work(thread=True, exclusive=True, group="generate", exit_on_error=False)
+    @on_own_thread           # MLX never runs on the pool's thread: see olifant_mlx.teardown
     def _generate_worker(self, job: Job) -> None:
         worker = get_current_worker()
         try:
@@ -740,6 +742,7 @@ class OlifantApp(App):
             self.post_message(Failed("generation", f"{type(e).__name__}: {e}", job.id))
 
     @work(thread=True, exclusive=True, group="generate", exit_on_error=False)
+    @on_own_thread           # MLX never runs on the pool's thread: see olifant_mlx.teardown
     def _compare_worker(self, job: Job) -> None:
         from olifant_mlx.drafters import NoDrafter
 
@@ -996,6 +999,7 @@ class OlifantApp(App):
             return self.tokenizer_fn(model)
 
     @work(thread=True, group="tokenizer", exit_on_error=False)
+    @on_own_thread           # MLX never runs on the pool's thread: see olifant_mlx.teardown
     def _tokenizer_worker(self, model) -> None:
         try:
             self.post_message(TokenizerKnown(model, self._tokenizer(model)))
@@ -1036,6 +1040,7 @@ class OlifantApp(App):
         self._train_worker(corpus, out, model)
 
     @work(thread=True, exclusive=True, group="train", exit_on_error=False)
+    @on_own_thread           # MLX never runs on the pool's thread: see olifant_mlx.teardown
     def _train_worker(self, corpus, out, model) -> None:
         try:
             train = self.train_fn

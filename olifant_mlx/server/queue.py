@@ -19,6 +19,8 @@ import threading
 import time
 from dataclasses import dataclass
 
+from olifant_mlx.teardown import release_streams
+
 log = logging.getLogger("olifant_mlx.server")
 
 FINISH = {"eos": "stop", "stop": "stop", "max_tokens": "length", "stopped": "length"}
@@ -193,6 +195,12 @@ class GenerationQueue:
     # ---- the worker's side -------------------------------------------------------------
 
     def _main(self):
+        try:
+            self._work()
+        finally:                         # before the thread ends: see olifant_mlx.teardown
+            release_streams()
+
+    def _work(self):
         try:
             self.session, self.drafters, self.info = self._setup()
         except BaseException as e:       # noqa: B036 - handed to start(), which raises it
