@@ -63,3 +63,15 @@ def test_demo_prints_the_median_and_range_over_rounds():
         assert "spread too wide to trust" in out
     elif high / low < rounds.SPREAD_LIMIT / 1.02:
         assert "spread too wide to trust" not in out
+
+
+def test_compare_tab_text_shows_the_rounds_and_their_warning():
+    from olifant_mlx.engine.stats import Stats
+    from olifant_mlx.tui.render import compare_text
+
+    plain, spec = Stats(), Stats()
+    wide = rounds.speedups([10, 10, 10], [10, 20, 15])
+    text = compare_text(plain, spec, same=True, measured=wide, rates=(10.0, 15.0))
+    assert "speedup 1.50x (median of 3 rounds, range 1.00-2.00x" in text
+    assert "spread too wide to trust" in text and "outputs identical: yes" in text
+    assert "    10.0 tok/s" in text and "    15.0 tok/s" in text

@@ -46,6 +46,7 @@ DEFAULT_DOCUMENT = ("THE SOFTWARE IS PROVIDED \"AS IS\", WITHOUT WARRANTY OF ANY
                     "IMPLIED, INCLUDING BUT NOT LIMITED TO")
 DEFAULT_PROMPT = DEFAULT_DOCUMENT            # the screenshot script's training text starts so
 FLUSH_S = 0.05          # at most ~20 UI messages a second from a generation
+COMPARE_ROUNDS = 3      # measured rounds after the shown pair (measure/rounds.py: fewer are not trusted)
 TABS = ("chat", "document", "compare", "calculator", "models", "settings")
 WORKSPACE = ("chat", "document")
 FOCUS = {"chat": "#composer", "document": "#doc-editor", "compare": "#compare-go",
@@ -664,7 +665,7 @@ class OlifantApp(App):
         self._tab_changed("compare")
         tab = self.query_one(CompareTab)
         tab.clear()
-        self.query_one("#compare-result", Static).update("running plain, then speculative ...")
+        self.query_one("#compare-result", Static).update("running plain, then speculative, then measuring ...")
         self._start(Job(next(self._ids), "compare", None, s, prompt[1], 0))
 
     def _start(self, job: Job) -> None:
@@ -759,12 +760,40 @@ class OlifantApp(App):
             s_ids, s_text, s_stats, s_win, r2 = self._stream(worker, session, job)
             if r2 == "stopped":
                 raise InterruptedError("stopped")
+            measured, rates = self._compare_rounds(worker, session, job)
             self.post_message(CompareDone((p_text, p_stats, p_win), (s_text, s_stats, s_win),
-                                          p_ids == s_ids))
+                                          p_ids == s_ids, measured, rates))
         except InterruptedError:
             self.post_message(Failed("compare", "stopped", job.id))
         except Exception as e:
             self.post_message(Failed("compare", f"{type(e).__name__}: {e}", job.id))
+
+    def _compare_rounds(self, worker, session, job: Job):
+        """After the shown pair (the warm-up), COMPARE_ROUNDS unshown rounds of plain and
+        speculative, alternating which runs first: (Speedups, (plain, speculative) median tok/s)."""
+        import statistics
+
+        from olifant_mlx.drafters import NoDrafter
+        from olifant_mlx.measure import rounds
+
+        def rate(drafter, options):
+            out = list(session.stream(job.prompt, options, drafter, should_stop=lambda: worker.is_cancelled,
+                                      continuation=isinstance(job.prompt, str)))
+            last = out[-1] if out else None
+            if last is None or last.finish_reason == "stopped":
+                raise InterruptedError("stopped")
+            return last.stats.tokens_per_s
+
+        plain_opts = job.settings.options.replace(k=0)
+        plains, specs = [], []
+        for i in range(COMPARE_ROUNDS):
+            self.post_message(Status(f"measuring: round {i + 1} of {COMPARE_ROUNDS} (plain and speculative)"))
+            for which in (("plain", "spec") if i % 2 == 0 else ("spec", "plain")):
+                if which == "plain":
+                    plains.append(rate(NoDrafter(), plain_opts))
+                else:
+                    specs.append(rate(None, job.settings.options))
+        return rounds.speedups(plains, specs), (statistics.median(plains), statistics.median(specs))
 
     # ---- message handlers (UI thread) -----------------------------------------------
 
@@ -872,7 +901,7 @@ class OlifantApp(App):
         (_, ps, pw), (_, ss, sw) = m.plain, m.spec
         self.query_one("#compare-result", Static).update(
             render.compare_text(ps, ss, pw.total_j if pw else None, sw.total_j if sw else None,
-                                m.same))
+                                m.same, m.measured, m.rates))
         self.last_stats = ss
         self._session_line()
 
