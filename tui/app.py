@@ -116,6 +116,7 @@ class OlifantApp(App):
         Binding("ctrl+b", "compare", "Compare", priority=True),
         Binding("ctrl+f", "toggle_markdown", "Markdown", priority=True),
         Binding("f1", "show_keys", "Keys", priority=True),
+        Binding("ctrl+q", "quit", "Quit", priority=True),      # Textual's own, shown in the footer
         Binding("f8", "toggle_panel('nav')", "List", priority=True),
         Binding("f9", "toggle_panel('live')", "Numbers", priority=True),
         Binding("f10", "cycle_marks", "Marks", priority=True),
