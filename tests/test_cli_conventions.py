@@ -156,3 +156,20 @@ def test_auto_finds_the_draft_model_for_the_verifiers_tokenizer(tmp_path, monkey
         b.add_document((list(range(60)) * 10)[:n])
         b.build().save(str(tmp_path / f"{name}.olif"))
     assert resolve_auto(Ident()).text == f"adaptive:hybrid:{tmp_path / 'big.olif'}"
+
+
+def test_no_pytorch_notice_from_transformers(tmp_path):
+    """olifant_mlx uses only transformers' tokenizers: its "PyTorch was not found" advisory is
+    silenced at the source (olifant_mlx/__init__.py), for every command (train: a real one)."""
+    notice = "PyTorch was not found"
+    env = {k: v for k, v in os.environ.items() if k != "TRANSFORMERS_NO_ADVISORY_WARNINGS"}
+    alone = subprocess.run([sys.executable, "-c", "import transformers"], capture_output=True, text=True,
+                           env=env, timeout=120)
+    if notice not in alone.stderr:
+        pytest.skip("transformers prints no PyTorch notice here (PyTorch is installed)")
+    ours = subprocess.run([sys.executable, "-c", "import olifant_mlx, transformers"], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert notice not in ours.stderr
+    r = subprocess.run([sys.executable, "-m", "olifant_mlx", "train", "--model", "smollm2-135m", "--out",
+                        str(tmp_path / "m.olif")], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0 and notice not in r.stderr, r.stderr[-2000:]
