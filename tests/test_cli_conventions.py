@@ -173,3 +173,16 @@ def test_no_pytorch_notice_from_transformers(tmp_path):
     r = subprocess.run([sys.executable, "-m", "olifant_mlx", "train", "--model", "smollm2-135m", "--out",
                         str(tmp_path / "m.olif")], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0 and notice not in r.stderr, r.stderr[-2000:]
+
+
+def test_drafting_line_gives_tokens_per_pass_and_dashes_where_nothing_was_drafted():
+    from olifant_mlx.cli.common import drafting_line
+    from olifant_mlx.engine.stats import Stats
+
+    plain = drafting_line("none", Stats(tokens=80, steps=80, stop_reason="max_tokens"))
+    assert "1.00 tokens per verifier pass (80 passes for 80 tokens, 0 saved)" in plain
+    assert "acceptance —, mean accepted length — (draft tokens accepted per verifier pass)" in plain
+    assert "0.0%" not in plain and "0.00" not in plain.split("pass (")[1]
+    drafted = drafting_line("lookup", Stats(tokens=80, steps=50, drafted=100, accepted=30))
+    assert "1.60 tokens per verifier pass (50 passes for 80 tokens, 30 saved)" in drafted
+    assert "acceptance 30.0%, mean accepted length 0.60" in drafted
