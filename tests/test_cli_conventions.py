@@ -186,3 +186,26 @@ def test_drafting_line_gives_tokens_per_pass_and_dashes_where_nothing_was_drafte
     drafted = drafting_line("lookup", Stats(tokens=80, steps=50, drafted=100, accepted=30))
     assert "1.60 tokens per verifier pass (50 passes for 80 tokens, 30 saved)" in drafted
     assert "acceptance 30.0%, mean accepted length 0.60" in drafted
+
+
+def test_kv_window_note_when_the_window_is_smaller_than_the_run():
+    from olifant_mlx.cli.common import kv_window_note
+    from olifant_mlx.engine import GenerationOptions
+
+    small = GenerationOptions(k=8, max_tokens=80, max_kv_size=64)
+    note = kv_window_note(20, small)
+    assert note.startswith("warning: --max-kv-size 64 is below prompt + max tokens + k (20 + 80 + 8 = 108)")
+    assert "give --max-kv-size 108 or more" in note
+    assert kv_window_note(20, small.replace(max_kv_size=108)) is None     # exactly enough
+    assert kv_window_note(20, small.replace(max_kv_size=None)) is None
+    assert kv_window_note(20, small.replace(k=0)) is None                 # plain: nothing to lose
+
+
+@pytest.mark.slow
+def test_generate_warns_about_a_small_kv_window():
+    base = [sys.executable, "-m", "olifant_mlx", "generate", "--model", "smollm2-135m", "-m", "8",
+            "-p", "THE SOFTWARE IS PROVIDED", "--max-kv-size", "16"]
+    r = subprocess.run(base, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "warning: --max-kv-size 16 is below prompt + max tokens + k" in r.stderr
+    plain = subprocess.run(base + ["--draft", "none"], capture_output=True, text=True, timeout=300)
+    assert plain.returncode == 0 and "warning: --max-kv-size" not in plain.stderr

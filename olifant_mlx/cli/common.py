@@ -241,6 +241,20 @@ def drafting_line(label: str, stats) -> str:
             f"verifier pass); stopped by {stats.stop_reason or 'nothing'}")
 
 
+def kv_window_note(prompt_tokens: int, options) -> str | None:
+    """A warning when a drafting run's --max-kv-size window is smaller than what it will hold
+    (prompt + max tokens + k): once the window wraps, every pass is restored from a snapshot
+    and its accepted tokens re-fed (engine/cache.py), which can cost more than drafting saves."""
+    window = options.max_kv_size
+    need = prompt_tokens + options.max_tokens + options.k
+    if not window or not options.kv_cache or options.k == 0 or need <= window:
+        return None
+    return (f"warning: --max-kv-size {window} is below prompt + max tokens + k ({prompt_tokens} + "
+            f"{options.max_tokens} + {options.k} = {need}): once the window wraps, each pass is "
+            f"restored and re-fed, and drafting may save nothing or cost time; give "
+            f"--max-kv-size {need} or more")
+
+
 def empty_answer_hint(session, prompt) -> str:
     """Why a generation that ended at once (EOS first) gave nothing, and what to try."""
     from olifant_mlx.engine import Chat

@@ -11,7 +11,7 @@ import hashlib
 import sys
 
 from olifant_mlx.cli.common import (add_generation_args, draft_tokens, empty_answer_hint, prepare,
-                                    print_json, summary_lines, template_kwargs)
+                                    kv_window_note, print_json, summary_lines, template_kwargs)
 from olifant_mlx.cli.sharding import add_sharding_args, sharded_command
 
 DEMO_PROMPT = (  # the warranty disclaimer of the MIT licence: legal boilerplate verifiers know
@@ -68,6 +68,9 @@ def stream_answer(session, prompt, options, args, out=sys.stdout):
     try:
         for r in session.stream(prompt, options, on_prefill=bar):
             bar.close()
+            drafting = getattr(session.drafter, "name", "none") != "none"
+            if last is None and drafting and (note := kv_window_note(r.stats.prompt_tokens, options)):
+                sys.stderr.write(note + "\n")
             text.append(r.text)
             tokens.extend(r.tokens)
             if ndjson:
