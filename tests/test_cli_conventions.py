@@ -209,3 +209,31 @@ def test_generate_warns_about_a_small_kv_window():
     assert r.returncode == 0 and "warning: --max-kv-size 16 is below prompt + max tokens + k" in r.stderr
     plain = subprocess.run(base + ["--draft", "none"], capture_output=True, text=True, timeout=300)
     assert plain.returncode == 0 and "warning: --max-kv-size" not in plain.stderr
+
+
+def test_models_table_keeps_paths_whole_at_80_columns(tmp_path):
+    """At 80 columns a long draft-model path folds onto more lines; it is never cut with "…"."""
+    import glob
+    import shutil
+
+    found = sorted(glob.glob(str(olifant_mlx_cache() / "drafts" / "*.olif")))
+    if not found:
+        pytest.skip("no draft model in the cache yet")
+    cache = tmp_path / ("a-rather-long-cache-folder-name-for-this-test" * 2)
+    (cache / "drafts").mkdir(parents=True)
+    shutil.copy(found[0], cache / "drafts" / "legal-contracts-for-smollm2.olif")
+    env = {**os.environ, "OLIFANT_CACHE": str(cache), "COLUMNS": "80"}
+    r = subprocess.run([sys.executable, "-m", "olifant_mlx", "models"], capture_output=True, text=True,
+                       env=env, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80 and "…" not in r.stdout
+    table = lines[next(i for i, line in enumerate(lines) if "┃ path" in line):]
+    first_cells = "".join(line.split("│")[1].strip() for line in table if line.startswith("│"))
+    assert str(cache / "drafts" / "legal-contracts-for-smollm2.olif") in first_cells
+
+
+def olifant_mlx_cache():
+    from olifant_mlx.files import cache_dir
+
+    return cache_dir()
