@@ -288,10 +288,7 @@ def summary_lines(stats, session, energy, detailed: bool = False) -> list:
     drafter = session.spec.text if session.spec is not None else session.drafter.name
     asked = getattr(session.requested, "text", session.requested)
     label = f"{asked} -> {drafter}" if isinstance(asked, str) and asked != drafter else drafter
-    saved = stats.tokens - stats.steps
-    lines.append(f"Drafting: {label}: acceptance {stats.acceptance:.1%}, mean accepted length "
-                 f"{stats.mean_accepted_length:.2f}, {stats.steps} verifier passes for "
-                 f"{stats.tokens} tokens ({max(saved, 0)} saved); stopped by {stats.stop_reason or 'nothing'}")
+    lines.append(drafting_line(label, stats))
     sharded = stats.extra.get("sharded")
     if sharded:
         lines.append(f"Sharded: {sharded['mode']} parallel over {sharded['ranks']} ranks "
@@ -309,6 +306,33 @@ def summary_lines(stats, session, energy, detailed: bool = False) -> list:
                      f"positions {stats.forward_tokens}, drafting {stats.draft_s * 1e3:.1f} ms, "
                      f"verifying {stats.verify_s:.2f} s, overhead {stats.overhead_ms_per_step:.3f} ms/step")
     return lines
+
+
+def drafting_line(label: str, stats) -> str:
+    """The summary's drafting line: tokens per verifier pass (what drafting buys), the mean
+    accepted length defined beside it, and "—" where nothing was drafted (plain decoding:
+    acceptance and accepted length do not apply)."""
+    drafted = stats.drafted > 0
+    per_pass = f"{stats.tokens / stats.steps:.2f}" if stats.steps else "—"
+    return (f"Drafting: {label}: {per_pass} tokens per verifier pass ({stats.steps} passes for "
+            f"{stats.tokens} tokens, {max(stats.tokens - stats.steps, 0)} saved); acceptance "
+            f"{f'{stats.acceptance:.1%}' if drafted else '—'}, mean accepted length "
+            f"{f'{stats.mean_accepted_length:.2f}' if drafted else '—'} (draft tokens accepted per "
+            f"verifier pass); stopped by {stats.stop_reason or 'nothing'}")
+
+
+def kv_window_note(prompt_tokens: int, options) -> str | None:
+    """A warning when a drafting run's --max-kv-size window is smaller than what it will hold
+    (prompt + max tokens + k): once the window wraps, every pass is restored from a snapshot
+    and its accepted tokens re-fed (engine/cache.py), which can cost more than drafting saves."""
+    window = options.max_kv_size
+    need = prompt_tokens + options.max_tokens + options.k
+    if not window or not options.kv_cache or options.k == 0 or need <= window:
+        return None
+    return (f"warning: --max-kv-size {window} is below prompt + max tokens + k ({prompt_tokens} + "
+            f"{options.max_tokens} + {options.k} = {need}): once the window wraps, each pass is "
+            f"restored and re-fed, and drafting may save nothing or cost time; give "
+            f"--max-kv-size {need} or more")
 
 
 def empty_answer_hint(session, prompt) -> str:

@@ -6,12 +6,13 @@ the verifier loads.
 """
 from __future__ import annotations
 
+import argparse
 import hashlib
 import sys
 
 from olifant_mlx.cli.common import (MODEL_HELP, add_generation_args, add_mlx_lm_args, add_prompt_cache_args,
-                                    draft_tokens, empty_answer_hint, prepare, print_json, summary_lines,
-                                    template_kwargs)
+                                    draft_tokens, empty_answer_hint, kv_window_note, prepare, print_json,
+                                    summary_lines, template_kwargs)
 from olifant_mlx.cli.sharding import add_sharding_args, sharded_command
 
 DEMO_PROMPT = (  # the warranty disclaimer of the MIT licence: legal boilerplate verifiers know
@@ -71,6 +72,9 @@ def stream_answer(session, prompt, options, args, out=None, cache=None):
     try:
         for r in session.stream(prompt, options, on_prefill=bar, cache=cache):
             bar.close()
+            drafting = getattr(session.drafter, "name", "none") != "none"
+            if last is None and drafting and (note := kv_window_note(r.stats.prompt_tokens, options)):
+                sys.stderr.write(note + "\n")
             text.append(r.text)
             tokens.extend(r.tokens)
             if ndjson:
@@ -280,7 +284,20 @@ def demo_draft_model(tokenizer, verifier_name, corpora):
     return IGTree.load(path), path
 
 
+def rounds_count(value: str) -> int:
+    """argparse type of demo's --rounds: 1..100 (a usage error otherwise)."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--rounds must be a whole number, got {value!r}") from None
+    if not 1 <= n <= 100:
+        raise argparse.ArgumentTypeError(f"--rounds must be between 1 and 100, got {n}")
+    return n
+
+
 def cmd_demo(args) -> int:
+    import statistics
+
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -288,6 +305,7 @@ def cmd_demo(args) -> int:
     from olifant_mlx.cli.train import DEFAULT_CORPUS
     from olifant_mlx.drafters import NoDrafter
     from olifant_mlx.engine import GenerationOptions, Session
+    from olifant_mlx.measure import rounds
     from olifant_mlx.verifier import EMBEDDED_DEFAULT, load_verifier
 
     options = GenerationOptions(k=args.k, max_tokens=args.max_tokens)
@@ -299,9 +317,19 @@ def cmd_demo(args) -> int:
     spec = f"adaptive:hybrid:{path}"        # the best drafter measured, over the demo's model
     session = Session(verifier, spec, options)
     plain_opts = options.replace(k=0)
-    session.generate("Warm-up.", plain_opts.replace(max_tokens=4), NoDrafter())  # first-call costs
-    plain = session.generate(prompt, plain_opts, NoDrafter())
-    spec_run = session.generate(prompt, options)
+    # a warm-up of both runs (first-call costs, the drafter's first lookups), then rounds that
+    # alternate which runs first, so that a drift in the machine's load hits both alike
+    session.generate(prompt, plain_opts, NoDrafter())
+    session.generate(prompt, options)
+    plains, specs = [], []
+    for i in range(args.rounds):
+        order = ("plain", "spec") if i % 2 == 0 else ("spec", "plain")
+        for which in order:
+            if which == "plain":
+                plains.append(session.generate(prompt, plain_opts, NoDrafter()))
+            else:
+                specs.append(session.generate(prompt, options))
+    plain, spec_run = plains[-1], specs[-1]
     con = Console()
     con.print(f"[bold]verifier[/] {verifier.name} (KV cache, prompt continued as raw text), "
               f"[bold]drafter[/] adaptive hybrid (session text, then the olifant IGTree of "
@@ -309,18 +337,21 @@ def cmd_demo(args) -> int:
               f"k <= {args.k}\n[bold]prompt[/] {prompt}\n")
     for label, r in (("plain", plain), ("speculative", spec_run)):
         con.print(Text.assemble((label + ": ", "bold"), r.text))
-    same = plain.tokens == spec_run.tokens
-    t = Table(show_header=True)
+    same = all(r.tokens == plain.tokens for r in plains + specs)
+    t = Table(show_header=True, caption=f"tok/s: median of {args.rounds} rounds; the rest: the last round")
     for c in ("", "tokens", "tok/s", "acceptance", "mean accepted length", "verifier passes"):
         t.add_column(c, justify="right")
-    for label, s in (("plain", plain.stats), ("speculative", spec_run.stats)):
-        t.add_row(label, str(s.tokens), f"{s.tokens_per_s:.1f}", f"{s.acceptance:.1%}",
-                  f"{s.mean_accepted_length:.2f}", str(s.steps))
+    for label, runs in (("plain", plains), ("speculative", specs)):
+        st = runs[-1].stats
+        drafted = label != "plain"
+        t.add_row(label, str(st.tokens), f"{statistics.median(r.stats.tokens_per_s for r in runs):.1f}",
+                  f"{st.acceptance:.1%}" if drafted else "—",
+                  f"{st.mean_accepted_length:.2f}" if drafted else "—", str(st.steps))
     con.print(t)
-    ps, ss = plain.stats, spec_run.stats
-    speedup = ss.tokens_per_s / ps.tokens_per_s if ps.tokens_per_s else 0.0
-    con.print(f"outputs identical: [bold]{'yes' if same else 'NO'}[/]   speedup: [bold]{speedup:.2f}x[/] "
-              f"(measured in this run, verifier {verifier.name}, drafter {spec})")
+    measured = rounds.speedups([r.stats.tokens_per_s for r in plains], [r.stats.tokens_per_s for r in specs])
+    con.print(f"outputs identical: [bold]{'yes' if same else 'NO'}[/]   verifier {verifier.name}, drafter {spec}")
+    for i, line in enumerate(rounds.summary(measured, rounds.load_average())):
+        con.print(f"[bold]{line}[/]" if i == 0 else f"[yellow]{line}[/]", highlight=False)
     return 0 if same else 1
 
 
@@ -362,4 +393,6 @@ def add_parsers(sub):
     d.add_argument("-k", type=draft_tokens, default=8, help="draft tokens per step at most (default 8)")
     d.add_argument("-m", "--max-tokens", type=int, default=80)
     d.add_argument("-p", "--prompt", help="prompt text (default: a licence clause)")
+    d.add_argument("--rounds", type=rounds_count, default=3,
+                   help="measured rounds of plain and speculative, after a warm-up (default 3)")
     d.set_defaults(func=cmd_demo)

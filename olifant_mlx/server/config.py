@@ -123,5 +123,5 @@ def parse_drafters(draft: str | None, named, check_files: bool = True) -> Drafte
                               f"choose another name")
         if name in specs:
             raise ConfigError(f"--drafters: {name!r} is named twice")
-        specs[name] = parse_spec(text, check_files)
+        specs[name] = parse_spec(text, check_files, shown=f"--drafters {item}")
     return DrafterChoice(specs, next(iter(specs)))

@@ -19,6 +19,8 @@ import threading
 import time
 from dataclasses import dataclass
 
+from olifant_mlx.teardown import release_streams
+
 log = logging.getLogger("olifant_mlx.server")
 
 FINISH = {"eos": "stop", "stop": "stop", "max_tokens": "length", "stopped": "length"}
@@ -203,6 +205,12 @@ class GenerationQueue:
     # ---- the worker's side -------------------------------------------------------------
 
     def _main(self):
+        try:
+            self._work()
+        finally:                         # before the thread ends: see olifant_mlx.teardown
+            release_streams()
+
+    def _work(self):
         try:
             self.session, self.drafters, self.info = self._setup()
             self.models[self.info.id] = (self.session, self.drafters, self.info)
