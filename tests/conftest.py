@@ -14,3 +14,15 @@ def shared():
     if not SHARED.is_dir():
         pytest.skip(f"shared material not found at {SHARED} (set OLIFANT_SHARED)")
     return SHARED
+
+
+@pytest.fixture(scope="module")
+def tmux_server():
+    """The tests' own tmux server (tests/terminal.py), ended after the module that used it."""
+    import shutil
+
+    from terminal import kill_server
+    if shutil.which("tmux") is None:
+        pytest.skip("needs tmux")
+    yield
+    kill_server()

@@ -4,7 +4,6 @@ teardown ("terminate called without an active exception", status 134; see olifan
 Each runs as a real subprocess on the real SmolLM2-135M with short generations; the ones that
 ran MLX on a thread (serve, tui), where the abort was a race, run a few times."""
 import json
-import shutil
 import signal
 import socket
 import subprocess
@@ -14,6 +13,7 @@ import time
 import urllib.request
 
 import pytest
+import terminal
 
 from olifant_mlx.teardown import on_own_thread
 
@@ -128,46 +128,23 @@ def test_serve_after_a_request_exits_cleanly(sig, status):
     assert proc.returncode == status, err[-2000:]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def tmux_server():
-    """This module's own tmux server, ended with it."""
-    yield
-    if shutil.which("tmux"):
-        subprocess.run(["tmux", "-L", "olifant-exit-test", "kill-server"], capture_output=True)
-
-
-def tmux(*args):
-    return subprocess.run(["tmux", "-L", "olifant-exit-test", *args], capture_output=True, text=True, check=True)
-
-
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 @pytest.mark.parametrize("run", range(3))
-def test_tui_quits_with_status_0_after_a_generation(tmp_path, run):
+def test_tui_quits_with_status_0_after_a_generation(tmp_path, run, tmux_server):
     """In a real terminal (tmux, 80x24): continue a document (ctrl+g), wait for its stats, ctrl+q."""
     status = tmp_path / "status"
     cmd = (f"{sys.executable} -m olifant_mlx tui --model {MODEL} --energy none -m 8 -k 3 --document "
            f"-p '{PROMPT}' --conversations {tmp_path / 'c.json'}; echo $? > {status}; sleep 60")
-    tmux("new-session", "-d", "-s", f"exit{run}", "-x", "80", "-y", "24", cmd)
+    name = f"exit{run}"
+    terminal.start(name, cmd)
     try:
-        def screen():
-            return tmux("capture-pane", "-p", "-t", f"exit{run}").stdout
-
         deadline = time.monotonic() + 300
-        while "^g Write" not in screen():
-            assert time.monotonic() < deadline, screen()
-            time.sleep(0.5)
+        terminal.wait_for(name, lambda s: "^g Write" in s, deadline, poll=0.5)
         time.sleep(1)
-        tmux("send-keys", "-t", f"exit{run}", "C-g")
-        while "done (max tokens)" not in screen():
-            assert time.monotonic() < deadline, screen()
-            time.sleep(0.5)
-        tmux("send-keys", "-t", f"exit{run}", "C-q")
-        while not status.exists() or not status.read_text().strip():
-            assert time.monotonic() < deadline, screen()
-            time.sleep(0.5)
-        shown = screen()
+        terminal.keys(name, "C-g")
+        terminal.wait_for(name, lambda s: "done (max tokens)" in s, deadline, poll=0.5)
+        terminal.keys(name, "C-q")
+        shown = terminal.wait_for(name, lambda s: status.exists() and status.read_text().strip(), deadline, poll=0.5)
     finally:
-        subprocess.run(["tmux", "-L", "olifant-exit-test", "kill-session", "-t", f"exit{run}"], capture_output=True)
+        terminal.kill(name)
     assert ABORT not in shown, shown
     assert status.read_text().strip() == "0", shown
-

