@@ -134,13 +134,18 @@ def assert_clean(command, r):
 
 
 def run_tui(command, clone, env, tmp_path):
-    """The TUI in a real terminal (80x24): wait until its verifier is loaded, quit with ctrl+q."""
+    """The TUI in a real terminal (80x24), as a new user tries it: a message, its answer, ctrl+q."""
     status, exports = tmp_path / "tui-status", " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     terminal.start("readme", f"cd {shlex.quote(str(clone))} && env -i {exports} bash -c {shlex.quote(command)}; "
                              f"echo $? > {status}; sleep 60")
     try:
         deadline = time.monotonic() + 300
-        terminal.wait_for("readme", lambda s: "loaded" in s, deadline)
+        terminal.wait_for("readme", lambda s: "^g Write" in s, deadline)
+        time.sleep(1)
+        terminal.keys("readme", "-l", CHAT_INPUT.splitlines()[0])
+        time.sleep(1)                        # ctrl+g at once after the text was lost here, 1 of 1
+        terminal.keys("readme", "C-g")
+        terminal.wait_for("readme", lambda s: re.search(r"\bdone\b", s), deadline)
         terminal.keys("readme", "C-q")
         shown = terminal.wait_for("readme", lambda s: status.exists() and status.read_text().strip(), deadline)
     finally:
