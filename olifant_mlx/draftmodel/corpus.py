@@ -154,7 +154,7 @@ codecs.register_error("olifant-count", _count_and_replace)
 
 
 def _refuse(path, reason: str) -> NotTextError:
-    return NotTextError(f"{path} is not a text corpus: {reason}. Pass --force to train on it anyway")
+    return NotTextError(f"{path} is not a text corpus: {reason}. Pass --force to read it anyway")
 
 
 def _head(path: Path) -> bytes:
