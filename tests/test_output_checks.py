@@ -1,7 +1,10 @@
 """Issue 24 item 7: `build-rest` and `train` refuse an output they cannot write (a folder, a
 place like /proc where os.access says yes but no file can be made) and a binary corpus with the
-right fix, before the tokenizer loads or the corpus is read."""
+right fix, before the tokenizer loads or the corpus is read; a lone surrogate in a prompt is a
+clear error naming where, on the CLI and in the server (400)."""
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -48,3 +51,39 @@ def test_build_rest_on_a_binary_corpus_names_its_own_fix(no_tokenizer, capsys, t
     assert code == 1 and str(blob) in err and "--force" in err
     with pytest.raises(AssertionError, match="tokenizer was loaded"):      # --force: past the check
         main(["build-rest", "--corpus", str(blob), "--out", str(tmp_path / "x.sfx"), "--force"])
+
+
+# ---- lone surrogates (issue 24 item 7): a clear error on every surface --------------------
+
+def test_a_lone_surrogate_in_generate_p_is_named_before_the_model_loads(tmp_path):
+    """An undecodable byte in argv arrives as a lone surrogate (surrogateescape)."""
+    r = subprocess.run([sys.executable, "-m", "olifant_mlx", "generate", "--model", "no-such-model",
+                        "-p", b"ab\xffc"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "the prompt (-p) is not valid Unicode text: character 3 is a lone surrogate U+DCFF" in r.stderr
+    assert "no-such-model" not in r.stderr          # refused before the model was looked up
+
+
+def test_a_lone_surrogate_in_a_server_request_is_a_400_naming_it():
+    from test_server import DEFAULTS, LIMITS, tiny_chat_verifier
+
+    from olifant_mlx.server.app import start
+    from olifant_mlx.server.config import DrafterChoice
+
+    httpx = pytest.importorskip("httpx")
+    run = start(tiny_chat_verifier(), DrafterChoice({}, "none"), DEFAULTS, LIMITS)
+    try:
+        with httpx.Client(base_url=run.url, timeout=60) as c:
+            for path, body, where in (
+                    ("/v1/completions", '{"model":"tiny","prompt":"ab\\ud800","max_tokens":2}',
+                     "the prompt is not valid Unicode text: character 3 is a lone surrogate U+D800"),
+                    ("/v1/chat/completions", '{"model":"tiny","max_tokens":2,"messages":[{"role":"user",'
+                                             '"content":"hi"},{"role":"user","content":"x\\udc80"}]}',
+                     "message 2 (user) is not valid Unicode text: character 2")):
+                r = c.post(path, content=body, headers={"Content-Type": "application/json"})
+                assert r.status_code == 400 and r.headers["content-type"] == "application/json", r.text
+                err = r.json()["error"]
+                assert where in err["message"] and "TextEncodeInput" not in err["message"], err
+            assert c.post("/v1/completions", json={"model": "tiny", "prompt": "ab", "max_tokens": 2}).status_code == 200
+    finally:
+        run.stop()

@@ -101,7 +101,10 @@ def report(session, prompt, text, tokens, last, args) -> None:
 
 
 def cmd_generate(args) -> int:
+    from olifant_mlx.verifier.loader import check_text
+
     prompt_text = sys.stdin.read() if args.prompt == "-" else args.prompt
+    check_text(prompt_text, "the prompt (-p)")       # before the model loads
     session, options = open_session(args)
     prompt = session.prompt_for(prompt_text, args.system_prompt, not args.ignore_chat_template,
                                 template_kwargs(args))
