@@ -49,6 +49,7 @@ MAX_HOLDOUT = 0.5       # more would leave less to train on than to score
 MIN_MEMORY_LIMIT = int(lib.IGT_MIN_MEMORY_LIMIT)
 MAX_THREADS = int(lib.IGT_MAX_THREADS)
 CANCEL_GRACE_S = 1.0    # how long a cancelled build may take to stop before it is left behind
+INTERRUPT_GRACE_S = 0.2  # the same after Ctrl-C, which must end the command within a second
 
 
 class TrainingCancelled(Exception):
@@ -342,7 +343,7 @@ def build_model(builder: Builder, reporter: Reporter, cancel: threading.Event) -
             thread.join(0.1)
     except KeyboardInterrupt:
         cancel.set()
-        thread.join(CANCEL_GRACE_S)
+        thread.join(INTERRUPT_GRACE_S)
         raise
     if cancel.is_set():
         thread.join(CANCEL_GRACE_S)
