@@ -111,10 +111,13 @@ def report(session, prompt, text, tokens, last, args) -> None:
 
 
 def cmd_generate(args) -> int:
+    from olifant_mlx.verifier.loader import check_text
+
     if args.prompt_cache_file and args.prefill_response is not None:
         raise ValueError("--prefill-response cannot go with --prompt-cache-file (the cached prompt ends inside "
                          "the user's message, before the assistant's answer begins): put the text in the prompt")
     prompt_text = sys.stdin.read() if args.prompt == "-" else args.prompt
+    check_text(prompt_text, "the prompt (-p)")       # before the model loads
     session, options = open_session(args)
     prompt = session.prompt_for(prompt_text, args.system_prompt, not args.ignore_chat_template,
                                 template_kwargs(args))
