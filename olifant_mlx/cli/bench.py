@@ -5,7 +5,7 @@ import json
 import os
 from pathlib import Path
 
-from olifant_mlx.cli.common import MODEL_HELP, draft_tokens, energy_help, open_meter, whole_number
+from olifant_mlx.cli.common import MODEL_HELP, add_weights_arg, draft_tokens, energy_help, open_meter, whole_number
 from olifant_mlx.cli.sharding import add_sharding_args, sharded_command
 
 QUICK = {"prompts": 2, "max_tokens": 24, "ks": [3], "regimes": ["kv"]}
@@ -182,6 +182,7 @@ def add_parsers(sub):
     b = sub.add_parser("bench", help="the paper's sweep: strategies x tasks x k x regimes")
     b.add_argument("--model", help=MODEL_HELP + "; with --verifier reference, whose tokenizer "
                                                 "and (with --calibrate) cost curve to use")
+    add_weights_arg(b)
     b.add_argument("--verifier", choices=["model", "reference"], default="model",
                    help="reference: replay each held-out document's real continuation as the "
                         "verifier's output (simulated; needs --reference)")
