@@ -99,3 +99,39 @@ def test_transcript_replay_equals_the_live_engine(tmp_path, monkeypatch):
                     if a != b or got[0] != got[1]:
                         differences.append((name, k, kv, p[:30], got))
     assert not differences, differences
+
+
+@pytest.mark.slow
+def test_bench_transcript_command(tmp_path):
+    """`bench --verifier transcript`: transcripts generated and written (--transcripts-out), then
+    replayed from that file with no verifier and a stored curve: the modelled speedup is its
+    own column; the measured speedup columns of the replay stay empty."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OLIFANT_CACHE": str(tmp_path / "cache"), "COLUMNS": "250"}
+    prompts = tmp_path / "p.jsonl"
+    lines = (SHARED / "legal" / "prompts.dev.jsonl").read_text().splitlines()[:2]
+    prompts.write_text("\n".join(lines) + "\n")
+    common = ["--n-prompts", "2", "--max-tokens", "12", "-k", "3", "--regimes", "kv", "--strategy",
+              "lookup=lookup", "--no-mlx-lm"]
+
+    def bench(*args):
+        r = subprocess.run([sys.executable, "-m", "olifant_mlx", "bench", "--verifier", "transcript", *common,
+                            *args], capture_output=True, text=True, env=env)
+        assert r.returncode == 0, r.stderr[-3000:]
+        return r
+
+    out = tmp_path / "t.json"
+    bench("--model", "smollm2-135m", "--prompts", f"legal={prompts}", "--transcripts-out", str(out),
+          "--results", str(tmp_path / "r1.jsonl"), "--out-dir", str(tmp_path / "o1"), "--calibrate",
+          "--contexts", "16", "32")
+    items = read_transcript_set(out)
+    assert len(items) == 2 and all(len(t["tokens"]) == 12 and t["task"] == "legal" for t in items)
+    curve = next((tmp_path / "cache" / "curves").glob("smollm2-135m-*.json"))
+    r = bench("--transcripts", str(out), "--curve", str(curve), "--results", str(tmp_path / "r2.jsonl"),
+              "--out-dir", str(tmp_path / "o2"))
+    assert "modelled speedup: under the cost curve" in r.stdout and "modelled" in r.stdout
+    rows = [json.loads(x) for x in (tmp_path / "r2.jsonl").read_text().splitlines()]
+    assert {x["verifier"] for x in rows} == {"transcript:smollm2-135m"}

@@ -125,6 +125,7 @@ def cmd_bench(args) -> int:
     name, label = runner.name, runner.label
     drafters = {sname: Strategy(build_drafter(spec, ours), spec_identity(spec)) for sname, spec in specs.items()}
     curve = _start_from_curve(args.curve, runner, drafters) if args.curve else None
+    curve_path = args.curve
     plain_mlx = [n for n, b in baselines.items() if not b.draft]   # the reference, run once
     if reference and baselines:
         Console(stderr=True).print(f"mlx-lm strategies need a real verifier: skipping "
@@ -160,15 +161,18 @@ def cmd_bench(args) -> int:
             return 130
     calibration = None
     if args.calibrate:
-        from olifant_mlx.measure.curves import measure_curve, save_curve
+        from olifant_mlx.measure.curves import load_curve, measure_curve, save_curve
 
         verifier = verifier or load_verifier(model_spec)
         calibration = calibrate(verifier, next(iter(texts.values()))[0])
         write_atomic(Path(args.out_dir) / "calibration.json", json.dumps(calibration, indent=2), 0o644)
         con.print(f"measuring {verifier.name}'s cost curve (passes of 1..{max(ks) + 1} tokens, contexts "
                   f"{args.contexts}, both regimes) ...")
-        stored = save_curve(measure_curve(verifier, next(iter(texts.values()))[0], max(ks) + 1, args.contexts))
+        measured = measure_curve(verifier, next(iter(texts.values()))[0], max(ks) + 1, args.contexts)
+        stored = save_curve(measured)
         con.print(f"cost curve stored: {stored} (bench --curve {stored} models speedups with it)")
+        if curve is None:             # this run's table gets the modelled speedups under it
+            curve, curve_path = load_curve(stored), stored
     cells = aggregate(rows)           # this sweep's rows only: the file may hold other settings
     add_predictions(cells, rows, calibration)
     from olifant_mlx.measure.curves import add_modelled
@@ -177,7 +181,7 @@ def cmd_bench(args) -> int:
     paths = write_tables(cells, args.out_dir)
     paths.update(write_plots(cells, args.out_dir, note=label if reference else ""))
     t = Table(title=f"bench, verifier {name} ({label})" + (f"; modelled speedup: under the cost curve "
-                                                           f"{args.curve}, not measured" if curve else ""))
+                                                           f"{curve_path}, not measured" if curve else ""))
     shown = ["task", "regime", "strategy", "k", "prompts", "tokens_per_s", "speedup",
              "speedup_vs_mlx_lm", "predicted_speedup", *(["modelled_speedup"] if curve else []), "acceptance",
              "mean_accepted_length", "rouge_l", "exact_match",
