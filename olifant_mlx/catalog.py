@@ -112,10 +112,13 @@ def verifiers() -> list[VerifierEntry]:
 
 
 def alias_files(name: str) -> list[Path]:
-    """Everything the cache holds for an offline alias: its converted folders (fp32 and
-    quantized) and its GGUF."""
-    models = cache_dir() / "models"
-    return [models / name, models / f"{name}-quantized", cache_dir() / "gguf" / f"{name}.gguf"]
+    """Everything the cache holds for an offline alias: its converted folders (one per weight
+    format), its GGUF and the wheels of a fetch not finished yet."""
+    from olifant_mlx.verifier.aliases import WEIGHT_FORMATS
+
+    models, gguf = cache_dir() / "models", cache_dir() / "gguf"
+    return [*(models / (name + suffix) for suffix in WEIGHT_FORMATS.values()),
+            gguf / f"{name}.gguf", gguf / f"{name}.gguf.wheels"]
 
 
 def cache_usage() -> dict:

@@ -11,8 +11,8 @@ import hashlib
 import sys
 
 from olifant_mlx.cli.common import (MODEL_HELP, add_generation_args, add_mlx_lm_args, add_prompt_cache_args,
-                                    draft_tokens, empty_answer_hint, kv_window_note, prepare, print_json,
-                                    summary_lines, template_kwargs)
+                                    add_weights_arg, draft_tokens, empty_answer_hint, kv_window_note, prepare,
+                                    print_json, summary_lines, template_kwargs)
 from olifant_mlx.cli.sharding import add_sharding_args, sharded_command
 
 DEMO_PROMPT = (  # the warranty disclaimer of the MIT licence: legal boilerplate verifiers know
@@ -392,6 +392,7 @@ def add_parsers(sub):
 
     d = sub.add_parser("demo", help="plain vs speculative on a legal prompt with the offline verifier")
     d.add_argument("--model", help="verifier (default smollm2-135m)")
+    add_weights_arg(d)
     d.add_argument("--corpus", nargs="+", help="draft-model corpus (default: builtin:licenses)")
     d.add_argument("-k", type=draft_tokens, default=8, help="draft tokens per step at most (default 8)")
     d.add_argument("-m", "--max-tokens", type=int, default=80)

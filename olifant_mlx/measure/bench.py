@@ -302,11 +302,17 @@ class ReferenceRunner:
         return digest(prompt, self.continuations[prompt])
 
     def run(self, prompt, drafter, k, kv, max_tokens):
-        if hasattr(drafter, "cost") and hasattr(drafter.cost, "observe"):
-            drafter.cost = self.cost
         ids = self.tokenizer.encode(prompt)
         truth = self.tokenizer.encode(self.continuations[prompt])[:max_tokens]
+        return self.replay(ids, truth, drafter, k, kv)
+
+    def replay(self, ids, truth, drafter, k, kv, eos_ids=(), bos_id=None):
+        """One generation through the engine's loop with `truth` as the verifier's output
+        after prompt `ids` (a transcript replays with its verifier's EOS and BOS ids)."""
+        if hasattr(drafter, "cost") and hasattr(drafter.cost, "observe"):
+            drafter.cost = self.cost
         verifier = reference.ReferenceVerifier(self.tokenizer, ids, truth)
+        verifier.eos_ids, verifier.bos_id = tuple(eos_ids), bos_id
         options = GenerationOptions(k=k, max_tokens=len(truth), kv_cache=kv)
         session = Session(verifier, drafter, options)
         session.lead, session.lead_cost = self.lead, self.cost   # the modelled verifier's cost
