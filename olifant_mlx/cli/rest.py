@@ -9,6 +9,7 @@ from olifant_mlx.cli.common import mb, print_json, table
 
 def cmd_build_rest(args) -> int:
     from olifant_mlx.cli.train import files_table
+    from olifant_mlx.draftmodel.corpus import check_corpora
     from olifant_mlx.draftmodel.documents import reporting
     from olifant_mlx.draftmodel.retrieval import build_retrieval
     from olifant_mlx.verifier import load_tokenizer
@@ -19,6 +20,7 @@ def cmd_build_rest(args) -> int:
         raise ValueError(f"--order must be 1..4, got {args.order}")
     if args.max_tokens is not None and args.max_tokens < 1:
         raise ValueError(f"--max-tokens must be at least 1, got {args.max_tokens}")
+    check_corpora(args.corpus, args.text_field)     # a missing file or a device, before the tokenizer
     tok = load_tokenizer(args.tokenizer)
 
     shown = []
