@@ -183,7 +183,7 @@ def test_atomic_writer_never_opens_a_planted_temp_name(tmp_path, monkeypatch):
     target = tmp_path / "out.bin"
     victim = tmp_path / "victim"
     victim.write_text("keep me")
-    names = iter(["planted", "planted", "fresh"])
+    names = iter(["planted", "planted", "fresh"])     # mkstemp draws its names from this (CPython)
     monkeypatch.setattr(tempfile, "_get_candidate_names", lambda: names)
     (tmp_path / ".out.bin.planted.tmp").symlink_to(victim)
     files.write_atomic(target, b"data")
@@ -231,3 +231,21 @@ def test_gguf_conversion_writes_0600_and_never_follows_planted_links(tmp_path):
     for p in out.iterdir():
         assert stat.S_IMODE(os.lstat(p).st_mode) == 0o600, p
     assert json.loads((out / "config.json").read_text())["model_type"] == "llama"
+
+
+def test_the_verifier_cache_entry_is_private_and_whole(tmp_path, monkeypatch):
+    """gguf_model_dir: the converted folder (0700) and every file in it, the stamp included
+    (0600), appear at once under a fresh $OLIFANT_CACHE; no temporary is left beside it."""
+    from test_gguf_import import tiny, write_gguf
+
+    from olifant_mlx.verifier.aliases import CONVERSION_STAMP, gguf_model_dir
+
+    monkeypatch.setenv("OLIFANT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("OLIFANT_GGUF_WEIGHTS", "fp32")
+    write_gguf(tiny("llama"), "llama", tmp_path / "m.gguf")
+    out = gguf_model_dir(tmp_path / "m.gguf", "tiny")
+    assert stat.S_IMODE(os.lstat(out).st_mode) == 0o700
+    assert {p.name for p in out.iterdir()} >= {CONVERSION_STAMP, "config.json", "model.safetensors"}
+    for p in out.iterdir():
+        assert stat.S_IMODE(os.lstat(p).st_mode) == 0o600, p
+    assert sorted(p.name for p in out.parent.iterdir()) == ["tiny", "tiny.lock"]
