@@ -46,8 +46,3 @@ async def tui():
 asyncio.run(tui())
 print(f"wheel smoke test passed: olifant_mlx {olifant_mlx.__version__} from {os.path.dirname(olifant_mlx.__file__)}",
       flush=True)
-# Every check has passed. The interpreter's teardown can abort inside MLX's C++ threads after
-# the TUI's worker ran ("terminate called without an active exception", seen once in CI, as
-# with `serve`): leave without it, as cli/serve.py does after a graceful shutdown.
-sys.stderr.flush()
-os._exit(0)

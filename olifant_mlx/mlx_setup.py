@@ -7,12 +7,15 @@ global symbols before MLX makes MLX's BLAS calls resolve to it.
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import os
 import signal
 import sys
 import threading
 import warnings
+
+from olifant_mlx.teardown import release_streams
 
 OPENBLAS_CANDIDATES = (
     "libopenblas.so.0",
@@ -62,5 +65,11 @@ try:
 finally:
     if _interrupts is not None:
         signal.pthread_sigmask(signal.SIG_SETMASK, _interrupts)
+
+
+
+# The main thread's MLX streams are released at exit, before the interpreter finalizes (atexit
+# runs after it has joined its non-daemon threads, while Python still runs): see teardown.py.
+atexit.register(release_streams)
 
 __all__ = ["mx", "ensure_blas"]

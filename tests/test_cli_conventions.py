@@ -156,3 +156,84 @@ def test_auto_finds_the_draft_model_for_the_verifiers_tokenizer(tmp_path, monkey
         b.add_document((list(range(60)) * 10)[:n])
         b.build().save(str(tmp_path / f"{name}.olif"))
     assert resolve_auto(Ident()).text == f"adaptive:hybrid:{tmp_path / 'big.olif'}"
+
+
+def test_no_pytorch_notice_from_transformers(tmp_path):
+    """olifant_mlx uses only transformers' tokenizers: its "PyTorch was not found" advisory is
+    silenced at the source (olifant_mlx/__init__.py), for every command (train: a real one)."""
+    notice = "PyTorch was not found"
+    env = {k: v for k, v in os.environ.items() if k != "TRANSFORMERS_NO_ADVISORY_WARNINGS"}
+    alone = subprocess.run([sys.executable, "-c", "import transformers"], capture_output=True, text=True,
+                           env=env, timeout=120)
+    if notice not in alone.stderr:
+        pytest.skip("transformers prints no PyTorch notice here (PyTorch is installed)")
+    ours = subprocess.run([sys.executable, "-c", "import olifant_mlx, transformers"], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert notice not in ours.stderr
+    r = subprocess.run([sys.executable, "-m", "olifant_mlx", "train", "--model", "smollm2-135m", "--out",
+                        str(tmp_path / "m.olif")], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0 and notice not in r.stderr, r.stderr[-2000:]
+
+
+def test_drafting_line_gives_tokens_per_pass_and_dashes_where_nothing_was_drafted():
+    from olifant_mlx.cli.common import drafting_line
+    from olifant_mlx.engine.stats import Stats
+
+    plain = drafting_line("none", Stats(tokens=80, steps=80, stop_reason="max_tokens"))
+    assert "1.00 tokens per verifier pass (80 passes for 80 tokens, 0 saved)" in plain
+    assert "acceptance —, mean accepted length — (draft tokens accepted per verifier pass)" in plain
+    assert "0.0%" not in plain and "0.00" not in plain.split("pass (")[1]
+    drafted = drafting_line("lookup", Stats(tokens=80, steps=50, drafted=100, accepted=30))
+    assert "1.60 tokens per verifier pass (50 passes for 80 tokens, 30 saved)" in drafted
+    assert "acceptance 30.0%, mean accepted length 0.60" in drafted
+
+
+def test_kv_window_note_when_the_window_is_smaller_than_the_run():
+    from olifant_mlx.cli.common import kv_window_note
+    from olifant_mlx.engine import GenerationOptions
+
+    small = GenerationOptions(k=8, max_tokens=80, max_kv_size=64)
+    note = kv_window_note(20, small)
+    assert note.startswith("warning: --max-kv-size 64 is below prompt + max tokens + k (20 + 80 + 8 = 108)")
+    assert "give --max-kv-size 108 or more" in note
+    assert kv_window_note(20, small.replace(max_kv_size=108)) is None     # exactly enough
+    assert kv_window_note(20, small.replace(max_kv_size=None)) is None
+    assert kv_window_note(20, small.replace(k=0)) is None                 # plain: nothing to lose
+
+
+@pytest.mark.slow
+def test_generate_warns_about_a_small_kv_window():
+    base = [sys.executable, "-m", "olifant_mlx", "generate", "--model", "smollm2-135m", "-m", "8",
+            "-p", "THE SOFTWARE IS PROVIDED", "--max-kv-size", "16"]
+    r = subprocess.run(base, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "warning: --max-kv-size 16 is below prompt + max tokens + k" in r.stderr
+    plain = subprocess.run(base + ["--draft", "none"], capture_output=True, text=True, timeout=300)
+    assert plain.returncode == 0 and "warning: --max-kv-size" not in plain.stderr
+
+
+def test_models_table_keeps_paths_whole_at_80_columns(tmp_path):
+    """At 80 columns a long draft-model path folds onto more lines; it is never cut with "…"."""
+    import glob
+    import shutil
+
+    found = sorted(glob.glob(str(olifant_mlx_cache() / "drafts" / "*.olif")))
+    if not found:
+        pytest.skip("no draft model in the cache yet")
+    cache = tmp_path / ("a-rather-long-cache-folder-name-for-this-test" * 2)
+    (cache / "drafts").mkdir(parents=True)
+    shutil.copy(found[0], cache / "drafts" / "legal-contracts-for-smollm2.olif")
+    env = {**os.environ, "OLIFANT_CACHE": str(cache), "COLUMNS": "80"}
+    r = subprocess.run([sys.executable, "-m", "olifant_mlx", "models"], capture_output=True, text=True,
+                       env=env, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80 and "…" not in r.stdout
+    table = lines[next(i for i, line in enumerate(lines) if "┃ path" in line):]
+    first_cells = "".join(line.split("│")[1].strip() for line in table if line.startswith("│"))
+    assert str(cache / "drafts" / "legal-contracts-for-smollm2.olif") in first_cells
+
+
+def olifant_mlx_cache():
+    from olifant_mlx.files import cache_dir
+
+    return cache_dir()

@@ -67,6 +67,14 @@ def test_bad_specs_are_clear_errors_naming_the_problem(tmp_path, model_file):
     for text, why in cases.items():
         with pytest.raises(DrafterSpecError, match=why):
             parse_spec(text)
+    # a file's error names the whole spec as typed (and the flag), not its nested part
+    nested = f"adaptive:hybrid:{tmp_path / 'missing.olif'}"
+    with pytest.raises(DrafterSpecError) as e:
+        parse_spec(nested)
+    assert str(e.value).startswith(f"--draft {nested}: draft model ")
+    with pytest.raises(DrafterSpecError) as e:
+        parse_spec(nested, shown=f"--drafters legal={nested}")
+    assert str(e.value).startswith(f"--drafters legal={nested}: ")
     with pytest.raises(TokenizerMismatch):
         build_drafter(f"olifant:{model_file}", Ident(digest=bytes(range(32))))
 

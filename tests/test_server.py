@@ -540,6 +540,22 @@ def test_concurrent_streams_are_served_one_at_a_time_and_complete(server, verifi
     assert not errors and len(results) == 18 and all(results)
 
 
+def test_a_conversations_next_turn_reuses_the_cache_and_answers_the_same(server, verifier):
+    """The prefix cache across requests: turn 2 and 3 prefill only their new messages (the
+    usage says how many prompt tokens came from the cache) and answer as a fresh Session does."""
+    c = oai(server)
+    messages = [{"role": "user", "content": "The Member States shall"}]
+    for turn in range(3):
+        r = c.chat.completions.create(model="tiny", messages=messages, max_tokens=12,
+                                      extra_body={"draft": "ngram"})
+        want = reference(verifier, Chat(tuple(messages)), "ngram", max_tokens=12).text
+        assert r.choices[0].message.content == want, f"turn {turn}"
+        cached = r.usage.prompt_tokens_details.cached_tokens      # OpenAI's field
+        if turn:
+            assert cached >= len(verifier.chat_ids(messages[:-2])), f"turn {turn}: {cached}"
+        messages += [{"role": "assistant", "content": want}, {"role": "user", "content": f"and {turn}"}]
+
+
 # ---- the command: every argument checked before the model loads ------------------------------
 
 def test_serve_arguments_are_checked_before_any_model_loads(monkeypatch, capsys, tmp_path):
@@ -572,6 +588,9 @@ def test_serve_arguments_are_checked_before_any_model_loads(monkeypatch, capsys,
         (["--drafters", "none=lookup"], "always there"),
         (["--drafters", "a=lookup", "a=ngram"], "named twice"),
         (["--drafters", f"legal=olifant:{tmp_path / 'missing.olif'}"], "missing.olif cannot be read"),
+        # the flag and spec the user typed, not the inner hybrid:PATH
+        (["--drafters", f"legal=adaptive:hybrid:{tmp_path / 'missing.olif'}"],
+         f"error: --drafters legal=adaptive:hybrid:{tmp_path / 'missing.olif'}: draft model"),
         (["--draft", f"hybrid:{tmp_path / 'text.olif'}"], "is not an olifant draft model"),
         (["--draft", "lookup", "--drafters", "a=ngram"], "not allowed with argument"),
         (["--temp", "-1"], "temperature must be"),

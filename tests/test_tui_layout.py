@@ -156,6 +156,6 @@ def test_keys_work_whatever_has_focus():
             assert app.tabs.active == "document" and len(app.current["document"].runs) == n + 1
             # the footer shows the keys that fit; F1 lists them all
             footer = {k.key for k in app.query(FooterKey)}
-            assert {"ctrl+g", "ctrl+r", "ctrl+n", "ctrl+s", "ctrl+o", "f1"} <= footer
+            assert {"ctrl+g", "ctrl+r", "ctrl+n", "ctrl+s", "ctrl+o", "f1", "ctrl+q"} <= footer
 
     asyncio.run(go())

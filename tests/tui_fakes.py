@@ -74,10 +74,12 @@ class FakeSession(Session):
     delay = 0.0
     streams = 0          # generations started (the engine loop was asked for steps)
     prompts: list = []   # every prompt's ids
+    caches: list = []    # the prompt cache each generation was given (None: read afresh)
 
-    def _steps(self, ids, drafter, opts, stats, on_prefill, eos_ids):
+    def _steps(self, ids, drafter, opts, stats, on_prefill, eos_ids, cache=None):
         FakeSession.streams += 1
         FakeSession.prompts.append(list(ids))
+        FakeSession.caches.append(cache)
         return fake_steps(None, ids, drafter, k=opts.k, max_tokens=opts.max_tokens, stats=stats,
                           delay=self.delay)
 

@@ -26,7 +26,8 @@ from textual.containers import Horizontal
 from textual.widgets import Button, Checkbox, Footer, Header, Input, ProgressBar, Static, TabbedContent, TextArea
 from textual.worker import get_current_worker
 
-from olifant_mlx.engine import GenerationOptions
+from olifant_mlx.engine import GenerationOptions, PrefixCache
+from olifant_mlx.teardown import on_own_thread
 from olifant_mlx.tui import render, store
 from olifant_mlx.tui.calculator_tab import CalculatorTab
 from olifant_mlx.tui.chat_tab import ChatTab, MessageView
@@ -46,6 +47,7 @@ DEFAULT_DOCUMENT = ("THE SOFTWARE IS PROVIDED \"AS IS\", WITHOUT WARRANTY OF ANY
                     "IMPLIED, INCLUDING BUT NOT LIMITED TO")
 DEFAULT_PROMPT = DEFAULT_DOCUMENT            # the screenshot script's training text starts so
 FLUSH_S = 0.05          # at most ~20 UI messages a second from a generation
+COMPARE_ROUNDS = 3      # measured rounds after the shown pair (measure/rounds.py: fewer are not trusted)
 TABS = ("chat", "document", "compare", "calculator", "models", "settings")
 WORKSPACE = ("chat", "document")
 FOCUS = {"chat": "#composer", "document": "#doc-editor", "compare": "#compare-go",
@@ -115,6 +117,7 @@ class OlifantApp(App):
         Binding("ctrl+b", "compare", "Compare", priority=True),
         Binding("ctrl+f", "toggle_markdown", "Markdown", priority=True),
         Binding("f1", "show_keys", "Keys", priority=True),
+        Binding("ctrl+q", "quit", "Quit", priority=True),      # Textual's own, shown in the footer
         Binding("f8", "toggle_panel('nav')", "List", priority=True),
         Binding("f9", "toggle_panel('live')", "Numbers", priority=True),
         Binding("f10", "cycle_marks", "Marks", priority=True),
@@ -161,6 +164,9 @@ class OlifantApp(App):
         self.editing: int | None = None     # the chat turn being edited
         self.jobs: dict[int, Job] = {}
         self._ids = itertools.count(1)
+        # the KV caches of recent chat turns and document runs: the next turn of a conversation
+        # prefills only its new tokens (Compare always reads its prompt afresh: it measures)
+        self.prompt_cache = PrefixCache(max_entries=4)
         self.generating = False
         # loading a verifier or a tokenizer imports transformers, whose lazy imports are not
         # thread-safe: one load at a time
@@ -664,7 +670,7 @@ class OlifantApp(App):
         self._tab_changed("compare")
         tab = self.query_one(CompareTab)
         tab.clear()
-        self.query_one("#compare-result", Static).update("running plain, then speculative ...")
+        self.query_one("#compare-result", Static).update("running plain, then speculative, then measuring ...")
         self._start(Job(next(self._ids), "compare", None, s, prompt[1], 0))
 
     def _start(self, job: Job) -> None:
@@ -708,7 +714,8 @@ class OlifantApp(App):
         run = job.id if target is None else target
         for r in session.stream(job.prompt, options or job.settings.options, drafter,
                                 should_stop=lambda: worker.is_cancelled,
-                                continuation=isinstance(job.prompt, str)):
+                                continuation=isinstance(job.prompt, str),
+                                cache=self.prompt_cache if job.kind != "compare" else None):
             tokens.extend(r.tokens)
             text.append(r.text)
             pending.extend(r.segments)
@@ -727,6 +734,7 @@ class OlifantApp(App):
                              f"continue text in the Document tab (F3)")
 
     @work(thread=True, exclusive=True, group="generate", exit_on_error=False)
+    @on_own_thread           # MLX never runs on the pool's thread: see olifant_mlx.teardown
     def _generate_worker(self, job: Job) -> None:
         worker = get_current_worker()
         try:
@@ -741,6 +749,7 @@ class OlifantApp(App):
             self.post_message(Failed("generation", f"{type(e).__name__}: {e}", job.id))
 
     @work(thread=True, exclusive=True, group="generate", exit_on_error=False)
+    @on_own_thread           # MLX never runs on the pool's thread: see olifant_mlx.teardown
     def _compare_worker(self, job: Job) -> None:
         from olifant_mlx.drafters import NoDrafter
 
@@ -757,12 +766,40 @@ class OlifantApp(App):
             s_ids, s_text, s_stats, s_win, r2 = self._stream(worker, session, job)
             if r2 == "stopped":
                 raise InterruptedError("stopped")
+            measured, rates = self._compare_rounds(worker, session, job)
             self.post_message(CompareDone((p_text, p_stats, p_win), (s_text, s_stats, s_win),
-                                          p_ids == s_ids))
+                                          p_ids == s_ids, measured, rates))
         except InterruptedError:
             self.post_message(Failed("compare", "stopped", job.id))
         except Exception as e:
             self.post_message(Failed("compare", f"{type(e).__name__}: {e}", job.id))
+
+    def _compare_rounds(self, worker, session, job: Job):
+        """After the shown pair (the warm-up), COMPARE_ROUNDS unshown rounds of plain and
+        speculative, alternating which runs first: (Speedups, (plain, speculative) median tok/s)."""
+        import statistics
+
+        from olifant_mlx.drafters import NoDrafter
+        from olifant_mlx.measure import rounds
+
+        def rate(drafter, options):
+            out = list(session.stream(job.prompt, options, drafter, should_stop=lambda: worker.is_cancelled,
+                                      continuation=isinstance(job.prompt, str)))
+            last = out[-1] if out else None
+            if last is None or last.finish_reason == "stopped":
+                raise InterruptedError("stopped")
+            return last.stats.tokens_per_s
+
+        plain_opts = job.settings.options.replace(k=0)
+        plains, specs = [], []
+        for i in range(COMPARE_ROUNDS):
+            self.post_message(Status(f"measuring: round {i + 1} of {COMPARE_ROUNDS} (plain and speculative)"))
+            for which in (("plain", "spec") if i % 2 == 0 else ("spec", "plain")):
+                if which == "plain":
+                    plains.append(rate(NoDrafter(), plain_opts))
+                else:
+                    specs.append(rate(None, job.settings.options))
+        return rounds.speedups(plains, specs), (statistics.median(plains), statistics.median(specs))
 
     # ---- message handlers (UI thread) -----------------------------------------------
 
@@ -870,7 +907,7 @@ class OlifantApp(App):
         (_, ps, pw), (_, ss, sw) = m.plain, m.spec
         self.query_one("#compare-result", Static).update(
             render.compare_text(ps, ss, pw.total_j if pw else None, sw.total_j if sw else None,
-                                m.same))
+                                m.same, m.measured, m.rates))
         self.last_stats = ss
         self._session_line()
 
@@ -997,6 +1034,7 @@ class OlifantApp(App):
             return self.tokenizer_fn(model)
 
     @work(thread=True, group="tokenizer", exit_on_error=False)
+    @on_own_thread           # MLX never runs on the pool's thread: see olifant_mlx.teardown
     def _tokenizer_worker(self, model) -> None:
         try:
             self.post_message(TokenizerKnown(model, self._tokenizer(model)))
@@ -1037,6 +1075,7 @@ class OlifantApp(App):
         self._train_worker(corpus, out, model)
 
     @work(thread=True, exclusive=True, group="train", exit_on_error=False)
+    @on_own_thread           # MLX never runs on the pool's thread: see olifant_mlx.teardown
     def _train_worker(self, corpus, out, model) -> None:
         try:
             train = self.train_fn

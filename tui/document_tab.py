@@ -25,8 +25,12 @@ class DocumentTab(TabPane):
     def editor(self) -> DocEditor:
         return self.query_one("#doc-editor", DocEditor)
 
+    def on_mount(self) -> None:
+        self.editor.move_cursor(self.editor.document.end)     # where typing continues the text
+
     def show(self, conv) -> None:
         self.editor.set_document(conv.text, conv.marks)
+        self.editor.move_cursor(self.editor.document.end)
 
     def begin(self) -> int:
         """Lock the editor for a continuation; returns where it will start."""

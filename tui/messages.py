@@ -42,6 +42,8 @@ class CompareDone(Message):
     plain: tuple              # (text, Stats, Window)
     spec: tuple
     same: bool
+    measured: object = None   # measure.rounds.Speedups over the rounds after the shown pair
+    rates: tuple = ()         # (plain, speculative) median tokens/s over those rounds
 
 
 @dataclass

@@ -69,14 +69,24 @@ def energy_text(window, n_tokens: int, label: str, live_j: float | None = None,
             f"meter: {label}")
 
 
-def compare_text(plain, spec, plain_j=None, spec_j=None, same: bool | None = None) -> str:
-    speedup = spec.tokens_per_s / plain.tokens_per_s if plain.tokens_per_s else None
+def compare_text(plain, spec, plain_j=None, spec_j=None, same: bool | None = None, measured=None,
+                 rates=()) -> str:
+    """The Compare tab's result. With `measured` (rounds.Speedups over the rounds after the shown
+    pair) and `rates` (their median tokens/s), the speedup is their median and range, with the
+    load and the spread rule's warning; without, the shown pair's single ratio."""
+    from olifant_mlx.measure import rounds
+
+    plain_rate, spec_rate = rates or (plain.tokens_per_s, spec.tokens_per_s)
+    speedup = spec_rate / plain_rate if plain_rate else None
     ratio = plain_j / spec_j if plain_j and spec_j else None
-    rows = [f"plain        {plain.tokens_per_s:8.1f} tok/s  {plain.tokens} tokens",
-            f"speculative  {spec.tokens_per_s:8.1f} tok/s  {spec.tokens} tokens, "
-            f"acceptance {spec.acceptance:.1%}",
-            f"speedup      {fmt(speedup, '.2f', 'x', 'n/a')} (measured)",
-            f"energy ratio {fmt(ratio, '.2f', 'x')} (plain J / speculative J)"]
+    rows = [f"plain        {plain_rate:8.1f} tok/s  {plain.tokens} tokens",
+            f"speculative  {spec_rate:8.1f} tok/s  {spec.tokens} tokens, "
+            f"acceptance {spec.acceptance:.1%}"]
+    if measured is not None:
+        rows += rounds.summary(measured, rounds.load_average())
+    else:
+        rows.append(f"speedup      {fmt(speedup, '.2f', 'x', 'n/a')} (measured)")
+    rows.append(f"energy ratio {fmt(ratio, '.2f', 'x')} (plain J / speculative J)")
     if same is not None:
         rows.append(f"outputs identical: {'yes' if same else 'NO'}")
     return "\n".join(rows)

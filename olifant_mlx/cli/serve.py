@@ -12,6 +12,7 @@ import sys
 
 from olifant_mlx.cli.common import (DEFAULT_K, MODEL_HELP, add_adapter_arg, add_sampling_args, check_adapter_path,
                                     check_draft_model, draft_help, draft_tokens, energy_help, open_meter)
+from olifant_mlx.cli.train import byte_size
 
 KEY_ENV = "OLIFANT_API_KEY"
 EXTRA = "the server needs its extra: pip install 'olifant_mlx[server]'"
@@ -42,7 +43,8 @@ def prepare(args):
                                  top_p=args.top_p, top_k=args.top_k, min_p=args.min_p)
     limits = Limits(max_body_bytes=args.max_body_bytes, default_max_tokens=args.max_tokens,
                     max_tokens=args.max_tokens_limit, queue_size=args.queue_size,
-                    timeout_s=args.timeout)
+                    timeout_s=args.timeout, prompt_cache_size=args.prompt_cache_size,
+                    prompt_cache_bytes=args.prompt_cache_bytes)
     api_key = check_api_key(args.api_key if args.api_key is not None else os.environ.get(KEY_ENV) or None)
     host = check_bind(args.host, api_key)
     port = check_port(args.port)
@@ -63,7 +65,7 @@ def cmd_serve(args) -> int:
     require_stack()
     from olifant_mlx.server.app import configure_logging, create_app, uvicorn_server
     from olifant_mlx.server.config import LOOPBACK
-    from olifant_mlx.server.queue import GenerationQueue, make_setup
+    from olifant_mlx.server.queue import GenerationQueue, make_setup, prompt_cache
     from olifant_mlx.verifier import load_verifier
 
     choice, defaults, limits, host, api_key, meter, sock = prepare(args)
@@ -74,18 +76,14 @@ def cmd_serve(args) -> int:
                      f"{' and ' + ', '.join(args.models) if args.models else ''} ...\n")
     others = [make_setup(functools.partial(load_verifier, name), choice, defaults, meter) for name in args.models]
     queue = GenerationQueue(make_setup(lambda: load_verifier(args.model, adapter_path=args.adapter_path),
-                                       choice, defaults, meter), limits.queue_size, others)
+                                       choice, defaults, meter), limits.queue_size, others, prompt_cache(limits))
 
     def stopped(*_):
-        """A service manager's SIGTERM, which uvicorn re-raises after its graceful shutdown: exit
-        0 at once. (Left to the interpreter's teardown, MLX's C++ threads could abort it under
-        load: "terminate called without an active exception", status -6.) Ctrl-C stays the 130
-        of every command."""
-        queue.close()
-        sock.close()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+        """A service manager's SIGTERM, which uvicorn re-raises after its graceful shutdown: a
+        normal exit with status 0 through the `finally` below, which stops and joins the worker
+        (it releases its MLX streams as it ends: olifant_mlx.teardown). Ctrl-C stays the
+        130 of every command."""
+        raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, stopped)
     try:
@@ -160,6 +158,12 @@ def add_parsers(sub):
                         "less with \"timeout\" (default 600)")
     s.add_argument("--max-body-bytes", type=int, default=4 << 20,
                    help="largest request body (default 4 MiB)")
+    s.add_argument("--prompt-cache-size", type=int, default=10, metavar="N",
+                   help="KV caches kept across requests, least recently used evicted first: a "
+                        "request prefills only its prompt past the longest prefix it shares with one "
+                        "(default 10; 0 keeps none)")
+    s.add_argument("--prompt-cache-bytes", type=byte_size, default=1 << 30, metavar="SIZE",
+                   help="their memory in all, e.g. 512M (default 1G; 0: no bound but the count)")
     s.add_argument("--no-access-log", action="store_true",
                    help="no access log on stderr (it has method, path, status and time only)")
     s.set_defaults(func=cmd_serve)

@@ -86,29 +86,41 @@ def register(kind: DrafterKind) -> None:
     KINDS[kind.name] = kind
 
 
-def _check_model_file(path: str, spec: str, magic: bytes = MODEL_MAGIC) -> None:
+class _FileProblem(DrafterSpecError):
+    """A draft-model file that cannot be used; parse_spec names what the user typed."""
+
+
+def _check_model_file(path: str, magic: bytes = MODEL_MAGIC) -> None:
     """Exists, is a regular file (never open a FIFO), and starts like a model file."""
     try:
         st = os.stat(path)
     except OSError as e:
-        raise DrafterSpecError(f"--draft {spec}: draft model {path} cannot be read: "
-                               f"{e.strerror}") from None
+        raise _FileProblem(f"draft model {path} cannot be read: {e.strerror}") from None
     if not stat.S_ISREG(st.st_mode):
-        raise DrafterSpecError(f"--draft {spec}: {path} is not a regular file")
+        raise _FileProblem(f"{path} is not a regular file")
     try:
         with open_regular_file(path, "rb") as f:     # a FIFO swapped in after the stat is refused too
             head = f.read(8)
     except NotARegularFile:
-        raise DrafterSpecError(f"--draft {spec}: {path} is not a regular file") from None
+        raise _FileProblem(f"{path} is not a regular file") from None
     except OSError as e:
-        raise DrafterSpecError(f"--draft {spec}: cannot read {path}: {e.strerror}") from None
+        raise _FileProblem(f"cannot read {path}: {e.strerror}") from None
     if head != magic:
-        raise DrafterSpecError(f"--draft {spec}: {path} is not {NOT_A[magic]}")
+        raise _FileProblem(f"{path} is not {NOT_A[magic]}")
 
 
-def parse_spec(text: str, check_files: bool = True) -> DrafterSpec:
+def parse_spec(text: str, check_files: bool = True, shown: str | None = None) -> DrafterSpec:
     """Parse and validate a spec, touching no model: unknown kinds, missing arguments, bad
-    numbers and missing or foreign draft-model files are DrafterSpecErrors naming the spec."""
+    numbers and missing or foreign draft-model files are DrafterSpecErrors naming the spec;
+    a file's error names `shown`, what the user typed (default `--draft TEXT`), not the part
+    of a nested spec (adaptive:hybrid:PATH) that held the file."""
+    try:
+        return _parse(text, check_files)
+    except _FileProblem as e:
+        raise DrafterSpecError(f"{shown or '--draft ' + (text or '').strip()}: {e}") from None
+
+
+def _parse(text: str, check_files: bool) -> DrafterSpec:
     text = (text or "").strip()
     kind, _, arg = text.partition(":")
     kind = ALIASES.get(kind, kind)
@@ -136,12 +148,12 @@ def parse_spec(text: str, check_files: bool = True) -> DrafterSpec:
             _check_library(text, arg)
         return DrafterSpec(kind, arg)
     if k.arg == "spec":
-        inner = parse_spec(arg, check_files)
+        inner = _parse(arg, check_files)
         if inner.kind == kind:
             raise DrafterSpecError(f"drafter {text!r}: {kind} of {kind} is not a drafter")
         return DrafterSpec(kind, inner=inner)
     if k.arg in ("file", "optfile") and check_files:
-        _check_model_file(arg, text, k.magic)
+        _check_model_file(arg, k.magic)
     return DrafterSpec(kind, arg)
 
 
@@ -154,12 +166,12 @@ def _parse_hybrid(text: str, arg: str, check_files: bool) -> DrafterSpec:
     sources, each any drafter spec but auto, none, hybrid and adaptive."""
     path, *rest = arg.split("+")
     if path and check_files:
-        _check_model_file(path, text)
+        _check_model_file(path)
     sources = []
     for item in rest:
         if not item:
             raise DrafterSpecError(f"drafter {text!r}: an empty source after '+'")
-        src = parse_spec(item, check_files)
+        src = _parse(item, check_files)
         if src.kind in NOT_SOURCES:
             raise DrafterSpecError(f"drafter {text!r}: {src.kind} cannot be a hybrid's source "
                                    f"(use a drafter that proposes drafts itself)")

@@ -115,7 +115,7 @@ codecs.register_error("olifant-count", _count_and_replace)
 
 
 def _refuse(path, reason: str) -> NotTextError:
-    return NotTextError(f"{path} is not a text corpus: {reason}. Pass --force to train on it anyway")
+    return NotTextError(f"{path} is not a text corpus: {reason}. Pass --force to read it anyway")
 
 
 def _head(path: Path) -> bytes:
@@ -209,6 +209,15 @@ def _split_suffix(path: Path):
     return (suffixes[-1] if suffixes else ""), opener
 
 
+def _check_unchanged(path: Path, before, after, read: int) -> None:
+    """CorpusError when the file was cut or rewritten while it was read: what was read is then
+    part of it (or a mix), and a model of it would be silently wrong."""
+    if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns) or read < before.st_size:
+        raise CorpusError(f"{path} changed while it was read ({before.st_size:,} bytes at the start, "
+                          f"{after.st_size:,} now, {read:,} read): stopped rather than use part of it; "
+                          f"run again when nothing writes to it (or on a copy)")
+
+
 def _lines(path: Path, progress: Progress | None, limit: int, check: bool) -> Iterator[str]:
     """The file's lines, decompressed and decoded, each at most `limit` characters (a longer
     line comes in pieces). With `check`, stops at a stretch that is not text."""
@@ -245,6 +254,9 @@ def _lines(path: Path, progress: Progress | None, limit: int, check: bool) -> It
             yield line
         if check and chars:
             _check_window(path, bad + _UNDECODABLE.count - undecodable, chars, raw)
+        if stat.S_ISREG(st.st_mode):
+            # (a compressed file's reader may stop short of its end: only its size and time count)
+            _check_unchanged(path, st, os.fstat(raw.fileno()), raw.tell() if not opener else st.st_size)
     except READ_ERRORS as e:
         raise CorpusError(f"{path}: cannot decompress or read it ({type(e).__name__}: {e}); "
                           f"is the file complete?") from e

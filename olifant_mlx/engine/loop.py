@@ -142,10 +142,15 @@ class CachedVerification:
     check of the next draft, which the drafter then usually re-proposes), kept to measure
     against."""
 
-    def __init__(self, model, prompt, pick, max_kv_size=None, on_prefill=None, lead: bool = True):
+    def __init__(self, model, prompt, pick, max_kv_size=None, on_prefill=None, lead: bool = True,
+                 prompt_cache=None, quantized=None):
         self.model, self.pick, self.lead = model, pick, lead
-        self.cache = kv.make_cache(model, max_kv_size)
-        logits = kv.prefill(model, self.cache, prompt, on_progress=on_prefill)
+        self.quantized = quantized            # (bits, group size, start) of a quantized KV cache
+        self.key = kv.cache_key(model, max_kv_size, quantized)
+        layers, self.reused = prompt_cache.take(self.key, prompt) if prompt_cache else (None, 0)
+        self.cache = layers if layers is not None else kv.make_cache(model, max_kv_size)
+        logits = kv.prefill(model, self.cache, prompt[self.reused:], on_progress=on_prefill)
+        self.requantize()
         self._set_next(logits, len(prompt), prompt)
         self.led = False          # the sequence's last token is an emitted correction, not yet fed
         self.to_feed = False      # the token just emitted must be fed to know the next one
@@ -231,6 +236,25 @@ class CachedVerification:
         return Verdict(drafts[:a] + [c], a, c, False, len(feed), led=True, next_led=True,
                        rejected=(len(seq) + a, drafts[a]))
 
+    def requantize(self) -> None:
+        if self.quantized is not None and kv.quantize(self.cache, *self.quantized):
+            self.quantized = None                 # done: the whole cache is quantized from here on
+
+    def draft_room(self, seq) -> int | None:
+        """How many drafts the next pass may take before a quantized cache's switch (None: no
+        bound). Plain decoding switches once the cache holds `quantized_kv_start` tokens; a pass
+        that fed past that point would compute the tokens after it on the unquantized cache,
+        so passes stop there and the switch comes at the same token, as in plain decoding."""
+        if self.quantized is None:
+            return None
+        return max(0, self.quantized[2] - len(seq))   # a led pass's correction is fed first
+
+    def keep(self, prompt_cache, seq) -> None:
+        """Give the cache, holding a prefix of `seq`, to `prompt_cache` for the next generation."""
+        settled = kv.settle(self.cache, seq)
+        if settled is not None:
+            prompt_cache.keep(self.key, *settled)
+
     def advance(self, seq, verdict: Verdict) -> None:
         """Know the next token before the next step: from the pass just made, or by feeding
         the token just emitted (a 1-token pass, counted in the verdict; queued, not awaited,
@@ -266,6 +290,12 @@ class UncachedVerification:
     def advance(self, seq, verdict: Verdict) -> None:
         pass
 
+    def requantize(self) -> None:
+        pass
+
+    def draft_room(self, seq) -> None:
+        return None
+
 
 def _cut(emitted, eos, room):
     """Emitted tokens cut at the first EOS (not emitted) or at `room`; (kept, stop reason)."""
@@ -281,7 +311,8 @@ def generate_steps(model, prompt, drafter=None, k: int = 3, max_tokens: int = 10
                    kv_cache: bool = True, eos_ids=(), max_kv_size: int | None = None,
                    bos_id: int | None = None, stats: Stats | None = None,
                    sampling: Sampling | None = None, on_prefill=None, processors=(),
-                   vocab_size: int | None = None, lead=True, shared=None):
+                   vocab_size: int | None = None, lead=True, shared=None, prompt_cache=None,
+                   kv_bits: int | None = None, kv_group_size: int = 64, quantized_kv_start: int = 5000):
     """Yield a Step per verifier pass until max_tokens or an EOS token (not emitted).
     Greedy by default; with `sampling`, the verifier samples (see Sampling); `processors`
     (mlx-lm logits processors: processor(tokens, logits) -> logits) shape every choice. The
@@ -293,7 +324,12 @@ def generate_steps(model, prompt, drafter=None, k: int = 3, max_tokens: int = 10
     A sharded verifier always leads (every rank must take the same passes, and pass times
     differ between ranks). With `shared` (a sharded verifier's
     `engine.distributed.Shard`), the drafts and every choice of token are rank 0's, so every
-    rank takes the same passes and rollbacks."""
+    rank takes the same passes and rollbacks. `prompt_cache` (KV regime; engine.cache's
+    PromptCache or PrefixCache) lends the cache of an earlier generation: only the prompt's
+    tokens past the prefix it shares are prefilled, and the cache goes back to it at the end
+    (at the last Step, or when the caller closes the generator between Steps). `kv_bits`
+    (KV regime) quantizes the cache as mlx-lm does (QuantizedKVCache, `kv_group_size`), once it
+    holds `quantized_kv_start` tokens, checked between passes."""
     if not 0 <= k <= MAX_K:
         raise ValueError(f"k must be between 0 and {MAX_K}, got {k}")
     if max_tokens < 0:
@@ -318,16 +354,37 @@ def generate_steps(model, prompt, drafter=None, k: int = 3, max_tokens: int = 10
         drafter, pick = shared.drafter(drafter), shared.choices(pick)
     t0 = time.perf_counter()
     if kv_cache:
-        verifier = CachedVerification(model, prompt, pick, max_kv_size, on_prefill, lead is not False)
+        quantized = (kv_bits, kv_group_size, quantized_kv_start) if kv_bits else None
+        verifier = CachedVerification(model, prompt, pick, max_kv_size, on_prefill, lead is not False,
+                                      prompt_cache, quantized)
         stats.prefill_s = time.perf_counter() - t0
+        if prompt_cache is not None:
+            stats.extra["cached_tokens"] = verifier.reused
     else:
         verifier = UncachedVerification(model, prompt, pick)
+        prompt_cache = None                     # nothing to keep: no pass leaves a cache behind
+    try:
+        yield from _steps(verifier, drafter, rule, seq, skip, k, vocab_size, max_tokens, eos, stats,
+                          kv_cache)
+    except GeneratorExit:        # closed between Steps: the cache holds a prefix of seq
+        if prompt_cache is not None:
+            verifier.keep(prompt_cache, seq)
+        raise
+    if prompt_cache is not None:
+        verifier.keep(prompt_cache, seq)
+
+
+def _steps(verifier, drafter, rule, seq, skip, k, vocab_size, max_tokens, eos, stats, kv_cache):
+    """The loop of generate_steps: draft, verify, emit, until max_tokens or an EOS."""
     produced, index, rejected = 0, 0, None
     while True:
         ts = time.perf_counter()
         led = verifier.led
         drafts = [int(t) for t in drafter.draft(seq[skip:], k)[:k]] if k else []
         drafts = _in_vocabulary(drafts, vocab_size)
+        room = verifier.draft_room(seq)
+        if room is not None:
+            drafts = drafts[:room]
         if led and drafts and rule is not None and not rule.leads(len(drafts)):
             drafts = []          # feed the correction alone: the next step checks them for free
         td = time.perf_counter()
@@ -339,6 +396,7 @@ def generate_steps(model, prompt, drafter=None, k: int = 3, max_tokens: int = 10
         produced += len(kept)
         if not reason:
             verifier.advance(seq, verdict)
+            verifier.requantize()
         te = time.perf_counter()
         waited, verifier.waited_s = verifier.waited_s, 0.0
         rejected = verdict.rejected

@@ -75,6 +75,9 @@ class GenerationOptions:
     max_tokens: int = 256
     kv_cache: bool = True              # False: the uncached regime
     max_kv_size: int | None = None     # a sliding KV window (rotating cache)
+    kv_bits: int | None = None         # a quantized KV cache (mlx-lm's QuantizedKVCache) ...
+    kv_group_size: int = 64            # ... in groups of this many values ...
+    quantized_kv_start: int = 5000     # ... once it holds this many tokens (mlx-lm's default)
     temperature: float = 0.0           # 0: greedy
     top_p: float = 1.0
     seed: int = 0
@@ -99,6 +102,19 @@ class GenerationOptions:
                                              or self.max_kv_size < 1):
             bad("max_kv_size", f"max KV size must be a whole number of tokens >= 1 (or none), "
                                f"got {self.max_kv_size!r}")
+        if self.kv_bits is not None and self.kv_bits not in KV_BITS:
+            bad("kv_bits", f"KV bits must be one of {', '.join(map(str, KV_BITS))}, got {self.kv_bits!r}")
+        if self.kv_group_size not in KV_GROUP_SIZES:
+            bad("kv_group_size", f"KV group size must be one of {', '.join(map(str, KV_GROUP_SIZES))}, "
+                                 f"got {self.kv_group_size!r}")
+        if not isinstance(self.quantized_kv_start, int) or self.quantized_kv_start < 0:
+            bad("quantized_kv_start", f"the quantized KV start must be a whole number of tokens >= 0, "
+                                      f"got {self.quantized_kv_start!r}")
+        if self.kv_bits is not None and self.max_kv_size is not None:
+            bad("kv_bits", "a quantized KV cache cannot be a sliding window (mlx-lm has no quantized "
+                           "rotating cache): give --kv-bits or --max-kv-size, not both")
+        if self.kv_bits is not None and not self.kv_cache:
+            bad("kv_bits", "--kv-bits quantizes the KV cache: the uncached regime has none")
         if not _number(self.temperature) or not 0 <= self.temperature < math.inf:
             bad("temperature", f"temperature must be a number >= 0 (0 is greedy), got {self.temperature!r}")
         if not _number(self.top_p) or not 0 < self.top_p <= 1:
@@ -143,6 +159,10 @@ class GenerationOptions:
 
     def replace(self, **changes) -> GenerationOptions:
         return dataclasses.replace(self, **changes)
+
+
+KV_BITS = (2, 3, 4, 5, 6, 8)            # what mx.quantize takes
+KV_GROUP_SIZES = (32, 64, 128)
 
 
 def _number(x) -> bool:
@@ -321,13 +341,16 @@ class Session:
     def stream(self, prompt, options: GenerationOptions | None = None, drafter=None,
                should_stop: Callable[[], bool] | None = None,
                on_prefill: Callable[[int, int], None] | None = None,
-               continuation: bool = False) -> Iterator[Response]:
+               continuation: bool = False, cache=None) -> Iterator[Response]:
         """Generate from `prompt` (text or ids), one Response per verifier pass. `drafter`
         overrides the session's for this call; `should_stop()` is asked after every pass.
+        `cache` (engine.cache's PromptCache, a conversation's; or PrefixCache, a server's): the
+        KV regime starts from the cache of an earlier generation with this session and prefills
+        only the prompt's tokens past the prefix they share; the output is the same.
         `continuation=True` (a text prompt whose text the output is appended to, as in a
         document being continued): the output keeps the space before its first word, which a
         streaming detokenizer drops at the start of a generation."""
-        responses = self._stream(prompt, options, drafter, should_stop, on_prefill, continuation)
+        responses = self._stream(prompt, options, drafter, should_stop, on_prefill, continuation, cache)
         return responses if self.shard is None else self._to_the_end(responses)
 
     def _to_the_end(self, responses):
@@ -344,7 +367,7 @@ class Session:
                                     "should_stop)")
                 raise
 
-    def _stream(self, prompt, options, drafter, should_stop, on_prefill, continuation):
+    def _stream(self, prompt, options, drafter, should_stop, on_prefill, continuation, cache=None):
         opts = options or self.options
         drafter = self.drafter if drafter is None else as_drafter(drafter)
         ids = self.fit_context(self.encode(prompt), opts)
@@ -358,7 +381,7 @@ class Session:
         meter = self.meter
         start = meter.mark() if meter is not None else None
         tokens = []
-        steps = self._steps(ids, drafter, opts, stats, on_prefill, eos)
+        steps = self._steps(ids, drafter, opts, stats, on_prefill, eos, cache)
         last = None
         lead = continuation and not isinstance(prompt, Chat)    # the first text: check its space
         for step in steps:
@@ -410,15 +433,19 @@ class Session:
             return [(" " + text, segments[0][1])] + segments[1:]
         return segments
 
-    def _steps(self, ids, drafter, opts, stats, on_prefill, eos_ids):
-        """The engine loop for one generation (a Step per verifier pass)."""
+    def _steps(self, ids, drafter, opts, stats, on_prefill, eos_ids, cache=None):
+        """The engine loop for one generation (a Step per verifier pass); a sharded verifier
+        keeps no cache between generations (every rank would have to keep the same one)."""
         v = self.verifier
         return generate_steps(v.model, ids, drafter, k=opts.k, max_tokens=opts.max_tokens,
                               kv_cache=opts.kv_cache, eos_ids=eos_ids,
                               max_kv_size=opts.max_kv_size, bos_id=v.bos_id, stats=stats,
+                              kv_bits=opts.kv_bits, kv_group_size=opts.kv_group_size,
+                              quantized_kv_start=opts.quantized_kv_start,
                               sampling=opts.sampling, on_prefill=on_prefill,
                               processors=opts.processors(), vocab_size=self.vocab_size,
-                              lead=self._lead_rule(), shared=self.shard)
+                              lead=self._lead_rule(), shared=self.shard,
+                              prompt_cache=cache if self.shard is None else None)
 
     def _lead_rule(self):
         if self.lead != "auto":
@@ -439,10 +466,10 @@ class Session:
         return meter.between(start, meter.mark()) if meter is not None else None
 
     def generate(self, prompt, options: GenerationOptions | None = None, drafter=None,
-                 should_stop=None) -> Result:
+                 should_stop=None, cache=None) -> Result:
         """The whole generation at once."""
         text, tokens, last = [], [], None
-        for r in self.stream(prompt, options, drafter, should_stop):
+        for r in self.stream(prompt, options, drafter, should_stop, cache=cache):
             text.append(r.text)
             tokens.extend(r.tokens)
             last = r

@@ -30,6 +30,8 @@ class Limits:
     max_messages: int = 1024            # chat messages per request
     queue_size: int = 16                # requests waiting behind the running one (then 429)
     timeout_s: float = 600.0            # a request's deadline: queue wait plus generation
+    prompt_cache_size: int = 10         # KV caches kept across requests (mlx-lm's default); 0: none
+    prompt_cache_bytes: int = 1 << 30   # their memory in all (0: no bound but the count)
 
     def __post_init__(self):
         def whole(name, lo):
@@ -44,6 +46,8 @@ class Limits:
         whole("max_stop_chars", 1)
         whole("max_messages", 1)
         whole("queue_size", 0)
+        whole("prompt_cache_size", 0)
+        whole("prompt_cache_bytes", 0)
         if self.default_max_tokens > self.max_tokens:
             raise ConfigError(f"the default max tokens ({self.default_max_tokens}) is above the "
                               f"limit ({self.max_tokens})")
@@ -119,5 +123,5 @@ def parse_drafters(draft: str | None, named, check_files: bool = True) -> Drafte
                               f"choose another name")
         if name in specs:
             raise ConfigError(f"--drafters: {name!r} is named twice")
-        specs[name] = parse_spec(text, check_files)
+        specs[name] = parse_spec(text, check_files, shown=f"--drafters {item}")
     return DrafterChoice(specs, next(iter(specs)))

@@ -19,6 +19,8 @@ import threading
 import time
 from dataclasses import dataclass
 
+from olifant_mlx.teardown import release_streams
+
 log = logging.getLogger("olifant_mlx.server")
 
 FINISH = {"eos": "stop", "stop": "stop", "max_tokens": "length", "stopped": "length"}
@@ -120,13 +122,17 @@ class GenerationQueue:
     """The worker thread and its bounded FIFO. `setup()` runs on the worker thread and returns
     (session, drafters, info): the Session, {name: Drafter} ("none" included) and a ModelInfo.
     `others`: setups of more verifiers a job may name (`job.model`, their info's id), loaded
-    on the worker thread too, after the default one; `models` maps every id to its triple."""
+    on the worker thread too, after the default one; `models` maps every id to its triple.
+    `prompt_cache` (an engine PrefixCache, or None) keeps the verifiers' KV caches across
+    requests (keyed by model): a request prefills only its prompt's tokens past the longest
+    prefix it shares with a cached one (a conversation's next turn, a shared system prompt)."""
 
-    def __init__(self, setup, size: int = 16, others=()):
+    def __init__(self, setup, size: int = 16, others=(), prompt_cache=None):
         self._setup = setup
         self._others = tuple(others)
         self.models = {}
         self.size = size
+        self.prompt_cache = prompt_cache
         self._cv = threading.Condition()
         self._waiting = collections.deque()
         self._running = None
@@ -200,6 +206,12 @@ class GenerationQueue:
 
     def _main(self):
         try:
+            self._work()
+        finally:                         # before the thread ends: see olifant_mlx.teardown
+            release_streams()
+
+    def _work(self):
+        try:
             self.session, self.drafters, self.info = self._setup()
             self.models[self.info.id] = (self.session, self.drafters, self.info)
             for setup in self._others:
@@ -266,7 +278,7 @@ class GenerationQueue:
         name, drafter = job.drafter, drafters[job.drafter]
         last = None
         try:
-            for r in session.stream(ids, opts, drafter, should_stop=job.should_stop):
+            for r in session.stream(ids, opts, drafter, should_stop=job.should_stop, cache=self.prompt_cache):
                 job.passes += 1
                 if r.text:
                     job.emit(Delta(r.text))
@@ -287,6 +299,16 @@ class GenerationQueue:
         with self._cv:
             self.counts[stop_reason] += 1
             self.recent.append(Record(job.id, stop_reason, tokens, passes, job.cancelled_at_pass))
+
+
+def prompt_cache(limits):
+    """The PrefixCache a server's limits ask for (None for --prompt-cache-size 0; bytes 0: no
+    bound but the count)."""
+    from olifant_mlx.engine.cache import PrefixCache
+
+    if limits.prompt_cache_size == 0:
+        return None
+    return PrefixCache(limits.prompt_cache_size, limits.prompt_cache_bytes or 1 << 63)
 
 
 def make_setup(verifier, choice, defaults, meter=None, warm_up: bool = True):
@@ -321,6 +343,7 @@ def usage(stats, energy, prompt_tokens, drafter, stop_reason, queue_s, meter_lab
         "prompt_tokens": prompt_tokens,
         "completion_tokens": stats.tokens,
         "total_tokens": prompt_tokens + stats.tokens,
+        "prompt_tokens_details": {"cached_tokens": stats.extra.get("cached_tokens", 0)},
         "drafter": drafter,
         "drafted_tokens": stats.drafted,
         "accepted_tokens": stats.accepted,

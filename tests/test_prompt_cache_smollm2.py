@@ -1,0 +1,116 @@
+"""Prompt cache reuse on the real SmolLM2-135M-Instruct: a multi-turn chat whose turns start from
+the conversation's cache answers token for token what a fresh Session answers on the whole
+conversation, with drafting (olifant, hybrid, adaptive hybrid) and without, in both regimes.
+Minutes on two cores: marked slow."""
+import pytest
+
+from olifant_mlx.engine import Chat, GenerationOptions, PromptCache, Session
+from tests import test_instruct_verifier
+
+smol, draft_path = test_instruct_verifier.smol, test_instruct_verifier.draft_path    # its fixtures
+
+pytestmark = pytest.mark.slow
+
+QUESTIONS = ("Draft a confidentiality clause for a software licence.",
+             "Now make it shorter.", "Add a clause on the governing law.")
+
+
+@pytest.mark.parametrize("regime", ["kv", "uncached"])
+def test_a_chat_with_the_cache_answers_as_a_fresh_session(smol, draft_path, regime):
+    opts = GenerationOptions(k=5, max_tokens=40 if regime == "kv" else 16, kv_cache=regime == "kv")
+    specs = ["none", f"olifant:{draft_path}", f"hybrid:{draft_path}", f"adaptive:hybrid:{draft_path}"]
+    for spec in specs if regime == "kv" else specs[::3]:
+        session, cache = Session(smol, spec, opts), PromptCache()
+        chat = Chat(())
+        for turn, q in enumerate(QUESTIONS):
+            chat = chat.then("user", q)
+            got = session.generate(chat, cache=cache)
+            want = Session(smol, spec, opts).generate(chat)
+            assert got.tokens == want.tokens, f"{spec}, turn {turn}"
+            cached = got.stats.extra.get("cached_tokens")
+            if regime == "uncached":
+                assert cached is None
+            elif turn:       # everything before this turn's question came from the cache
+                assert cached >= len(smol.chat_ids(chat.messages[:-2])), f"{spec}, turn {turn}: {cached}"
+            chat = chat.then("assistant", got.text)
+
+
+def test_a_sliding_window_falls_back_to_a_fresh_prefill(smol, draft_path):
+    """--max-kv-size smaller than the conversation: turns that outgrow the window read it afresh."""
+    opts = GenerationOptions(k=5, max_tokens=24, max_kv_size=96)
+    session, cache = Session(smol, f"hybrid:{draft_path}", opts), PromptCache()
+    chat, seen = Chat(()), []
+    for q in QUESTIONS:
+        chat = chat.then("user", q)
+        got = session.generate(chat, cache=cache)
+        assert got.tokens == Session(smol, f"hybrid:{draft_path}", opts).generate(chat).tokens
+        n = len(smol.chat_ids(chat.messages))
+        seen.append((n, got.stats.extra["cached_tokens"]))
+        chat = chat.then("assistant", got.text)
+    assert all(c == 0 for n, c in seen if n > 96) and any(n > 96 for n, _ in seen)
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_a_quantized_kv_cache_speculates_exactly(smol, draft_path, bits):
+    """--kv-bits: speculative output equals plain output with the same quantized cache, the switch
+    after the prefill (start 0) or inside the answer (start 60: passes stop at it)."""
+    prompt = Chat.of("Draft a confidentiality clause for a software licence.")
+    for start in (0, 60):
+        opts = GenerationOptions(k=8, max_tokens=48, kv_bits=bits, quantized_kv_start=start)
+        plain = Session(smol, "none", opts).generate(prompt)
+        for spec in (f"olifant:{draft_path}", f"hybrid:{draft_path}", f"adaptive:hybrid:{draft_path}"):
+            assert Session(smol, spec, opts).generate(prompt).tokens == plain.tokens, f"{spec}, start {start}"
+
+
+def cli(*args, stdin=None):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "olifant_mlx", *args], capture_output=True, text=True,
+                          input=stdin, timeout=600)
+
+
+def test_chat_on_stdin_reuses_the_conversations_cache():
+    r = cli("chat", "--model", "smollm2-135m", "-m", "16",
+            stdin="What is a confidentiality clause?\nNow make it shorter.\nq\n")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("tokens,") == 2 and r.stderr.count("prompt tokens from the cache") == 1, r.stderr
+
+
+def test_cache_prompt_then_generate_continues_it(smol, tmp_path):
+    """The file round trip through the commands: the answer is the fresh Session's on the whole
+    prompt; a file made for another model is refused, naming it."""
+    import argparse
+    import json
+    import os
+
+    from olifant_mlx.cli.generate import continue_cached
+    from tests.test_bench import tiny_verifier
+
+    path = tmp_path / "contract.safetensors"
+    r = cli("cache-prompt", "--model", "smollm2-135m", "--prompt-cache-file", str(path),
+            "-p", "Here is a licence: THE SOFTWARE IS PROVIDED AS IS, WITHOUT WARRANTY OF ANY KIND.")
+    assert r.returncode == 0 and "saved the KV cache" in r.stderr, r.stderr
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    r = cli("generate", "--model", "smollm2-135m", "--prompt-cache-file", str(path), "-p", " Summarise it.",
+            "-m", "24", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["stats"]["cached_tokens"] > 20
+    opts = GenerationOptions(k=8, max_tokens=24)
+    session = Session(smol, "auto", opts)
+    args = argparse.Namespace(prompt_cache_file=str(path))
+    ids, _ = continue_cached(session, session.prompt_for(" Summarise it."), args, opts)
+    assert out["tokens"] == Session(smol, "none", opts).generate(ids).tokens
+    # another model's file: refused before the verifier loads, naming the file
+    from olifant_mlx.engine import cache as kv
+    from olifant_mlx.engine import prompt_file
+
+    v = tiny_verifier()
+    layers = kv.make_cache(v.model)
+    kv.prefill(v.model, layers, [1, 2, 3])
+    foreign = tmp_path / "tiny.safetensors"
+    prompt_file.save(foreign, layers, [1, 2, 3], v)
+    r = cli("generate", "--model", "smollm2-135m", "--prompt-cache-file", str(foreign), "-p", "x")
+    assert r.returncode == 1 and str(foreign) in r.stderr and "another model" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
