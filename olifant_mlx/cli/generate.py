@@ -275,6 +275,7 @@ def _corpus_identity(spec: str) -> str:
 def demo_draft_model(tokenizer, verifier_name, corpora):
     """The demo's draft model: trained once on `corpora` with the verifier's tokenizer, cached."""
     from olifant_mlx.draftmodel.igtree import IGTree
+    from olifant_mlx.draftmodel.open import open_model_file
     from olifant_mlx.draftmodel.train import train
     from olifant_mlx.files import cache_dir
 
@@ -284,7 +285,7 @@ def demo_draft_model(tokenizer, verifier_name, corpora):
     if not path.is_file():
         sys.stderr.write(f"building the demo draft model from {', '.join(corpora)} (once) ...\n")
         train(list(corpora), tokenizer, path, show_progress=True)
-    return IGTree.load(path), path
+    return open_model_file(path, want=IGTree), path
 
 
 def rounds_count(value: str) -> int:

@@ -9,8 +9,8 @@ from olifant_mlx.cli.common import mb, print_json, table
 
 def cmd_build_rest(args) -> int:
     from olifant_mlx.cli.train import files_table
-    from olifant_mlx.draftmodel.documents import reporting
     from olifant_mlx.draftmodel.corpus import check_corpora
+    from olifant_mlx.draftmodel.documents import reporting
     from olifant_mlx.draftmodel.retrieval import build_retrieval
     from olifant_mlx.draftmodel.train import check_output
     from olifant_mlx.verifier import load_tokenizer

@@ -247,8 +247,9 @@ def run_train(args) -> int:
 
 def cmd_info(args) -> int:
     from olifant_mlx.draftmodel.igtree import IGTree
+    from olifant_mlx.draftmodel.open import open_model_file
 
-    d = IGTree.load(args.model).describe()
+    d = open_model_file(args.model, want=IGTree).describe()
     d["verifier"] = verifier_of(d["tokenizer"])
     if args.json:
         print_json(d, indent=2)
@@ -261,8 +262,9 @@ def cmd_info(args) -> int:
 
 def cmd_draft(args) -> int:
     from olifant_mlx.draftmodel.igtree import IGTree
+    from olifant_mlx.draftmodel.open import open_model_file
 
-    m = IGTree.load(args.model)
+    m = open_model_file(args.model, want=IGTree)
     tok = model_tokenizer(m, args.model, args.tokenizer)
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     ids = tok.encode(prompt)

@@ -147,10 +147,27 @@ def _record_text(path, n: int, line, text_field: str):
     return obj[text_field]
 
 
+def refuse_device(path: Path) -> None:
+    """A device or socket named as a corpus is a CorpusError before it is opened: /dev/zero or
+    /dev/urandom would be read forever (a terminal would wait forever). A named pipe is read:
+    it is a corpus still being written."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
+        what = "a socket" if stat.S_ISSOCK(mode) else "a device"
+        raise CorpusError(f"corpus {path} is {what}, not a file: refused without reading it "
+                          f"(give a file, a folder or a named pipe)")
+
+
 def check_file(path: Path, text_field: str = "text", force: bool = False) -> None:
-    """Refuse a file that cannot be read or is not text, from its first bytes (pipes and
-    devices are only checked as they are read)."""
-    if not path.is_file() or _document_file(path, named=True):
+    """Refuse a file that cannot be read or is not text, from its first bytes, and a device
+    (pipes are only checked as they are read)."""
+    if not path.is_file():
+        refuse_device(path)
+        return
+    if _document_file(path, named=True):
         return
     head = _head(path)
     reason = None if force else binary_reason(head)
@@ -206,6 +223,7 @@ def _lines(path: Path, progress: Progress | None, limit: int, check: bool) -> It
     line comes in pieces). With `check`, stops at a stretch that is not text."""
     total = 0
     raw = stream = text = None
+    refuse_device(path)           # before open(): a device may block in it, or never end
     try:
         raw = open(path, "rb", buffering=0)
         st = os.fstat(raw.fileno())

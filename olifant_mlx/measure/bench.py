@@ -625,7 +625,8 @@ def write_plots(cells, out_dir, note: str = "") -> dict:
     fig.suptitle("Speedup vs k" + (f" — {note}" if note else ""))
     fig.tight_layout()
     paths["speedup"] = out / "speedup_vs_k.png"
-    fig.savefig(paths["speedup"], dpi=120)
+    with atomic_writer(paths["speedup"]) as f:
+        fig.savefig(f, format="png", dpi=120)
     plt.close(fig)
     measured = [c for c in cells if c["tokens_per_joule"] is not None]
     fig, ax = plt.subplots(figsize=(7, 0.35 * max(len(measured), 4) + 1))
@@ -640,7 +641,8 @@ def write_plots(cells, out_dir, note: str = "") -> dict:
     ax.set_title("Tokens per joule" + (f" — {note}" if note else ""))
     fig.tight_layout()
     paths["tokens_per_joule"] = out / "tokens_per_joule.png"
-    fig.savefig(paths["tokens_per_joule"], dpi=120)
+    with atomic_writer(paths["tokens_per_joule"]) as f:
+        fig.savefig(f, format="png", dpi=120)
     plt.close(fig)
     return paths
 

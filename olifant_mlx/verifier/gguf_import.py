@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from olifant_mlx.files import NotARegularFile, open_regular_file
+from olifant_mlx.files import NotARegularFile, open_regular_file, private_files, private_output, write_atomic
 
 SUPPORTED = ("llama", "qwen2", "gemma3")
 VERSIONS = (2, 3)
@@ -267,12 +267,13 @@ def _tokenizer(arch: str, meta: dict, out_dir: Path) -> None:
                                   eos_token=special("eos_token_id"), unk_token=special("unknown_token_id"),
                                   pad_token=special("padding_token_id"),
                                   chat_template=meta.get("tokenizer.chat_template"))
-    tok.save_pretrained(out_dir)
-    cfg_path = out_dir / "tokenizer_config.json"
-    cfg = json.loads(cfg_path.read_text())
-    cfg["add_bos_token"] = bool(meta.get("tokenizer.ggml.add_bos_token", False))
-    cfg["add_eos_token"] = False
-    cfg_path.write_text(json.dumps(cfg, indent=2))
+    with private_files(out_dir) as tmp:       # save_pretrained writes its files itself
+        tok.save_pretrained(tmp)
+        cfg_path = tmp / "tokenizer_config.json"
+        cfg = json.loads(cfg_path.read_text())
+        cfg["add_bos_token"] = bool(meta.get("tokenizer.ggml.add_bos_token", False))
+        cfg["add_eos_token"] = False
+        write_atomic(cfg_path, json.dumps(cfg, indent=2))
 
 
 # GGUF block formats that are exactly MLX's affine quantization (group 32): mlx.core.load reads
@@ -387,7 +388,8 @@ def convert_gguf(gguf_path, out_dir, weights: str = "fp32") -> Path:
         mx.eval(tensors[hf])     # one tensor at a time: a 1.5B file never holds two copies
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    mx.save_safetensors(str(out / "model.safetensors"), tensors, metadata={"format": "mlx"})
-    (out / "config.json").write_text(json.dumps(config, indent=2))
+    with private_output(out / "model.safetensors") as tmp:     # mlx writes the file itself
+        mx.save_safetensors(str(tmp), tensors, metadata={"format": "mlx"})
+    write_atomic(out / "config.json", json.dumps(config, indent=2))
     _tokenizer(arch, meta, out)
     return out
