@@ -39,7 +39,7 @@ def test_open_model_file_dispatches_on_the_magic(model_files, tmp_path):
         assert type(open_model_file(tmp_path / f"renamed-{name}.bin")) is cls
         check_model_tokenizer(model_files / name, "test", 20, DIGEST)
     (tmp_path / "notes.txt").write_text("hello, not a model")
-    with pytest.raises(ModelFileError, match=r"notes\.txt: not an olifant file \(bad magic\)"):
+    with pytest.raises(ModelFileError, match=r"notes\.txt: not an olifant model file \(bad magic\)"):
         open_model_file(tmp_path / "notes.txt")
     with pytest.raises(RetrievalFileError, match="m.sfx.*damaged"):
         check_model_tokenizer(model_files / "m.sfx", "test", 21, DIGEST)

@@ -26,7 +26,7 @@ def model_file_kind(path):
     cls = KINDS.get(head)
     if cls is None:
         raise ModelFileError(_igt.IGT_ERR_FOREIGN, (
-            f"{os.fspath(path)}: not an olifant file (bad magic): expected a draft model (.olif, from `train`), "
+            f"{os.fspath(path)}: not an olifant model file (bad magic): expected a draft model (.olif, from `train`), "
             f"a suffix index (.sfx) or an n-gram cache (.ngc, both from `build-rest`)"))
     return cls
 
