@@ -59,9 +59,9 @@ def main():
     gguf = alias_gguf(args.alias)
     with tempfile.TemporaryDirectory() as tmp:
         models = {}
-        for name, keep in (("fp32", False), ("quantized", True)):
+        for name, fmt in (("fp32", "fp32"), ("quantized", "q4")):
             folder = Path(tmp) / name
-            convert_gguf(gguf, folder, keep_quantized=keep)
+            convert_gguf(gguf, folder, weights=fmt)
             models[name] = mlx_lm.load(str(folder))
             size = sum(f.stat().st_size for f in folder.iterdir())
             models[name] = (*models[name], size)

@@ -42,6 +42,8 @@ def draft_models(dirs=None) -> list[DraftModelEntry]:
     """Every readable draft model in `dirs` (default draft_model_dirs()), newest first;
     unreadable or foreign files are skipped."""
     from olifant_mlx.draftmodel.igtree import IGTree, IGTreeError
+    from olifant_mlx.draftmodel.open import open_model_file
+    from olifant_mlx.files import NotARegularFile
 
     found, seen = [], set()
     for d in dirs if dirs is not None else draft_model_dirs():
@@ -54,8 +56,8 @@ def draft_models(dirs=None) -> list[DraftModelEntry]:
                 continue
             seen.add(key)
             try:
-                m = IGTree.load(p, verify_checksum=False)
-            except (IGTreeError, OSError):
+                m = open_model_file(p, verify_checksum=False, want=IGTree)
+            except (IGTreeError, OSError, NotARegularFile):
                 continue
             found.append(DraftModelEntry(p, m.tokenizer_name, m.vocab_size, m.tokenizer_digest,
                                          m.n_nodes, m.n_instances, p.stat().st_size))
@@ -112,10 +114,13 @@ def verifiers() -> list[VerifierEntry]:
 
 
 def alias_files(name: str) -> list[Path]:
-    """Everything the cache holds for an offline alias: its converted folders (fp32 and
-    quantized) and its GGUF."""
-    models = cache_dir() / "models"
-    return [models / name, models / f"{name}-quantized", cache_dir() / "gguf" / f"{name}.gguf"]
+    """Everything the cache holds for an offline alias: its converted folders (one per weight
+    format), its GGUF and the wheels of a fetch not finished yet."""
+    from olifant_mlx.verifier.aliases import WEIGHT_FORMATS
+
+    models, gguf = cache_dir() / "models", cache_dir() / "gguf"
+    return [*(models / (name + suffix) for suffix in WEIGHT_FORMATS.values()),
+            gguf / f"{name}.gguf", gguf / f"{name}.gguf.wheels"]
 
 
 def cache_usage() -> dict:

@@ -176,3 +176,24 @@ def private_output(path, mode: int = PRIVATE):
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     fsync_dir(target.parent)
+
+
+@contextlib.contextmanager
+def private_files(folder, mode: int = PRIVATE):
+    """For a library that writes several files itself (a tokenizer's save_pretrained): yields a
+    fresh folder (0700) inside `folder`; on success each file written there is fsynced, given
+    `mode` and renamed into `folder` (so each lands whole); on any error none does."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".files.", suffix=".tmp", dir=folder))
+    try:
+        yield tmp
+        names = sorted(p.name for p in tmp.iterdir() if p.is_file() and not p.is_symlink())
+        for name in names:
+            os.chmod(tmp / name, mode)
+        fsync_tree(tmp)
+        for name in names:
+            os.replace(tmp / name, folder / name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    fsync_dir(folder)

@@ -2,6 +2,7 @@
 import gzip
 import json
 import lzma
+import os
 
 import numpy as np
 import pytest
@@ -261,3 +262,22 @@ def test_every_shared_corpus_is_text(shared):
     check_corpora([str(f) for f in files])
     for f in files:
         assert sum(1 for _ in iter_documents(str(f))) > 10, f
+
+
+@pytest.mark.parametrize("how", ["truncate", "append"])
+def test_a_corpus_that_changes_while_it_is_read_is_an_error(tmp_path, how):
+    """Issue 24: a corpus cut while it was read trained on part of it with rc 0 and no word."""
+    p = tmp_path / "big.txt"
+    p.write_text("".join(f"line {i} of a corpus that is long enough to be read in pieces\n\n" for i in range(60000)))
+    docs = iter_documents(str(p))
+    for _ in range(10):
+        next(docs)
+    if how == "truncate":
+        os.truncate(p, 100000)
+    else:
+        with open(p, "a") as f:
+            f.write("more text\n")
+    with pytest.raises(CorpusError, match=r"big.txt changed while it was read"):
+        for _ in docs:
+            pass
+    assert sum(1 for _ in iter_documents(str(p))) > 0       # unchanged now: read whole, no error

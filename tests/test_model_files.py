@@ -39,7 +39,7 @@ def test_open_model_file_dispatches_on_the_magic(model_files, tmp_path):
         assert type(open_model_file(tmp_path / f"renamed-{name}.bin")) is cls
         check_model_tokenizer(model_files / name, "test", 20, DIGEST)
     (tmp_path / "notes.txt").write_text("hello, not a model")
-    with pytest.raises(ModelFileError, match=r"notes\.txt: not an olifant file \(bad magic\)"):
+    with pytest.raises(ModelFileError, match=r"notes\.txt: not an olifant model file \(bad magic\)"):
         open_model_file(tmp_path / "notes.txt")
     with pytest.raises(RetrievalFileError, match="m.sfx.*damaged"):
         check_model_tokenizer(model_files / "m.sfx", "test", 21, DIGEST)
@@ -76,3 +76,24 @@ def test_every_command_refuses_a_fifo_before_blocking(argv, tmp_path):
     said = run.stderr
     assert ("FIFO" in said or "not a regular file" in said) and str(fifo) in said, said[-1500:]
     assert "Traceback" not in run.stderr
+
+
+def test_a_file_of_another_kind_is_named_for_what_it_is(model_files, tmp_path):
+    """info, the drafter builders and the catalog take model paths through open_model_file: a
+    suffix index where a draft model is wanted says what it is, not only 'bad magic'."""
+    from olifant_mlx.catalog import draft_models
+    from olifant_mlx.drafters.registry import DrafterSpec, build_drafter
+
+    with pytest.raises(ModelFileError, match=r"m\.sfx is a suffix index \(\.sfx.*not a draft model"):
+        open_model_file(model_files / "m.sfx", want=IGTree)
+    with pytest.raises(ModelFileError, match=r"m\.olif is a draft model.*not an n-gram cache"):
+        build_drafter(DrafterSpec("ngram-cache", str(model_files / "m.olif")), None)
+    with pytest.raises(ModelFileError, match=r"m\.ngc is an n-gram cache.*not a suffix index"):
+        build_drafter(DrafterSpec("rest", str(model_files / "m.ngc")), None)
+    assert type(build_drafter(DrafterSpec("rest", str(model_files / "m.sfx")), None)).__name__ == "RestDrafter"
+    os.link(model_files / "m.sfx", tmp_path / "index-named-like-a-model.olif")
+    os.link(model_files / "m.olif", tmp_path / "real.olif")
+    assert [e.path.name for e in draft_models([tmp_path])] == ["real.olif"]
+    run = subprocess.run([sys.executable, "-m", "olifant_mlx", "info", str(model_files / "m.sfx")],
+                         capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert run.returncode != 0 and "is a suffix index" in run.stderr and "Traceback" not in run.stderr, run.stderr

@@ -31,6 +31,14 @@ def legal_text(n_docs: int) -> str:
     return "\n\n".join(DOC.format(n=i) for i in range(n_docs)) + "\n"
 
 
+def write_old_model(out: Path) -> bytes:
+    """A small model for tokenizer "old" at `out` (what a run must leave alone); its bytes."""
+    b = Builder(vocab_size=32000, window=4, tokenizer_name="old")
+    b.add_documents(np.arange(1, 50, dtype=np.uint32), [0])
+    b.build().save(out)
+    return out.read_bytes()
+
+
 def leftovers(folder: Path, *keep) -> list:
     """What a run left in its output folder beyond `keep` (temporary files, partial models)."""
     return sorted(p.name for p in folder.iterdir() if p.name not in keep)
@@ -208,10 +216,7 @@ def test_kill_9_during_train_keeps_the_previous_model(tmp_path, phase):
     at most the private temporary folder, never a file at --out's name."""
     (tmp_path / "c.txt").write_text(legal_text(200))
     out = tmp_path / "m.olif"
-    b = Builder(vocab_size=32000, window=4, tokenizer_name="old")
-    b.add_documents(np.arange(1, 50, dtype=np.uint32), [0])
-    b.build().save(out)
-    before = out.read_bytes()
+    before = write_old_model(out)
     p = subprocess.Popen([sys.executable, str(HERE / "interrupt_child.py"), phase, "train", "--tokenizer",
                           "mistral", "--corpus", str(tmp_path / "c.txt"), "--out", str(out)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -20,9 +20,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from olifant_mlx.files import private_output, read_regular, write_atomic
 from olifant_mlx.tui.app import DEFAULT_DOCUMENT, OlifantApp
 
 SIZES = ((80, 24), (160, 48))
+PUBLIC = 0o644      # the screenshots are the docs' pictures, committed to the repository
 MIT_TAIL = (" THE WARRANTIES OF MERCHANTABILITY, FITNESS FOR A PARTICULAR PURPOSE AND "
             "NONINFRINGEMENT. IN NO EVENT SHALL THE AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY "
             "CLAIM, DAMAGES OR OTHER LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, "
@@ -34,13 +36,14 @@ QUESTIONS = ("Write a short confidentiality clause for a consulting agreement.",
 
 def to_png(svg: Path, png: Path) -> None:
     # rsvg collapses the leading no-break space of a styled run unless told to preserve it
-    svg.write_text(svg.read_text().replace("<svg ", '<svg xml:space="preserve" ', 1))
-    if shutil.which("rsvg-convert"):
-        subprocess.run(["rsvg-convert", str(svg), "-o", str(png)], check=True)
-        return
-    import cairosvg  # only for this script; not a project dependency
+    write_atomic(svg, svg.read_text().replace("<svg ", '<svg xml:space="preserve" ', 1), mode=PUBLIC)
+    with private_output(png, mode=PUBLIC) as tmp:       # the converter writes the file itself
+        if shutil.which("rsvg-convert"):
+            subprocess.run(["rsvg-convert", str(svg), "-o", str(tmp)], check=True)
+            return
+        import cairosvg  # only for this script; not a project dependency
 
-    cairosvg.svg2png(url=str(svg), write_to=str(png))
+        cairosvg.svg2png(url=str(svg), write_to=str(tmp))
 
 
 async def shoot(out: Path, size, draft_dir: Path, energy: str | None, max_tokens: int) -> list[Path]:
@@ -58,7 +61,7 @@ async def shoot(out: Path, size, draft_dir: Path, energy: str | None, max_tokens
         def save(name):
             app.set_focus(None)
             svg = out / f"tui-{name}.svg"
-            svg.write_text(app.export_screenshot(title=f"olifant_mlx tui: {name}"))
+            write_atomic(svg, app.export_screenshot(title=f"olifant_mlx tui: {name}"), mode=PUBLIC)
             shots.append(svg)
 
         def progress() -> int:
@@ -141,16 +144,16 @@ def main(argv=None) -> int:
         # the demo's draft model (builtin:licenses) when `python -m olifant_mlx demo` cached it
         cached = sorted((cache_dir() / "drafts").glob("smollm2-135m-*.olif"), key=lambda p: -p.stat().st_size)
         if cached:
-            shutil.copy(cached[0], drafts / "licenses.olif")
+            write_atomic(drafts / "licenses.olif", read_regular(cached[0]))
         else:
             corpus = drafts / "mit.txt"
-            corpus.write_text("\n\n".join([DEFAULT_DOCUMENT + MIT_TAIL] * 3))
+            write_atomic(corpus, "\n\n".join([DEFAULT_DOCUMENT + MIT_TAIL] * 3))
             train([str(corpus)], load_tokenizer("smollm2-135m"), str(drafts / "mit-licence.olif"),
                   show_progress=False)
             corpus.unlink()
         try:       # and one for another verifier's tokenizer, which the Models list marks ✗
             corpus = drafts / "mit.txt"
-            corpus.write_text("\n\n".join([DEFAULT_DOCUMENT + MIT_TAIL] * 3))
+            write_atomic(corpus, "\n\n".join([DEFAULT_DOCUMENT + MIT_TAIL] * 3))
             train([str(corpus)], load_tokenizer("gemma3-270m"), str(drafts / "mit-for-gemma3.olif"),
                   show_progress=False)
             corpus.unlink()

@@ -68,6 +68,10 @@ def main(argv=None) -> int:
     from olifant_mlx.verifier import TokenizerError, VerifierError
 
     args = parse_args(build_parser(), argv)
+    if getattr(args, "weights", None):     # read where the verifier is resolved, in any worker too
+        import os
+
+        os.environ["OLIFANT_GGUF_WEIGHTS"] = args.weights
     try:
         return args.func(args)
     except OptionsError as e:      # a usage error, said with the flag that caused it

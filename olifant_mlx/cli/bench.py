@@ -5,7 +5,7 @@ import json
 import os
 from pathlib import Path
 
-from olifant_mlx.cli.common import MODEL_HELP, draft_tokens, energy_help, open_meter, whole_number
+from olifant_mlx.cli.common import MODEL_HELP, add_weights_arg, draft_tokens, energy_help, open_meter, whole_number
 from olifant_mlx.cli.sharding import add_sharding_args, sharded_command
 
 QUICK = {"prompts": 2, "max_tokens": 24, "ks": [3], "regimes": ["kv"]}
@@ -75,7 +75,12 @@ def cmd_bench(args) -> int:
     cfg = _read_config(args.config) if args.config else {}
     tasks = {**cfg.get("tasks", {}), **_pairs(args.prompts, "--prompts")}
     strategies = {**cfg.get("strategies", {}), **_pairs(args.strategy, "--strategy")}
-    if not tasks:
+    stored = _stored_transcripts(args)
+    if stored and not tasks:          # a transcript file alone: its own prompts, by task
+        texts_of = {}
+        for t in stored.values():
+            texts_of.setdefault(t.get("task") or "prompts", []).append(t["prompt"])
+    if not tasks and not stored:
         raise ValueError("no tasks: give --prompts NAME=FILE (e.g. legal=prompts.dev.jsonl)")
     strategies = strategies or {"ngram": "ngram", "lookup": "lookup"}
     quick = QUICK if args.quick else {}
@@ -89,15 +94,20 @@ def cmd_bench(args) -> int:
         GenerationOptions(k=k, max_tokens=max_tokens)
     baselines = {name: baseline(spec) for name, spec in strategies.items() if baseline(spec)}
     specs = {name: parse_spec(spec) for name, spec in strategies.items() if name not in baselines}
-    texts = {t: read_prompts(p)[:n_prompts] for t, p in tasks.items()}
+    texts = ({t: ps[:n_prompts] for t, ps in texts_of.items()} if stored and not tasks else
+             {t: read_prompts(p)[:n_prompts] for t, p in tasks.items()})
     results = Path(args.results)
     results.parent.mkdir(parents=True, exist_ok=True)
     check_file_path(results, "results file")
-    reference = args.verifier == "reference"
+    reference = args.verifier in ("reference", "transcript")
     model_spec = args.model or cfg.get("model")
     if reference and getattr(args, "shard", None) is not None:
-        raise ValueError("--verifier reference runs no verifier: there is nothing to shard")
-    if reference:
+        raise ValueError(f"--verifier {args.verifier} runs no verifier: there is nothing to shard")
+    verifier = None
+    if args.verifier == "transcript":
+        runner, verifier = _transcript_runner(args, model_spec, texts, max_tokens, stored)
+        ours = runner.tokenizer
+    elif reference:
         refs = _pairs(args.reference, "--reference")
         if set(refs) != set(texts):
             raise ValueError("--verifier reference needs --reference TASK=CORPUS for every task "
@@ -108,13 +118,14 @@ def cmd_bench(args) -> int:
             _check_corpus(t, corpus)
             conts.update(continuations_of(texts[t], corpus))
         runner = ReferenceRunner(ours, conts)
-        verifier = None
     else:
         verifier = load_verifier(model_spec, shard=getattr(args, "shard", None))
         ours = verifier.identity
         runner = ModelRunner(verifier, open_meter(args.energy))
     name, label = runner.name, runner.label
     drafters = {sname: Strategy(build_drafter(spec, ours), spec_identity(spec)) for sname, spec in specs.items()}
+    curve = _start_from_curve(args.curve, runner, drafters) if args.curve else None
+    curve_path = args.curve
     plain_mlx = [n for n, b in baselines.items() if not b.draft]   # the reference, run once
     if reference and baselines:
         Console(stderr=True).print(f"mlx-lm strategies need a real verifier: skipping "
@@ -150,15 +161,30 @@ def cmd_bench(args) -> int:
             return 130
     calibration = None
     if args.calibrate:
-        calibration = calibrate(verifier or load_verifier(model_spec), next(iter(texts.values()))[0])
+        from olifant_mlx.measure.curves import load_curve, measure_curve, save_curve
+
+        verifier = verifier or load_verifier(model_spec)
+        calibration = calibrate(verifier, next(iter(texts.values()))[0])
         write_atomic(Path(args.out_dir) / "calibration.json", json.dumps(calibration, indent=2), 0o644)
+        con.print(f"measuring {verifier.name}'s cost curve (passes of 1..{max(ks) + 1} tokens, contexts "
+                  f"{args.contexts}, both regimes) ...")
+        measured = measure_curve(verifier, next(iter(texts.values()))[0], max(ks) + 1, args.contexts)
+        stored = save_curve(measured)
+        con.print(f"cost curve stored: {stored} (bench --curve {stored} models speedups with it)")
+        if curve is None:             # this run's table gets the modelled speedups under it
+            curve, curve_path = load_curve(stored), stored
     cells = aggregate(rows)           # this sweep's rows only: the file may hold other settings
     add_predictions(cells, rows, calibration)
+    from olifant_mlx.measure.curves import add_modelled
+
+    add_modelled(cells, rows, curve)
     paths = write_tables(cells, args.out_dir)
     paths.update(write_plots(cells, args.out_dir, note=label if reference else ""))
-    t = Table(title=f"bench, verifier {name} ({label})")
+    t = Table(title=f"bench, verifier {name} ({label})" + (f"; modelled speedup: under the cost curve "
+                                                           f"{curve_path}, not measured" if curve else ""))
     shown = ["task", "regime", "strategy", "k", "prompts", "tokens_per_s", "speedup",
-             "speedup_vs_mlx_lm", "predicted_speedup", "acceptance", "mean_accepted_length", "rouge_l", "exact_match",
+             "speedup_vs_mlx_lm", "predicted_speedup", *(["modelled_speedup"] if curve else []), "acceptance",
+             "mean_accepted_length", "rouge_l", "exact_match",
              "compute_cpu_s_per_100_tokens", "j_per_100_tokens", "tokens_per_joule"]
     for c in shown:
         t.add_column(c.replace("_", " "), justify="left" if c in ("task", "regime", "strategy") else "right")
@@ -176,15 +202,86 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def _start_from_curve(path, runner, drafters) -> dict:
+    """--curve FILE: the stored cost curve; the lead rule and every cost-aware drafter (the
+    adaptive one) start from it instead of the prior (a live verifier's passes refine it; a
+    simulated one plans with the curve's fit alone)."""
+    from olifant_mlx.measure.bench import FixedCost
+    from olifant_mlx.measure.curves import fit, load_curve, seeded_pass_cost
+
+    curve = load_curve(path)
+    if hasattr(runner, "lead_cost"):               # a live verifier
+        runner.lead_cost = seeded_pass_cost(curve)
+        for s in drafters.values():
+            if hasattr(getattr(s.drafter, "cost", None), "observe"):
+                s.drafter.cost = seeded_pass_cost(curve)
+    else:
+        runner.cost = FixedCost(*fit(curve))
+    return curve
+
+
+def _stored_transcripts(args) -> dict:
+    """--transcripts FILE: {prompt: transcript} (checked before any model loads)."""
+    if not getattr(args, "transcripts", None):
+        return {}
+    if args.verifier != "transcript":
+        raise ValueError("--transcripts replays stored transcripts: use it with --verifier transcript")
+    from olifant_mlx.measure.transcripts import read_transcript_set
+
+    return {t["prompt"]: t for t in read_transcript_set(args.transcripts)}
+
+
+def _transcript_runner(args, model_spec, texts, max_tokens, stored):
+    """(TranscriptRunner, the verifier if one was loaded): stored transcripts (--transcripts),
+    else the verifier's own, generated once into the cache (resumable) and optionally written
+    as one file (--transcripts-out)."""
+    from rich.console import Console
+
+    from olifant_mlx.measure.transcripts import TranscriptRunner, make_transcripts, write_transcript_set
+    from olifant_mlx.verifier import load_tokenizer, load_verifier
+
+    prompts = [p for ps in texts.values() for p in ps]
+    verifier = None
+    if stored:
+        missing = [p for p in prompts if p not in stored]
+        if missing:
+            raise ValueError(f"--transcripts {args.transcripts}: no transcript of {len(missing)} prompt(s), "
+                             f"e.g. {missing[0][:60]!r}")
+        short = [p for p in prompts if len(stored[p]["tokens"]) < max_tokens      # and not ended by EOS
+                 and not set(stored[p]["tokens"][-1:]) & set(stored[p].get("eos_ids") or ())]
+        if short:
+            raise ValueError(f"--transcripts {args.transcripts}: {len(short)} transcript(s) are shorter than "
+                             f"--max-tokens {max_tokens}")
+        transcripts = {p: stored[p] for p in prompts}
+        ours = load_tokenizer(model_spec or transcripts[prompts[0]]["verifier"])
+    else:
+        verifier = load_verifier(model_spec)
+        ours = verifier.identity
+        Console(stderr=True).print(f"transcripts of {verifier.name}: {len(prompts)} prompts x {max_tokens} "
+                                   f"tokens (cached; an interrupted run resumes)")
+        transcripts = make_transcripts(verifier, prompts, max_tokens)
+    if args.transcripts_out:
+        write_transcript_set(args.transcripts_out, transcripts, texts)
+    return TranscriptRunner(ours, transcripts), verifier
+
+
 def add_parsers(sub):
     from olifant_mlx.drafters.registry import help_text
 
     b = sub.add_parser("bench", help="the paper's sweep: strategies x tasks x k x regimes")
     b.add_argument("--model", help=MODEL_HELP + "; with --verifier reference, whose tokenizer "
                                                 "and (with --calibrate) cost curve to use")
-    b.add_argument("--verifier", choices=["model", "reference"], default="model",
+    add_weights_arg(b)
+    b.add_argument("--verifier", choices=["model", "reference", "transcript"], default="model",
                    help="reference: replay each held-out document's real continuation as the "
-                        "verifier's output (simulated; needs --reference)")
+                        "verifier's output (simulated; needs --reference); transcript: replay the "
+                        "verifier's own greedy output (exact acceptance without the verifier; "
+                        "generated once and cached, or --transcripts FILE)")
+    b.add_argument("--transcripts", metavar="FILE",
+                   help="with --verifier transcript: stored transcripts (e.g. docs/transcripts/*.json); "
+                        "no verifier is loaded, and without --prompts their own prompts are the tasks")
+    b.add_argument("--transcripts-out", metavar="FILE", help="with --verifier transcript: write the "
+                   "transcripts used as one JSON file (ids and text)")
     b.add_argument("--reference", nargs="+", metavar="TASK=CORPUS",
                    help="held-out corpus whose documents the task's prompts begin")
     b.add_argument("--prompts", nargs="+", metavar="TASK=FILE", help="prompt files per task")
@@ -206,7 +303,14 @@ def add_parsers(sub):
     b.add_argument("--results", default="bench-results/results.jsonl",
                    help="JSON lines, appended; an interrupted run resumes from it")
     b.add_argument("--out-dir", default="bench-results", help="where the CSV/Markdown tables go")
-    b.add_argument("--calibrate", action="store_true", help="also measure the verifier's cost curve")
+    b.add_argument("--calibrate", action="store_true",
+                   help="also measure the verifier's cost curve (pass time against pass length, 1..k+1 "
+                        "tokens, both regimes, at --contexts) and store it with the machine in the cache")
+    b.add_argument("--contexts", nargs="+", type=whole_number(1), default=[64, 256, 1024],
+                   help="context lengths --calibrate measures at (default 64 256 1024)")
+    b.add_argument("--curve", metavar="FILE",
+                   help="a stored cost curve: a modelled_speedup column (labelled modelled, beside the "
+                        "measured one) and the lead rule and adaptive drafters start from it")
     add_sharding_args(b)
     b.set_defaults(func=sharded_command(cmd_bench, handlers={"calibrate": _calibrate}))
 

@@ -8,7 +8,7 @@ import sys
 
 from olifant_mlx.drafters.registry import help_text
 
-MODEL_HELP = ("verifier: alias (smollm2-135m, gemma3-270m), GGUF file, MLX folder or hub id "
+MODEL_HELP = ("verifier: alias (smollm2-135m, gemma3-270m, qwen2.5-coder-1.5b), GGUF file, MLX folder or hub id "
               "(default: Mistral-7B-v0.1 if cached, else smollm2-135m; $OLIFANT_MODEL)")
 DEFAULT_K = 8
 
@@ -60,9 +60,17 @@ def draft_help() -> str:
     return f"drafter (default auto): {help_text()}"
 
 
+def add_weights_arg(p) -> None:
+    """--weights: how an alias or GGUF file is converted (main() hands it on as $OLIFANT_GGUF_WEIGHTS)."""
+    p.add_argument("--weights", choices=("fp32", "fp16", "bf16", "q4"),
+                   help="an alias's or GGUF file's weight format, converted once per format (default: "
+                        "q4 on macOS, fp32 elsewhere, the fastest measured; $OLIFANT_GGUF_WEIGHTS)")
+
+
 def add_generation_args(p, prompt: bool = True) -> None:
     """The flags of generate, chat, demo and serve-like commands, spelled as in mlx-lm."""
     p.add_argument("--model", help=MODEL_HELP)
+    add_weights_arg(p)
     p.add_argument("--draft", default="auto", help=draft_help())
     p.add_argument("--draft-model", metavar="MODEL",
                    help="a small mlx-lm draft model (mlx-lm's flag): the same as --draft neural:MODEL")

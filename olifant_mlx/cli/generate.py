@@ -11,8 +11,8 @@ import hashlib
 import sys
 
 from olifant_mlx.cli.common import (MODEL_HELP, add_generation_args, add_mlx_lm_args, add_prompt_cache_args,
-                                    draft_tokens, empty_answer_hint, kv_window_note, prepare, print_json,
-                                    summary_lines, template_kwargs)
+                                    add_weights_arg, draft_tokens, empty_answer_hint, kv_window_note, prepare,
+                                    print_json, summary_lines, template_kwargs)
 from olifant_mlx.cli.sharding import add_sharding_args, sharded_command
 
 DEMO_PROMPT = (  # the warranty disclaimer of the MIT licence: legal boilerplate verifiers know
@@ -111,10 +111,13 @@ def report(session, prompt, text, tokens, last, args) -> None:
 
 
 def cmd_generate(args) -> int:
+    from olifant_mlx.verifier.loader import check_text
+
     if args.prompt_cache_file and args.prefill_response is not None:
         raise ValueError("--prefill-response cannot go with --prompt-cache-file (the cached prompt ends inside "
                          "the user's message, before the assistant's answer begins): put the text in the prompt")
     prompt_text = sys.stdin.read() if args.prompt == "-" else args.prompt
+    check_text(prompt_text, "the prompt (-p)")       # before the model loads
     session, options = open_session(args)
     prompt = session.prompt_for(prompt_text, args.system_prompt, not args.ignore_chat_template,
                                 template_kwargs(args))
@@ -272,6 +275,7 @@ def _corpus_identity(spec: str) -> str:
 def demo_draft_model(tokenizer, verifier_name, corpora):
     """The demo's draft model: trained once on `corpora` with the verifier's tokenizer, cached."""
     from olifant_mlx.draftmodel.igtree import IGTree
+    from olifant_mlx.draftmodel.open import open_model_file
     from olifant_mlx.draftmodel.train import train
     from olifant_mlx.files import cache_dir
 
@@ -281,7 +285,7 @@ def demo_draft_model(tokenizer, verifier_name, corpora):
     if not path.is_file():
         sys.stderr.write(f"building the demo draft model from {', '.join(corpora)} (once) ...\n")
         train(list(corpora), tokenizer, path, show_progress=True)
-    return IGTree.load(path), path
+    return open_model_file(path, want=IGTree), path
 
 
 def rounds_count(value: str) -> int:
@@ -389,6 +393,7 @@ def add_parsers(sub):
 
     d = sub.add_parser("demo", help="plain vs speculative on a legal prompt with the offline verifier")
     d.add_argument("--model", help="verifier (default smollm2-135m)")
+    add_weights_arg(d)
     d.add_argument("--corpus", nargs="+", help="draft-model corpus (default: builtin:licenses)")
     d.add_argument("-k", type=draft_tokens, default=8, help="draft tokens per step at most (default 8)")
     d.add_argument("-m", "--max-tokens", type=int, default=80)

@@ -9,8 +9,10 @@ from olifant_mlx.cli.common import mb, print_json, table
 
 def cmd_build_rest(args) -> int:
     from olifant_mlx.cli.train import files_table
+    from olifant_mlx.draftmodel.corpus import check_corpora
     from olifant_mlx.draftmodel.documents import reporting
     from olifant_mlx.draftmodel.retrieval import build_retrieval
+    from olifant_mlx.draftmodel.train import check_output
     from olifant_mlx.verifier import load_tokenizer
 
     if not args.out and not args.ngram_cache:
@@ -19,6 +21,12 @@ def cmd_build_rest(args) -> int:
         raise ValueError(f"--order must be 1..4, got {args.order}")
     if args.max_tokens is not None and args.max_tokens < 1:
         raise ValueError(f"--max-tokens must be at least 1, got {args.max_tokens}")
+    # the outputs and the corpus files, before the tokenizer loads and the corpus is read
+    for out, what, example in ((args.out, "the suffix index", "corpus.sfx"),
+                               (args.ngram_cache, "the n-gram cache", "corpus.ngc")):
+        if out:
+            check_output(out, what, example)
+    check_corpora(args.corpus, args.text_field, args.force)
     tok = load_tokenizer(args.tokenizer)
 
     shown = []
@@ -31,7 +39,7 @@ def cmd_build_rest(args) -> int:
     with reporting() as files:
         s = build_retrieval(args.corpus, tok, index_out=args.out, ngram_out=args.ngram_cache,
                             order=args.order, max_tokens=args.max_tokens, text_field=args.text_field,
-                            on_progress=progress)
+                            on_progress=progress, force=args.force)
     if files.outcomes:
         s["files"] = files.as_dict()
     if args.json:
@@ -82,6 +90,8 @@ def add_parsers(sub):
                    help="n-gram cache context length (llama.cpp's static cache: 2)")
     b.add_argument("--max-tokens", type=int, help="use at most this many corpus tokens")
     b.add_argument("--text-field", default="text", help="text field of .jsonl and datasets")
+    b.add_argument("--force", action="store_true",
+                   help="read corpus files that do not look like UTF-8 text (as train --force)")
     b.add_argument("--json", action="store_true", help="print the summary as JSON")
     b.add_argument("--quiet", action="store_true", help="no progress lines")
     b.set_defaults(func=cmd_build_rest)

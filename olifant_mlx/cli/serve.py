@@ -10,8 +10,9 @@ import os
 import signal
 import sys
 
-from olifant_mlx.cli.common import (DEFAULT_K, MODEL_HELP, add_adapter_arg, add_sampling_args, check_adapter_path,
-                                    check_draft_model, draft_help, draft_tokens, energy_help, open_meter)
+from olifant_mlx.cli.common import (DEFAULT_K, MODEL_HELP, add_adapter_arg, add_sampling_args, add_weights_arg,
+                                    check_adapter_path, check_draft_model, draft_help, draft_tokens, energy_help,
+                                    open_meter)
 from olifant_mlx.cli.train import byte_size
 
 KEY_ENV = "OLIFANT_API_KEY"
@@ -125,6 +126,7 @@ def add_parsers(sub):
     s = sub.add_parser("serve", help="an OpenAI-compatible local HTTP server (completions, chat, "
                                      "per-request drafters, stats and energy in usage)")
     s.add_argument("--model", help=MODEL_HELP)
+    add_weights_arg(s)
     d = s.add_mutually_exclusive_group()
     d.add_argument("--draft", help=draft_help() + "; requests get it as 'default'")
     d.add_argument("--drafters", nargs="+", metavar="NAME=SPEC",

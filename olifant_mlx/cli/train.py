@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 
 from olifant_mlx.cli.common import draft_tokens, mb, print_json, table
 from olifant_mlx.machine import default_memory_limit
@@ -165,7 +167,47 @@ def files_table(files) -> None:
 
 # ---- commands ------------------------------------------------------------------------------
 
+def file_identity(path):
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_dev, st.st_mtime_ns, st.st_size
+
+
 def cmd_train(args) -> int:
+    """Ctrl-C before the new model is renamed onto --out: "interrupted", exit 130, --out as it
+    was, at once (os._exit: daemon threads still in the C builder or a tokenizer would make the
+    interpreter's teardown slow). Once it is renamed the run has succeeded: a later Ctrl-C is
+    ignored and the command ends 0. The handler tells the two apart by --out's identity, which
+    the rename changes atomically (a Python handler runs between bytecodes, so never inside
+    the rename)."""
+    if threading.current_thread() is not threading.main_thread():
+        return run_train(args)
+    before = file_identity(args.out)
+
+    def on_sigint(signum, frame):
+        if file_identity(args.out) != before:     # the new model is in place: the run succeeded
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            return
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        code = run_train(args)
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
+    except BaseException:
+        signal.signal(signal.SIGINT, previous)
+        raise
+    signal.signal(signal.SIGINT, signal.SIG_IGN)     # written: also through the interpreter's exit
+    return code
+
+
+def run_train(args) -> int:
     from olifant_mlx.draftmodel.documents import reporting
     from olifant_mlx.draftmodel.train import preflight, train
 
@@ -205,8 +247,9 @@ def cmd_train(args) -> int:
 
 def cmd_info(args) -> int:
     from olifant_mlx.draftmodel.igtree import IGTree
+    from olifant_mlx.draftmodel.open import open_model_file
 
-    d = IGTree.load(args.model).describe()
+    d = open_model_file(args.model, want=IGTree).describe()
     d["verifier"] = verifier_of(d["tokenizer"])
     if args.json:
         print_json(d, indent=2)
@@ -219,8 +262,9 @@ def cmd_info(args) -> int:
 
 def cmd_draft(args) -> int:
     from olifant_mlx.draftmodel.igtree import IGTree
+    from olifant_mlx.draftmodel.open import open_model_file
 
-    m = IGTree.load(args.model)
+    m = open_model_file(args.model, want=IGTree)
     tok = model_tokenizer(m, args.model, args.tokenizer)
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     ids = tok.encode(prompt)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from olifant_mlx.drafters.base import Drafter, NoDrafter
+from olifant_mlx.files import NotARegularFile, open_regular_file
 
 MODEL_MAGIC = b"OLIFIGT\0"
 INDEX_MAGIC = b"OLIFSFX\0"          # rest: (olifant_mlx.draftmodel.suffix)
@@ -98,8 +99,10 @@ def _check_model_file(path: str, magic: bytes = MODEL_MAGIC) -> None:
     if not stat.S_ISREG(st.st_mode):
         raise _FileProblem(f"{path} is not a regular file")
     try:
-        with open(path, "rb") as f:
+        with open_regular_file(path, "rb") as f:     # a FIFO swapped in after the stat is refused too
             head = f.read(8)
+    except NotARegularFile:
+        raise _FileProblem(f"{path} is not a regular file") from None
     except OSError as e:
         raise _FileProblem(f"cannot read {path}: {e.strerror}") from None
     if head != magic:
@@ -203,8 +206,9 @@ def _int(spec, default):
 
 def _olifant_model(path, tokenizer):
     from olifant_mlx.draftmodel.igtree import IGTree
+    from olifant_mlx.draftmodel.open import open_model_file
 
-    model = IGTree.load(path)
+    model = open_model_file(path, want=IGTree)
     if tokenizer is not None:
         model.check_tokenizer(tokenizer.name, tokenizer.vocab_size, tokenizer.digest)
     return model
@@ -283,7 +287,9 @@ def _build_auto(spec, tokenizer, history):
 
 
 def _retrieval(cls, path, tokenizer):
-    obj = cls.load(path)
+    from olifant_mlx.draftmodel.open import open_model_file
+
+    obj = open_model_file(path, want=cls)
     if tokenizer is not None:
         obj.check_tokenizer(tokenizer.name, tokenizer.vocab_size, tokenizer.digest)
     return obj

@@ -115,7 +115,7 @@ codecs.register_error("olifant-count", _count_and_replace)
 
 
 def _refuse(path, reason: str) -> NotTextError:
-    return NotTextError(f"{path} is not a text corpus: {reason}. Pass --force to train on it anyway")
+    return NotTextError(f"{path} is not a text corpus: {reason}. Pass --force to read it anyway")
 
 
 def _head(path: Path) -> bytes:
@@ -147,10 +147,27 @@ def _record_text(path, n: int, line, text_field: str):
     return obj[text_field]
 
 
+def refuse_device(path: Path) -> None:
+    """A device or socket named as a corpus is a CorpusError before it is opened: /dev/zero or
+    /dev/urandom would be read forever (a terminal would wait forever). A named pipe is read:
+    it is a corpus still being written."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
+        what = "a socket" if stat.S_ISSOCK(mode) else "a device"
+        raise CorpusError(f"corpus {path} is {what}, not a file: refused without reading it "
+                          f"(give a file, a folder or a named pipe)")
+
+
 def check_file(path: Path, text_field: str = "text", force: bool = False) -> None:
-    """Refuse a file that cannot be read or is not text, from its first bytes (pipes and
-    devices are only checked as they are read)."""
-    if not path.is_file() or _document_file(path, named=True):
+    """Refuse a file that cannot be read or is not text, from its first bytes, and a device
+    (pipes are only checked as they are read)."""
+    if not path.is_file():
+        refuse_device(path)
+        return
+    if _document_file(path, named=True):
         return
     head = _head(path)
     reason = None if force else binary_reason(head)
@@ -192,11 +209,21 @@ def _split_suffix(path: Path):
     return (suffixes[-1] if suffixes else ""), opener
 
 
+def _check_unchanged(path: Path, before, after, read: int) -> None:
+    """CorpusError when the file was cut or rewritten while it was read: what was read is then
+    part of it (or a mix), and a model of it would be silently wrong."""
+    if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns) or read < before.st_size:
+        raise CorpusError(f"{path} changed while it was read ({before.st_size:,} bytes at the start, "
+                          f"{after.st_size:,} now, {read:,} read): stopped rather than use part of it; "
+                          f"run again when nothing writes to it (or on a copy)")
+
+
 def _lines(path: Path, progress: Progress | None, limit: int, check: bool) -> Iterator[str]:
     """The file's lines, decompressed and decoded, each at most `limit` characters (a longer
     line comes in pieces). With `check`, stops at a stretch that is not text."""
     total = 0
     raw = stream = text = None
+    refuse_device(path)           # before open(): a device may block in it, or never end
     try:
         raw = open(path, "rb", buffering=0)
         st = os.fstat(raw.fileno())
@@ -227,6 +254,9 @@ def _lines(path: Path, progress: Progress | None, limit: int, check: bool) -> It
             yield line
         if check and chars:
             _check_window(path, bad + _UNDECODABLE.count - undecodable, chars, raw)
+        if stat.S_ISREG(st.st_mode):
+            # (a compressed file's reader may stop short of its end: only its size and time count)
+            _check_unchanged(path, st, os.fstat(raw.fileno()), raw.tell() if not opener else st.st_size)
     except READ_ERRORS as e:
         raise CorpusError(f"{path}: cannot decompress or read it ({type(e).__name__}: {e}); "
                           f"is the file complete?") from e

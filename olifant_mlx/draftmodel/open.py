@@ -26,14 +26,22 @@ def model_file_kind(path):
     cls = KINDS.get(head)
     if cls is None:
         raise ModelFileError(_igt.IGT_ERR_FOREIGN, (
-            f"{os.fspath(path)}: not an olifant file (bad magic): expected a draft model (.olif, from `train`), "
+            f"{os.fspath(path)}: not an olifant model file (bad magic): expected a draft model (.olif, from `train`), "
             f"a suffix index (.sfx) or an n-gram cache (.ngc, both from `build-rest`)"))
     return cls
 
 
-def open_model_file(path, verify_checksum: bool = True):
-    """The loaded IGTree, SuffixIndex or NgramCache at path, whichever its magic says."""
-    return model_file_kind(path).load(path, verify_checksum=verify_checksum)
+WHAT = {IGTree: "a draft model (.olif, from `train`)", SuffixIndex: "a suffix index (.sfx, from `build-rest`)",
+        NgramCache: "an n-gram cache (.ngc, from `build-rest`)"}
+
+
+def open_model_file(path, verify_checksum: bool = True, want=None):
+    """The loaded IGTree, SuffixIndex or NgramCache at path, whichever its magic says; with
+    `want` (one of the three), another kind is a ModelFileError saying what the file is."""
+    cls = model_file_kind(path)
+    if want is not None and cls is not want:
+        raise ModelFileError(_igt.IGT_ERR_FOREIGN, f"{os.fspath(path)} is {WHAT[cls]}, not {WHAT[want]}")
+    return cls.load(path, verify_checksum=verify_checksum)
 
 
 def check_model_tokenizer(path, name: str, vocab_size: int, digest: bytes, fix: str | None = None):

@@ -16,13 +16,13 @@ from olifant_mlx.draftmodel.suffix import Corpus, NgramCache, SuffixIndex
 
 
 def read_corpus(corpora, tokenizer, max_tokens: int | None = None, text_field: str = "text",
-                on_batch=None) -> Corpus:
+                on_batch=None, force: bool = False) -> Corpus:
     """The documents of every corpus spec, tokenised, as one Corpus (at most max_tokens ids;
     the document that crosses the limit is cut)."""
     if not corpora:
         raise CorpusError("no corpus given")
     corpus = Corpus(tokenizer.vocab_size, tokenizer.name, tokenizer.digest)
-    docs = (d for spec in corpora for d in iter_documents(str(spec), text_field))
+    docs = (d for spec in corpora for d in iter_documents(str(spec), text_field, force=force))
     for tokens, starts in tokenized_batches(docs, tokenizer):
         if max_tokens is not None and corpus.tokens + tokens.size > max_tokens:
             room = max_tokens - corpus.tokens
@@ -40,7 +40,7 @@ def read_corpus(corpora, tokenizer, max_tokens: int | None = None, text_field: s
 
 def build_retrieval(corpora, tokenizer, index_out=None, ngram_out=None, order: int = 2,
                     max_tokens: int | None = None, text_field: str = "text",
-                    on_progress=None) -> dict:
+                    on_progress=None, force: bool = False) -> dict:
     """Read the corpora once, build and save the suffix index (index_out) and/or the n-gram
     cache (ngram_out), reload each memory-mapped; return a summary (sizes, bytes per token,
     times). on_progress(phase, done, total) is told the phases."""
@@ -54,7 +54,7 @@ def build_retrieval(corpora, tokenizer, index_out=None, ngram_out=None, order: i
 
     t0 = time.perf_counter()
     corpus = read_corpus(corpora, tokenizer, max_tokens, text_field,
-                         on_batch=lambda docs, toks: report("reading", toks, 0))
+                         on_batch=lambda docs, toks: report("reading", toks, 0), force=force)
     summary = {"corpora": [str(c) for c in corpora], "tokenizer": tokenizer.identity(),
                "documents": corpus.documents, "tokens": corpus.tokens,
                "read_tokenize_s": round(time.perf_counter() - t0, 3)}

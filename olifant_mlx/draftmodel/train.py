@@ -49,6 +49,7 @@ MAX_HOLDOUT = 0.5       # more would leave less to train on than to score
 MIN_MEMORY_LIMIT = int(lib.IGT_MIN_MEMORY_LIMIT)
 MAX_THREADS = int(lib.IGT_MAX_THREADS)
 CANCEL_GRACE_S = 1.0    # how long a cancelled build may take to stop before it is left behind
+INTERRUPT_GRACE_S = 0.2  # the same after Ctrl-C, which must end the command within a second
 
 
 class TrainingCancelled(Exception):
@@ -110,17 +111,25 @@ def check_options(window: int, top_k: int, max_tokens, holdout: float, eval_max,
                          f"(train --tmpdir DIR), or build all in memory (--memory-limit 0)")
 
 
-def check_output(out) -> None:
-    """The model file can be written there: not a folder, below a folder we may write to."""
+def check_output(out, what: str = "the model", example: str = "model.olif") -> None:
+    """The file can be written there: not a folder, below a folder in which a file can really
+    be made (a probe: /proc passes os.access but refuses every new file)."""
     path = os.path.abspath(out)
     if os.path.isdir(path):
-        raise ValueError(f"cannot write the model to {out}: it is a directory (name a file, "
-                         f"e.g. {os.path.join(str(out), 'model.olif')})")
+        raise ValueError(f"cannot write {what} to {out}: it is a directory (name a file, "
+                         f"e.g. {os.path.join(str(out), example)})")
     folder = os.path.dirname(path)
     while not os.path.exists(folder):
         folder = os.path.dirname(folder)
     if not os.path.isdir(folder) or not os.access(folder, os.W_OK | os.X_OK):
-        raise ValueError(f"cannot write the model to {out}: {folder} is not a writable directory")
+        raise ValueError(f"cannot write {what} to {out}: {folder} is not a writable directory")
+    probe = os.path.join(folder, f".olifant-probe-{os.getpid()}-{time.monotonic_ns()}")
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+        os.unlink(probe)
+    except OSError as e:
+        raise ValueError(f"cannot write {what} to {out}: no file can be created in {folder} "
+                         f"({e.strerror}); name a file in a writable folder") from None
 
 
 def preflight(corpora, out, eval_specs=(), text_field="text", force=False) -> None:
@@ -334,7 +343,7 @@ def build_model(builder: Builder, reporter: Reporter, cancel: threading.Event) -
             thread.join(0.1)
     except KeyboardInterrupt:
         cancel.set()
-        thread.join(CANCEL_GRACE_S)
+        thread.join(INTERRUPT_GRACE_S)
         raise
     if cancel.is_set():
         thread.join(CANCEL_GRACE_S)

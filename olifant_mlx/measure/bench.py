@@ -302,11 +302,17 @@ class ReferenceRunner:
         return digest(prompt, self.continuations[prompt])
 
     def run(self, prompt, drafter, k, kv, max_tokens):
-        if hasattr(drafter, "cost") and hasattr(drafter.cost, "observe"):
-            drafter.cost = self.cost
         ids = self.tokenizer.encode(prompt)
         truth = self.tokenizer.encode(self.continuations[prompt])[:max_tokens]
+        return self.replay(ids, truth, drafter, k, kv)
+
+    def replay(self, ids, truth, drafter, k, kv, eos_ids=(), bos_id=None):
+        """One generation through the engine's loop with `truth` as the verifier's output
+        after prompt `ids` (a transcript replays with its verifier's EOS and BOS ids)."""
+        if hasattr(drafter, "cost") and hasattr(drafter.cost, "observe"):
+            drafter.cost = self.cost
         verifier = reference.ReferenceVerifier(self.tokenizer, ids, truth)
+        verifier.eos_ids, verifier.bos_id = tuple(eos_ids), bos_id
         options = GenerationOptions(k=k, max_tokens=len(truth), kv_cache=kv)
         session = Session(verifier, drafter, options)
         session.lead, session.lead_cost = self.lead, self.cost   # the modelled verifier's cost
@@ -619,7 +625,8 @@ def write_plots(cells, out_dir, note: str = "") -> dict:
     fig.suptitle("Speedup vs k" + (f" — {note}" if note else ""))
     fig.tight_layout()
     paths["speedup"] = out / "speedup_vs_k.png"
-    fig.savefig(paths["speedup"], dpi=120)
+    with atomic_writer(paths["speedup"]) as f:
+        fig.savefig(f, format="png", dpi=120)
     plt.close(fig)
     measured = [c for c in cells if c["tokens_per_joule"] is not None]
     fig, ax = plt.subplots(figsize=(7, 0.35 * max(len(measured), 4) + 1))
@@ -634,7 +641,8 @@ def write_plots(cells, out_dir, note: str = "") -> dict:
     ax.set_title("Tokens per joule" + (f" — {note}" if note else ""))
     fig.tight_layout()
     paths["tokens_per_joule"] = out / "tokens_per_joule.png"
-    fig.savefig(paths["tokens_per_joule"], dpi=120)
+    with atomic_writer(paths["tokens_per_joule"]) as f:
+        fig.savefig(f, format="png", dpi=120)
     plt.close(fig)
     return paths
 

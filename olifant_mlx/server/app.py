@@ -30,6 +30,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from olifant_mlx.server.config import Limits
+from olifant_mlx.server.connections import ConnectionLimits, InFlight, protocol_for
 from olifant_mlx.server.queue import Delta, Failed, Finished, GenerationQueue, Job, QueueClosed, QueueFull
 from olifant_mlx.server.schemas import (ApiError, ChatRequest, CompletionRequest, Responder, error_body,
                                         new_id, parse_body, plan_chat, plan_completion)
@@ -96,8 +97,9 @@ class Guard:
         if self.key is not None and scope["path"] not in PUBLIC:
             scheme, _, given = headers.get("authorization", "").partition(" ")
             if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self.key):
+                # closed after the answer: a client without the key holds no connection
                 return (401, "a valid API key is needed: Authorization: Bearer KEY", "invalid_api_key",
-                        {"WWW-Authenticate": "Bearer"})
+                        {"WWW-Authenticate": "Bearer", "Connection": "close"})
         length = headers.get("content-length")
         if length is not None:
             if not length.isdigit():
@@ -394,13 +396,16 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def uvicorn_server(app, limits: Limits):
+def uvicorn_server(app, limits: Limits, connections: ConnectionLimits | None = None):
+    """uvicorn on our h11 protocol (deadlines, JSON errors; never httptools, which has neither)
+    and the in-flight cap: its own `limit_concurrency` counts idle connections too."""
     import uvicorn
 
-    config = uvicorn.Config(app, log_config=None, access_log=False, server_header=False,
-                            proxy_headers=False, lifespan="off", ws="none",
-                            limit_concurrency=limits.queue_size + 64, timeout_keep_alive=5,
-                            timeout_graceful_shutdown=5)
+    connections = connections or ConnectionLimits(max_in_flight=limits.queue_size + 64)
+    config = uvicorn.Config(InFlight(app, connections.max_in_flight), log_config=None, access_log=False,
+                            server_header=False, proxy_headers=False, lifespan="off", ws="none",
+                            http=protocol_for(connections), limit_concurrency=None,
+                            timeout_keep_alive=connections.keep_alive_s, timeout_graceful_shutdown=5)
     # uvicorn's own access log has the query string and the client's address: ours replaces it
     quiet = logging.getLogger("uvicorn.access")
     quiet.handlers, quiet.propagate, quiet.disabled = [], False, True
@@ -410,8 +415,9 @@ def uvicorn_server(app, limits: Limits):
 class Running:
     """A server on its own thread (tests, benchmarks, embedding): `url`, `queue`, `stop()`."""
 
-    def __init__(self, app, sock: socket.socket, limits: Limits, queue: GenerationQueue | None = None):
-        self.server = uvicorn_server(app, limits)
+    def __init__(self, app, sock: socket.socket, limits: Limits, queue: GenerationQueue | None = None,
+                 connections: ConnectionLimits | None = None):
+        self.server = uvicorn_server(app, limits, connections)
         self.queue = queue
         host, port = sock.getsockname()[:2]
         self.url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
@@ -434,7 +440,7 @@ class Running:
 
 def start(verifier, choice, defaults=None, limits: Limits | None = None, api_key: str | None = None,
           host: str = "127.0.0.1", port: int = 0, meter=None, access_log: bool = True,
-          others=()) -> Running:
+          others=(), connections: ConnectionLimits | None = None) -> Running:
     """A whole server on threads: the worker (over `verifier`, a Verifier or a loader, and the
     `others` a request may name in "model") and uvicorn on `host`:`port` (0: a free port). The
     bind rule of `check_bind` applies."""
@@ -454,7 +460,7 @@ def start(verifier, choice, defaults=None, limits: Limits | None = None, api_key
         sock.close()
         raise
     app = create_app(queue, defaults, limits, api_key, host in LOOPBACK, access_log)
-    return Running(app, sock, limits, queue)
+    return Running(app, sock, limits, queue, connections)
 
 
 class QuietErrors(logging.Filter):

