@@ -239,16 +239,15 @@ def test_the_serve_command_with_draft_model_and_models():
     the drafted answer is the plain one, the second verifier answers under its name."""
     import os
     import signal
-    import socket
 
     httpx = pytest.importorskip("httpx")
     pytest.importorskip("uvicorn")
     from olifant_mlx.engine import GenerationOptions, Session
     from olifant_mlx.verifier import load_verifier
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from serve_process import free_port, wait_until_serving
+
+    port = free_port()
     smol_dir = load_verifier("smollm2-135m").path          # the same weights as a folder: a second verifier
     p = subprocess.Popen([sys.executable, "-m", "olifant_mlx", "serve", "--model", "smollm2-135m", "--models",
                           smol_dir, "--draft-model", "smollm2-135m", "--port", str(port), "--energy", "none",
@@ -256,16 +255,7 @@ def test_the_serve_command_with_draft_model_and_models():
     url = f"http://127.0.0.1:{port}"
     prompt = "THE SOFTWARE IS PROVIDED \"AS IS\", WITHOUT WARRANTY OF ANY KIND,"
     try:
-        from test_server import wait_for
-
-        def up():
-            assert p.poll() is None, p.stderr.read()
-            try:
-                return httpx.get(url + "/health", timeout=5).status_code == 200
-            except httpx.TransportError:
-                return False
-
-        wait_for(up, "the server to start", 600)
+        wait_until_serving(p, url)
         models = [m["id"] for m in httpx.get(url + "/v1/models").json()["data"]]
         assert models == ["smollm2-135m", smol_dir]
         smol = load_verifier("smollm2-135m")

@@ -3,7 +3,6 @@
 them. On fa4fc7f the first request after a rewrite killed the server with SIGBUS (exit 135);
 now the files are private copies: no signal, and every temperature-0 answer equals plain."""
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -14,7 +13,7 @@ import pytest
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("uvicorn")
 
-from test_server import wait_for  # noqa: E402
+from serve_process import free_port, wait_until_serving  # noqa: E402
 
 pytestmark = pytest.mark.slow    # the real offline verifier in a subprocess
 
@@ -27,12 +26,6 @@ REWRITES = 100
 def run_cli(*args):
     r = subprocess.run([sys.executable, "-m", "olifant_mlx", *args], capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_files_replaced_in_place_under_a_drafting_server(tmp_path):
@@ -76,14 +69,7 @@ def test_files_replaced_in_place_under_a_drafting_server(tmp_path):
         done.set()
 
     try:
-        def up():
-            assert p.poll() is None, p.stderr.read()
-            try:
-                return httpx.get(url + "/health", timeout=5).status_code == 200
-            except httpx.TransportError:
-                return False
-
-        wait_for(up, "the server to start", 600)
+        wait_until_serving(p, url)
         plain = {q: ask(q, "none") for q in PROMPTS}
         for q in PROMPTS:                    # both drafters loaded before the rewrites start
             assert ask(q, "rest") == plain[q] and ask(q, "ngram") == plain[q]

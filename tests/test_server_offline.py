@@ -18,6 +18,7 @@ pytest.importorskip("uvicorn")
 httpx = pytest.importorskip("httpx")
 openai = pytest.importorskip("openai")
 
+from serve_process import free_port, wait_until_serving  # noqa: E402
 from test_server import BAD, check_refused, idle, sse_events, wait_for  # noqa: E402
 
 from olifant_mlx.cli.generate import demo_draft_model  # noqa: E402
@@ -214,12 +215,6 @@ def test_hostile_requests_on_the_real_server(server):
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 2
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_the_serve_command_on_a_non_loopback_bind():
     key = "offline-test-key-0123"
     port = free_port()
@@ -229,14 +224,7 @@ def test_the_serve_command_on_a_non_loopback_bind():
                           "-m", "4"], stderr=subprocess.PIPE, text=True, env=env)
     url = f"http://127.0.0.2:{port}"
     try:
-        def up():
-            assert p.poll() is None, p.stderr.read()
-            try:
-                return httpx.get(url + "/health", timeout=5).status_code == 200
-            except httpx.TransportError:
-                return False
-
-        wait_for(up, "the server to start", 600)
+        wait_until_serving(p, url)
         assert httpx.post(url + "/v1/chat/completions", json={"messages": CHAT}).status_code == 401
         c = openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=0, timeout=600)
         r = c.chat.completions.create(model="smollm2-135m", messages=[{"role": "user", "content": SECRET}])
