@@ -25,3 +25,17 @@ def wait_until_serving(proc, url: str, timeout: float = 600.0) -> None:
             pass
         time.sleep(0.02)
     raise AssertionError("timed out waiting for the server to start")
+
+
+def stop(proc, sig=None) -> tuple[int, str]:
+    """Stop the server as a service manager does (SIGTERM by default), killing it if it does
+    not end within 120 s; (its exit status, its stderr)."""
+    import signal
+
+    proc.send_signal(sig or signal.SIGTERM)
+    try:
+        code = proc.wait(120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return code, proc.stderr.read()

@@ -238,14 +238,13 @@ def test_the_serve_command_with_draft_model_and_models():
     """`serve --draft-model` (a neural drafter, mlx-lm's flag) and `--models`, the command itself:
     the drafted answer is the plain one, the second verifier answers under its name."""
     import os
-    import signal
 
     httpx = pytest.importorskip("httpx")
     pytest.importorskip("uvicorn")
     from olifant_mlx.engine import GenerationOptions, Session
     from olifant_mlx.verifier import load_verifier
 
-    from serve_process import free_port, wait_until_serving
+    from serve_process import free_port, stop, wait_until_serving
 
     port = free_port()
     smol_dir = load_verifier("smollm2-135m").path          # the same weights as a folder: a second verifier
@@ -267,12 +266,6 @@ def test_the_serve_command_with_draft_model_and_models():
         r = httpx.post(url + "/v1/completions", json={"model": "nope", "prompt": prompt})
         assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
     finally:
-        p.send_signal(signal.SIGTERM)
-        try:
-            code = p.wait(120)
-        finally:
-            if p.poll() is None:
-                p.kill()
-        err = p.stderr.read()
+        code, err = stop(p)
     assert code == 0, err
     assert "drafters: default, none" in err and "Traceback" not in err

@@ -2,7 +2,6 @@
 `rest:` and an `ngram-cache:` file, both replaced in place 100 times while requests draft with
 them. On fa4fc7f the first request after a rewrite killed the server with SIGBUS (exit 135);
 now the files are private copies: no signal, and every temperature-0 answer equals plain."""
-import signal
 import subprocess
 import sys
 import threading
@@ -13,7 +12,7 @@ import pytest
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("uvicorn")
 
-from serve_process import free_port, wait_until_serving  # noqa: E402
+from serve_process import free_port, stop, wait_until_serving  # noqa: E402
 
 pytestmark = pytest.mark.slow    # the real offline verifier in a subprocess
 
@@ -86,12 +85,6 @@ def test_files_replaced_in_place_under_a_drafting_server(tmp_path):
             assert ask(q, "rest") == plain[q] and ask(q, "ngram") == plain[q]
         assert len(rewrites) == REWRITES and p.poll() is None
     finally:
-        p.send_signal(signal.SIGTERM)
-        try:
-            code = p.wait(120)
-        finally:
-            if p.poll() is None:
-                p.kill()
-        err = p.stderr.read()
+        code, err = stop(p)
     assert code == 0, (code, err[-2000:])       # not -SIGBUS (was: exit 135)
     assert "Traceback" not in err

@@ -5,7 +5,6 @@ streaming clients x 5 requests, outputs identical, resident memory flat); a disc
 stops the generation; the command itself in a subprocess on a non-loopback bind with a key."""
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -18,7 +17,7 @@ pytest.importorskip("uvicorn")
 httpx = pytest.importorskip("httpx")
 openai = pytest.importorskip("openai")
 
-from serve_process import free_port, wait_until_serving  # noqa: E402
+from serve_process import free_port, stop, wait_until_serving  # noqa: E402
 from test_server import BAD, check_refused, idle, sse_events, wait_for  # noqa: E402
 
 from olifant_mlx.cli.generate import demo_draft_model  # noqa: E402
@@ -231,13 +230,7 @@ def test_the_serve_command_on_a_non_loopback_bind():
         assert r.usage.completion_tokens <= 4 and r.usage.model_extra["drafter"] == "default"
         assert r.usage.model_extra["energy_meter"] == "not measured" and r.usage.model_extra["energy_j"] is None
     finally:
-        p.send_signal(signal.SIGTERM)        # a service manager's stop: graceful, exit 0
-        try:
-            code = p.wait(120)
-        finally:
-            if p.poll() is None:
-                p.kill()
-        err = p.stderr.read()
+        code, err = stop(p)        # a service manager's stop: graceful, exit 0
     assert code == 0, err
     assert f"serving smollm2-135m on http://127.0.0.2:{port}/v1" in err and "API key required" in err
     assert "POST /v1/chat/completions 401" in err and "POST /v1/chat/completions 200" in err
