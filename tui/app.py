@@ -40,6 +40,7 @@ from olifant_mlx.tui.live_panel import LivePanel
 from olifant_mlx.tui.messages import (Chunk, CompareDone, Done, Failed, Loaded, Status, TokenizerKnown,
                                       TrainDone, TrainProgress)
 from olifant_mlx.tui.models_tab import ModelsTab
+from olifant_mlx.tui.panes import PANES
 from olifant_mlx.tui.save import ExportScreen
 from olifant_mlx.tui.settings_tab import Settings, SettingsTab
 
@@ -48,10 +49,8 @@ DEFAULT_DOCUMENT = ("THE SOFTWARE IS PROVIDED \"AS IS\", WITHOUT WARRANTY OF ANY
 DEFAULT_PROMPT = DEFAULT_DOCUMENT            # the screenshot script's training text starts so
 FLUSH_S = 0.05          # at most ~20 UI messages a second from a generation
 COMPARE_ROUNDS = 3      # measured rounds after the shown pair (measure/rounds.py: fewer are not trusted)
-TABS = ("chat", "document", "compare", "calculator", "models", "settings")
-WORKSPACE = ("chat", "document")
-FOCUS = {"chat": "#composer", "document": "#doc-editor", "compare": "#compare-go",
-         "calculator": "#calc-alpha", "models": "#model-table", "settings": "#set-model"}
+TABS = tuple(p.id for p in PANES)
+WORKSPACE = ("chat", "document")         # the two kinds of conversation
 PANEL_W = 34            # a side panel's width (30 columns inside)
 BOTH_PANELS_FROM = 140   # columns from which the list and the numbers show by default
 LIVE_FROM = 110          # ... and the numbers alone
@@ -122,12 +121,6 @@ class OlifantApp(App):
         Binding("f9", "toggle_panel('live')", "Numbers", priority=True),
         Binding("f10", "cycle_marks", "Marks", priority=True),
         Binding("ctrl+a", "select_all", "Select all", show=False, priority=True),
-        Binding("f2", "tab('chat')", "Chat", show=False, priority=True),
-        Binding("f3", "tab('document')", "Document", show=False, priority=True),
-        Binding("f4", "tab('compare')", "Compare", show=False, priority=True),
-        Binding("f5", "tab('calculator')", "Calculator", show=False, priority=True),
-        Binding("f6", "tab('models')", "Models", show=False, priority=True),
-        Binding("f7", "tab('settings')", "Settings", show=False, priority=True),
     ]
 
     def __init__(self, model: str | None = None, draft: str = "auto", k: int = 8,
@@ -136,8 +129,12 @@ class OlifantApp(App):
                  template_kwargs: dict | None = None, mode: str = "chat",
                  conversations: str | None = None, theme: str | None = None, meter=None,
                  session_factory=None, model_dirs=None, train_fn=None, tokenizer_fn=None,
-                 meter_clock=None):
+                 meter_clock=None, panes=PANES):
         super().__init__()
+        self.registry = {p.id: p for p in panes}     # the tabs, in order (tui/panes.py)
+        for p in panes:
+            b = p.binding()
+            self._bindings.bind(b.key, b.action, b.description, b.show, priority=b.priority)
         self.model_spec = model
         self.draft_spec = draft
         self.base_options = options or GenerationOptions(k=k, max_tokens=max_tokens)
@@ -187,15 +184,8 @@ class OlifantApp(App):
         with Horizontal(id="body"):
             yield ConversationList()
             with TabbedContent(initial=self.mode, id="tabs"):
-                chat_text = self.initial_prompt if self.mode == "chat" and self.initial_prompt else ""
-                doc_text = (self.initial_prompt or DEFAULT_DOCUMENT) if self.mode == "document" else DEFAULT_DOCUMENT
-                yield ChatTab(chat_text)
-                yield DocumentTab(doc_text)
-                yield CompareTab()
-                yield CalculatorTab()
-                yield ModelsTab(self.model_dirs)
-                yield SettingsTab(self.model_spec, self.draft_spec, self.base_options,
-                                  self.system_prompt, self.store_path)
+                for pane in self.registry.values():
+                    yield pane.make(self)
             yield LivePanel()
         yield KeyFooter(compact=True)
 
@@ -239,8 +229,9 @@ class OlifantApp(App):
         tab = self.tabs.active if hasattr(self, "tabs") else self.mode
         auto = {"nav": width >= BOTH_PANELS_FROM, "live": width >= LIVE_FROM}
         show = {p: auto[p] if self.panels[p] is None else self.panels[p] for p in auto}
-        show["nav"] &= tab in WORKSPACE
-        show["live"] &= tab in WORKSPACE + ("compare",)
+        pane = self.registry.get(tab)
+        show["nav"] &= pane is not None and pane.nav
+        show["live"] &= pane is not None and pane.numbers
         drawers = width < DRAWERS_BELOW
         if drawers and show["nav"] and show["live"]:
             show["nav" if self.panels["live"] else "live"] = False
@@ -263,7 +254,8 @@ class OlifantApp(App):
         if action == "regenerate":
             return tab in WORKSPACE
         if action == "toggle_panel":
-            return tab in (WORKSPACE if parameters[0] == "nav" else WORKSPACE + ("compare",))
+            pane = self.registry.get(tab)
+            return pane is not None and (pane.nav if parameters[0] == "nav" else pane.numbers)
         return True
 
     # ---- focus and tabs ---------------------------------------------------------------
@@ -274,7 +266,7 @@ class OlifantApp(App):
     def _focus_tab(self, tab: str) -> None:
         if self.tabs.active != tab:             # another tab was chosen meanwhile
             return
-        target = self.query(FOCUS[tab])
+        target = self.query(self.registry[tab].focus)
         if target:
             self.set_focus(target.first())
 
