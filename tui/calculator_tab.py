@@ -1,12 +1,11 @@
 """The Calculator tab: the speedup model of olifant_mlx.measure.calc, live as you type."""
 from __future__ import annotations
 
+from olifant_mlx.tui import render
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
 from textual.widgets import Button, Input, Label, Static, TabPane
-
-from olifant_mlx.tui import render
 
 FIELDS = (("alpha", "α acceptance", "0.8", "number"), ("gamma", "γ draft length", "4", "integer"),
           ("c", "c cost ratio", "0.1", "number"), ("v", "verify cost", "1.0", "number"))
@@ -70,3 +69,8 @@ class CalculatorTab(TabPane):
             per_verify = stats.verify_s / max(stats.steps, 1)
             self.query_one("#calc-c", Input).value = f"{per_draft / per_verify:.4f}"
         return True
+
+    @on(Button.Pressed, "#calc-measured")
+    def _use_measured(self) -> None:
+        if not self.use_measured(self.app.last_stats, self.app.last_k):
+            self.notify("run a speculative generation first", severity="warning")

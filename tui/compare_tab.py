@@ -1,11 +1,10 @@
 """The Plain-vs-speculative tab: the same prompt twice, outputs side by side, the speedup."""
 from __future__ import annotations
 
+from olifant_mlx.tui.flow import FlowText, Legend
 from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, Static, TabPane
-
-from olifant_mlx.tui.flow import FlowText, Legend
 
 STACK_BELOW = 72        # narrower than this, the two outputs are stacked
 

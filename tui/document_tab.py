@@ -4,10 +4,9 @@ flowing into the editor marked by provenance; the marks stay on the text through
 edits (ctrl+z undoes a continuation, ctrl+r writes it again)."""
 from __future__ import annotations
 
+from olifant_mlx.tui.flow import DocEditor, Legend
 from textual.app import ComposeResult
 from textual.widgets import Static, TabPane
-
-from olifant_mlx.tui.flow import DocEditor, Legend
 
 
 class DocumentTab(TabPane):

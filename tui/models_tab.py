@@ -4,11 +4,17 @@ verifier's tokenizer. A model trained for another tokenizer is marked here and r
 before anything is generated with it."""
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
+from olifant_mlx.tui.messages import Failed, TrainDone, TrainProgress
+from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Button, DataTable, Input, Label, ProgressBar, Static, TabPane
+
+from olifant_mlx.teardown import on_own_thread
 
 
 def default_model_dirs() -> list[Path]:
@@ -27,6 +33,8 @@ def fit_text(entry, identity) -> str:
 
 
 class ModelsTab(TabPane):
+    """The draft-model list and the training form; it trains on its own worker, with the
+    workspace's tokenizer (self.app._tokenizer) and trainer (self.app.train_fn)."""
     def __init__(self, model_dirs):
         super().__init__("F6 Models", id="models")
         self.model_dirs = model_dirs
@@ -92,3 +100,85 @@ class ModelsTab(TabPane):
         if "/" in name:
             return Path(name)
         return Path(self.dirs[-1]) / (name if name.endswith(".olif") else name + ".olif")
+
+    @on(Button.Pressed, "#use-model")
+    @on(Button.Pressed, "#use-hybrid")
+    def use_model(self, event: Button.Pressed) -> None:
+        from olifant_mlx.tui.settings_tab import SettingsTab
+
+        entry = self.selected()
+        if entry is None:
+            self.notify("no draft model to use", severity="warning")
+            return
+        if self.identity is not None and not entry.fits(self.identity):
+            self.notify(f"{entry.path.name} was trained for {entry.tokenizer}, not the verifier's "
+                        f"{self.identity.name}: not used", severity="error")
+            return
+        spec = f"olifant:{entry.path}" if event.button.id == "use-model" else f"adaptive:hybrid:{entry.path}"
+        self.app.query_one(SettingsTab).use_drafter(spec)
+        self.notify(f"drafter set to {spec} (the verifier stays loaded)")
+
+    @on(Button.Pressed, "#models-refresh")
+    def _refresh(self) -> None:
+        self.refresh_models()
+
+    @on(Button.Pressed, "#train-go")
+    def train_model(self) -> None:
+        corpus = self.query_one("#corpus", Input).value.strip()
+        name = self.query_one("#train-out", Input).value.strip()
+        if not corpus or not name:
+            self.notify("give a corpus path and an output name", severity="error")
+            return
+        out = self.output_path(name)
+        model = self.app.query_one("#set-model", Input).value.strip() or None
+        self.query_one("#train-progress").display = True
+        self.query_one("#train-status", Static).update(f"training {out.name} from {corpus} ...")
+        self._train_worker(corpus, out, model)
+
+    @work(thread=True, exclusive=True, group="train", exit_on_error=False)
+    @on_own_thread           # MLX never runs on the pool's thread: see olifant_mlx.teardown
+    def _train_worker(self, corpus, out, model) -> None:
+        try:
+            train = self.app.train_fn
+            if train is None:
+                from olifant_mlx.draftmodel.train import train
+            tokenizer = self.app._tokenizer(model)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            last = [0.0]
+
+            def progress(phase, done, total):
+                now = time.monotonic()
+                if now - last[0] >= 0.1 or (total and done >= total):   # at most ~10 a second
+                    last[0] = now
+                    self.post_message(TrainProgress(phase, done, total))
+
+            from olifant_mlx.draftmodel.documents import reporting
+
+            with reporting() as files:       # a folder's files: each read or skipped, and why
+                summary = train([corpus], tokenizer, str(out), show_progress=False, on_progress=progress)
+            self.post_message(TrainDone(dict(summary, out=str(out), files=files.as_dict())))
+        except Exception as e:      # bubbles on to the App, which notifies
+            self.post_message(Failed("training", f"{type(e).__name__}: {e}"))
+
+    def on_train_progress(self, m: TrainProgress) -> None:
+        bar = self.query_one("#train-progress", ProgressBar)
+        bar.update(total=m.total, progress=m.done)
+        self.query_one("#train-status", Static).update(f"training: {m.phase}")
+
+    def on_train_done(self, m: TrainDone) -> None:
+        self.query_one("#train-progress").display = False
+        s = m.summary
+        files = s.get("files") or {}
+        skipped = [f"{os.path.basename(f['path'])} ({f['reason']})" for f in files.get("files", ())
+                   if f["status"] == "skipped"]
+        self.query_one("#train-status", Static).update(
+            f"trained {s['out']}: {s.get('nodes', 0):,} nodes from {s.get('instances', 0):,} "
+            f"instances" + (f"; {files['read']} files read, {len(skipped)} skipped: " + "; ".join(skipped)
+                            if skipped else ""))
+        self.notify(f"draft model saved to {s['out']}")
+        self.refresh_models()
+
+    def on_failed(self, m: Failed) -> None:
+        if m.where == "training":
+            self.query_one("#train-progress").display = False
+            self.query_one("#train-status", Static).update(f"training failed: {m.error}")

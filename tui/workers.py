@@ -1,0 +1,131 @@
+"""The generation workers: a chat answer or a document continuation, and Compare (plain, then
+speculative, then measured rounds). They run on thread workers, each call on its own thread
+(olifant_mlx.teardown.on_own_thread), never touch widgets, and post batched messages."""
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+
+from olifant_mlx.tui.conversation import Conversation
+from olifant_mlx.tui.messages import Chunk, CompareDone, Done, Failed, Status
+from olifant_mlx.tui.settings_tab import Settings
+from textual import work
+from textual.worker import get_current_worker
+
+from olifant_mlx.teardown import on_own_thread
+
+FLUSH_S = 0.05          # at most ~20 UI messages a second from a generation
+COMPARE_ROUNDS = 3      # measured rounds after the shown pair (measure/rounds.py: fewer are not trusted)
+
+
+@dataclass
+class Job:
+    """One generation in flight: where its text goes."""
+    id: int
+    kind: str                         # chat | document | compare
+    conv: Conversation | None
+    settings: Settings
+    prompt: object
+    index: int = 0                    # chat: the answer's turn; document: where it starts
+    t0: float = field(default_factory=time.perf_counter)
+    live_j: float | None = None
+
+
+class Workers:
+    """The App's generation workers (a mixin of OlifantApp)."""
+
+    def _stream(self, worker, session, job: Job, drafter=None, options=None, target=None):
+        """One generation on the worker thread: (ids, text, Stats, Window, finish reason)."""
+        tokens, text, pending = [], [], []
+        last_flush = time.perf_counter()
+        final = None
+        run = job.id if target is None else target
+        for r in session.stream(job.prompt, options or job.settings.options, drafter,
+                                should_stop=lambda: worker.is_cancelled,
+                                continuation=isinstance(job.prompt, str),
+                                cache=self.prompt_cache if job.kind != "compare" else None):
+            tokens.extend(r.tokens)
+            text.append(r.text)
+            pending.extend(r.segments)
+            now = time.perf_counter()
+            if now - last_flush >= FLUSH_S or r.finish_reason:
+                self.post_message(Chunk(run, pending, copy.copy(r.stats), now - job.t0))
+                pending, last_flush = [], now
+            final = r
+        return tokens, "".join(text), final.stats, final.energy, final.finish_reason
+
+    def _chat_check(self, session, job: Job) -> None:
+        from olifant_mlx.engine import Chat
+
+        if isinstance(job.prompt, Chat) and not session.verifier.has_chat_template:
+            raise ValueError(f"{session.verifier.name} has no chat template (a base model): "
+                             f"continue text in the Document tab (F3)")
+
+    @work(thread=True, exclusive=True, group="generate", exit_on_error=False)
+    @on_own_thread           # MLX never runs on the pool's thread: see olifant_mlx.teardown
+    def _generate_worker(self, job: Job) -> None:
+        worker = get_current_worker()
+        try:
+            session = self._session_for(job.settings)
+            self._chat_check(session, job)
+            job.t0 = time.perf_counter()
+            self.post_message(Status(f"writing with {session.verifier.name}, drafter "
+                                     f"{session.spec.text if session.spec else session.drafter.name}"))
+            _, text, stats, window, reason = self._stream(worker, session, job)
+            self.post_message(Done(job.id, text, stats, window, reason))
+        except Exception as e:     # shown in the UI, never as a traceback
+            self.post_message(Failed("generation", f"{type(e).__name__}: {e}", job.id))
+
+    @work(thread=True, exclusive=True, group="generate", exit_on_error=False)
+    @on_own_thread           # MLX never runs on the pool's thread: see olifant_mlx.teardown
+    def _compare_worker(self, job: Job) -> None:
+        from olifant_mlx.drafters import NoDrafter
+
+        worker = get_current_worker()
+        try:
+            session = self._session_for(job.settings)
+            self._chat_check(session, job)
+            job.t0 = time.perf_counter()
+            p_ids, p_text, p_stats, p_win, r1 = self._stream(
+                worker, session, job, NoDrafter(), job.settings.options.replace(k=0), target=-job.id)
+            if r1 == "stopped":
+                raise InterruptedError("stopped")
+            job.t0 = time.perf_counter()
+            s_ids, s_text, s_stats, s_win, r2 = self._stream(worker, session, job)
+            if r2 == "stopped":
+                raise InterruptedError("stopped")
+            measured, rates = self._compare_rounds(worker, session, job)
+            self.post_message(CompareDone((p_text, p_stats, p_win), (s_text, s_stats, s_win),
+                                          p_ids == s_ids, measured, rates))
+        except InterruptedError:
+            self.post_message(Failed("compare", "stopped", job.id))
+        except Exception as e:
+            self.post_message(Failed("compare", f"{type(e).__name__}: {e}", job.id))
+
+    def _compare_rounds(self, worker, session, job: Job):
+        """After the shown pair (the warm-up), COMPARE_ROUNDS unshown rounds of plain and
+        speculative, alternating which runs first: (Speedups, (plain, speculative) median tok/s)."""
+        import statistics
+
+        from olifant_mlx.drafters import NoDrafter
+        from olifant_mlx.measure import rounds
+
+        def rate(drafter, options):
+            out = list(session.stream(job.prompt, options, drafter, should_stop=lambda: worker.is_cancelled,
+                                      continuation=isinstance(job.prompt, str)))
+            last = out[-1] if out else None
+            if last is None or last.finish_reason == "stopped":
+                raise InterruptedError("stopped")
+            return last.stats.tokens_per_s
+
+        plain_opts = job.settings.options.replace(k=0)
+        plains, specs = [], []
+        for i in range(COMPARE_ROUNDS):
+            self.post_message(Status(f"measuring: round {i + 1} of {COMPARE_ROUNDS} (plain and speculative)"))
+            for which in (("plain", "spec") if i % 2 == 0 else ("spec", "plain")):
+                if which == "plain":
+                    plains.append(rate(NoDrafter(), plain_opts))
+                else:
+                    specs.append(rate(None, job.settings.options))
+        return rounds.speedups(plains, specs), (statistics.median(plains), statistics.median(specs))
