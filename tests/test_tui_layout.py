@@ -11,12 +11,12 @@ from textual.widgets._header import HeaderClock, HeaderClockSpace, HeaderIcon
 from tui_fakes import fake_app, settle
 
 from olifant_mlx.tui.app import TABS
+from olifant_mlx.tui.panes import PANES
 
 # small by nature: a button, a label in front of a field, a tab's name, a footer key
 SMALL = (Button, Label, Tab, FooterKey, FooterLabel, HeaderIcon, HeaderClock, HeaderClockSpace,
          RadioButton)
-KEYS = {"chat": "f2", "document": "f3", "compare": "f4", "calculator": "f5", "models": "f6",
-        "settings": "f7"}
+KEYS = {p.id: p.key for p in PANES}      # f2 .. f7, from the registry (tui/panes.py)
 
 
 def visible(app):
