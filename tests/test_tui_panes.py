@@ -6,7 +6,7 @@ from pathlib import Path
 
 from textual.app import ComposeResult
 from textual.widgets import Input, Static, TabbedContent, TabPane
-from tui_fakes import fake_app
+from tui_fakes import fake_app, settle, static_text
 
 from olifant_mlx.tui.panes import PANES, Pane
 
@@ -62,6 +62,29 @@ def test_the_default_registry_has_no_unknown_tab():
             await pilot.pause()
             assert app.query_one("#tabs", TabbedContent).active == "chat"
             assert not app.query("#notes")
+
+    asyncio.run(go())
+
+
+def test_panes_handle_their_own_buttons():
+    """Compare's button (CompareTab) runs Compare; the Calculator's 'use measured' fills in the
+    last run's numbers (CalculatorTab), both without a handler in the App."""
+    async def go():
+        app = fake_app(max_tokens=8, k=3)
+        async with app.run_test(size=(120, 36)) as pilot:
+            await pilot.press("f5")
+            await pilot.click("#calc-measured")
+            await pilot.pause()
+            assert any("run a speculative generation first" in n.message for n in app._notifications)
+            app.chat_tab.composer.text = "hello"
+            await pilot.press("f4")
+            await pilot.click("#compare-go")
+            await settle(pilot, app)
+            assert "speedup" in static_text(app, "#compare-result")
+            await pilot.press("f5")
+            await pilot.click("#calc-measured")
+            await pilot.pause()
+            assert app.query_one("#calc-gamma", Input).value == "3"
 
     asyncio.run(go())
 

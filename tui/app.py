@@ -309,10 +309,6 @@ class OlifantApp(Workspace, Generation, Workers, Results, App):
 
     # ---- buttons --------------------------------------------------------------------
 
-    @on(Button.Pressed, "#compare-go")
-    def _compare(self) -> None:
-        self.action_compare()
-
     @on(Checkbox.Changed, "#set-store-on")
     @on(Input.Submitted, "#set-store")
     def _store_setting(self) -> None:

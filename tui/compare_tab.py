@@ -1,10 +1,12 @@
 """The Plain-vs-speculative tab: the same prompt twice, outputs side by side, the speedup."""
 from __future__ import annotations
 
-from olifant_mlx.tui.flow import FlowText, Legend
+from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, Static, TabPane
+
+from olifant_mlx.tui.flow import FlowText, Legend
 
 STACK_BELOW = 72        # narrower than this, the two outputs are stacked
 
@@ -38,3 +40,7 @@ class CompareTab(TabPane):
         for w in self.query(FlowText):
             w.set_marks(mode)
         self.query_one(Legend).set_marks(mode)
+
+    @on(Button.Pressed, "#compare-go")
+    def _go(self) -> None:
+        self.app.action_compare()       # the same as ctrl+b (tui/generation.py)
