@@ -18,7 +18,7 @@ from olifant_mlx.tui.chat_tab import ChatTab
 from olifant_mlx.tui.compare_tab import CompareTab
 from olifant_mlx.tui.conversation import Conversation
 from olifant_mlx.tui.conversations_panel import ConversationList
-from olifant_mlx.tui.document_tab import DocumentTab
+from olifant_mlx.tui.document_tab import DEFAULT_DOCUMENT, DocumentTab
 from olifant_mlx.tui.flow import MARK_MODES
 from olifant_mlx.tui.generation import Generation
 from olifant_mlx.tui.live_panel import LivePanel
@@ -36,8 +36,6 @@ from textual.widgets import Button, Checkbox, Footer, Header, Input, TabbedConte
 
 from olifant_mlx.engine import GenerationOptions, PrefixCache
 
-DEFAULT_DOCUMENT = ("THE SOFTWARE IS PROVIDED \"AS IS\", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR "
-                    "IMPLIED, INCLUDING BUT NOT LIMITED TO")
 DEFAULT_PROMPT = DEFAULT_DOCUMENT            # the screenshot script's training text starts so
 TABS = tuple(p.id for p in PANES)
 PANEL_W = 34            # a side panel's width (30 columns inside)

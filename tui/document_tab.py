@@ -8,6 +8,9 @@ from olifant_mlx.tui.flow import DocEditor, Legend
 from textual.app import ComposeResult
 from textual.widgets import Static, TabPane
 
+DEFAULT_DOCUMENT = ("THE SOFTWARE IS PROVIDED \"AS IS\", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR "
+                    "IMPLIED, INCLUDING BUT NOT LIMITED TO")   # what the editor holds at first
+
 
 class DocumentTab(TabPane):
     def __init__(self, text: str = ""):

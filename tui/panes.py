@@ -37,8 +37,7 @@ def _chat(app):
 
 
 def _document(app):
-    from olifant_mlx.tui.app import DEFAULT_DOCUMENT
-    from olifant_mlx.tui.document_tab import DocumentTab
+    from olifant_mlx.tui.document_tab import DEFAULT_DOCUMENT, DocumentTab
 
     return DocumentTab((app.initial_prompt or DEFAULT_DOCUMENT) if app.mode == "document" else DEFAULT_DOCUMENT)
 
