@@ -3,9 +3,11 @@
 Two ways to work: a conversation (Chat tab: an instruct verifier's chat template, several
 turns, regenerate, edit and resend) and a document (Document tab: the text continued as it
 is, in the editor). Beside them: plain vs speculative, the calculator, the draft models, and
-one Settings tab. The App keeps the bindings, the workers and the one shared Session; each
-pane is its own module. MLX work (loading the verifier, generating, training) runs in thread
-workers, which never touch widgets and post batched messages. Changing the drafter never
+one Settings tab. The tabs come from a registry (tui/panes.py), each its own module; the App
+keeps the layout and the keys, and stands on the workspace the panes share (workspace.py: the one
+Session, meter, conversations, store; generation.py, workers.py, results.py: runs and their
+messages). MLX work (loading the verifier, generating, training) runs in thread workers, which
+never touch widgets and post batched messages. Changing the drafter never
 reloads the verifier. Nothing typed or generated is written to disk unless asked: an export
 (ctrl+s, to a path you choose), or the opt-in history and saved-conversations files.
 """
@@ -62,6 +64,9 @@ class KeyFooter(Footer):
 
 
 class OlifantApp(Workspace, Generation, Workers, Results, App):
+    """The App: the tabs of a pane registry, the layout, the keys; the workspace's parts are
+    mixins (a pane reaches them as self.app), the @on handlers here (Textual registers @on only
+    on its own classes)."""
     TITLE = "olifant_mlx"
     SUB_TITLE = "private on-device drafting"
     CSS_PATH = "app.tcss"
