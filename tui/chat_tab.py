@@ -6,10 +6,11 @@ when that is on (ctrl+f), else they keep their marks. You write in the editor be
 """
 from __future__ import annotations
 
-from olifant_mlx.tui.flow import FlowText, Legend
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Markdown, Static, TabPane, TextArea
+
+from olifant_mlx.tui.flow import FlowText, Legend
 
 EMPTY = ("Write a message below and press ctrl+g. The verifier answers through its chat template; "
          "ctrl+r regenerates the last answer, ctrl+t edits your last message and sends it again.")

@@ -1,12 +1,12 @@
 """The live-numbers panel: what is drafting, the statistics as they change, energy and power."""
 from __future__ import annotations
 
-from olifant_mlx.tui import render
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Label, Sparkline, Static
 
 from olifant_mlx.engine import Stats
+from olifant_mlx.tui import render
 
 POWER_POINTS = 60
 

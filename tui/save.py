@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 
-from olifant_mlx.tui.conversation import FORMATS, format_for
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -13,6 +12,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Static
 
 from olifant_mlx.files import NotARegularFile, check_file_path
+from olifant_mlx.tui.conversation import FORMATS, format_for
 
 
 class ExportScreen(ModalScreen):

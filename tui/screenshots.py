@@ -20,9 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from olifant_mlx.tui.app import DEFAULT_DOCUMENT, OlifantApp
-
 from olifant_mlx.files import private_output, read_regular, write_atomic
+from olifant_mlx.tui.app import DEFAULT_DOCUMENT, OlifantApp
 
 SIZES = ((80, 24), (160, 48))
 PUBLIC = 0o644      # the screenshots are the docs' pictures, committed to the repository

@@ -11,9 +11,8 @@ from __future__ import annotations
 import json
 import os
 
-from olifant_mlx.tui.conversation import Conversation, ConversationError
-
 from olifant_mlx.files import NotARegularFile, check_file_path, read_regular, write_atomic
+from olifant_mlx.tui.conversation import Conversation, ConversationError
 
 FORMAT = "olifant_mlx.conversations"
 VERSION = 1
