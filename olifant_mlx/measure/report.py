@@ -32,13 +32,16 @@ def _get(record, key):
 
 
 def cell(value, digits=3) -> str:
-    """One table cell: floats to `digits` places, lists joined, booleans yes/no, None a dash."""
+    """One table cell: floats to `digits` places, whole numbers with thousands commas, lists
+    joined, booleans yes/no, None a dash."""
     if value is None:
         return "—"
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
         return f"{value:.{digits}f}"
+    if isinstance(value, int):
+        return f"{value:,}"
     if isinstance(value, list):
         return ", ".join(cell(v, digits) for v in value)
     return str(value).replace("|", "\\|")
