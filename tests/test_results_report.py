@@ -78,3 +78,14 @@ def test_links_into_the_results_resolve():
             if frag not in targets[name]:
                 bad.append(f"{f.relative_to(ROOT)}: {name}#{frag}")
     assert seen > 10 and not bad, bad
+
+
+def test_nested_mappings_become_rows():
+    from olifant_mlx.measure.report import records
+
+    data = {"verifiers": {"a": {"x": {"n": 1}, "y": {"n": 2}}, "b": {"x": {"n": 3}}}}
+    rows = records(data, "verifiers", "f.json", ["verifier", "drafter"])
+    assert rows == [{"verifier": "a", "drafter": "x", "n": 1}, {"verifier": "a", "drafter": "y", "n": 2},
+                    {"verifier": "b", "drafter": "x", "n": 3}]
+    with pytest.raises(ReportError, match="f.json.*'drafter'"):
+        records({"verifiers": {"a": {"x": 1}}}, "verifiers", "f.json", ["verifier", "drafter"])

@@ -47,10 +47,21 @@ def cell(value, digits=3) -> str:
     return str(value).replace("|", "\\|")
 
 
-def records(data, path: str, source) -> list:
-    """The rows at `path` in one JSON document: a list of objects, one object, or a mapping
-    (rows of `key`, `value`)."""
+def _levels(found, names: list, source) -> list:
+    """Nested mappings flattened: each key of the first level becomes `names[0]` of its rows."""
+    if not names:
+        return [found]
+    if not isinstance(found, dict) or not all(isinstance(v, dict) for v in found.values()):
+        raise ReportError(f"{source}: no mapping of objects for the level {names[0]!r}")
+    return [{names[0]: k, **r} for k, v in found.items() for r in _levels(v, names[1:], source)]
+
+
+def records(data, path: str, source, levels=()) -> list:
+    """The rows at `path` in one JSON document: a list of objects, one object, a mapping
+    (rows of `key`, `value`), or with `levels` nested mappings (one row per innermost object)."""
     found = _get(data, path) if path else data
+    if levels:
+        return _levels(found, list(levels), source)
     if isinstance(found, list) and all(isinstance(r, dict) for r in found):
         return found
     if isinstance(found, dict):
@@ -70,7 +81,7 @@ def table(entry: dict, docs: Path) -> str:
             data = json.loads(path.read_text())
         except (OSError, ValueError) as e:
             raise ReportError(f"{entry['id']}: cannot read {path}: {e}") from None
-        for r in records(data, entry.get("rows", ""), path):
+        for r in records(data, entry.get("rows", ""), path, entry.get("levels", ())):
             if all(_get(r, k) == v for k, v in entry.get("where", {}).items()):
                 rows.append(r)
     if not rows:
