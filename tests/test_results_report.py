@@ -89,3 +89,15 @@ def test_nested_mappings_become_rows():
                     {"verifier": "b", "drafter": "x", "n": 3}]
     with pytest.raises(ReportError, match="f.json.*'drafter'"):
         records({"verifiers": {"a": {"x": 1}}}, "verifiers", "f.json", ["verifier", "drafter"])
+
+
+def test_links_inside_the_results_resolve():
+    """The contents' and the archive's own #anchors name headings in the same file, and the
+    data links of results.md name committed files."""
+    bad = []
+    for name in ("results.md", "results-archive.md"):
+        text = (DOCS / name).read_text()
+        bad += [f"{name}#{a}" for a in re.findall(r"\]\(#([^)\s]+)\)", text) if a not in headings(DOCS / name)]
+    files = re.findall(r"\]\((bench[^)#]+)\)", (DOCS / "results.md").read_text())
+    bad += [f for f in files if not (DOCS / f).is_file()]
+    assert files and not bad, bad
