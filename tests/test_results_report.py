@@ -101,3 +101,13 @@ def test_links_inside_the_results_resolve():
     files = re.findall(r"\]\((bench[^)#]+)\)", (DOCS / "results.md").read_text())
     bad += [f for f in files if not (DOCS / f).is_file()]
     assert files and not bad, bad
+
+
+def test_a_misspelt_manifest_key_is_named(tmp_path):
+    docs = copy_docs(tmp_path)
+    manifest = docs / "results" / "index.json"
+    data = json.loads(manifest.read_text())
+    data["questions"][1]["colums"] = data["questions"][1].pop("columns")
+    manifest.write_text(json.dumps(data))
+    with pytest.raises(ReportError, match=r"index.json: plain-vs-mlx-lm: missing columns; unknown colums"):
+        render(manifest)

@@ -21,6 +21,21 @@ class ReportError(ValueError):
     """A manifest entry or the JSON it names is not what the report needs."""
 
 
+REQUIRED = ("id", "title", "question", "measured", "verifier", "code", "command", "sources", "columns")
+OPTIONAL = ("rows", "levels", "where", "reading", "archive")
+
+
+def check_entry(entry: dict, manifest) -> None:
+    """Every required key there and no unknown one (a misspelt key would be ignored silently)."""
+    name = entry.get("id", "an entry without an id")
+    missing = [k for k in REQUIRED if k not in entry]
+    unknown = sorted(set(entry) - set(REQUIRED) - set(OPTIONAL))
+    if missing or unknown:
+        raise ReportError(f"{manifest}: {name}: " + "; ".join(
+            ([f"missing {', '.join(missing)}"] if missing else []) +
+            ([f"unknown {', '.join(unknown)}"] if unknown else [])))
+
+
 def _get(record, key):
     """`record[key]`, where key may be dotted (`a.b`) into nested objects."""
     value = record
@@ -115,6 +130,8 @@ def render(manifest: Path) -> str:
         entries = json.loads(manifest.read_text())["questions"]
     except (OSError, ValueError, KeyError) as e:
         raise ReportError(f"cannot read the results manifest {manifest}: {e}") from None
+    for e in entries:
+        check_entry(e, manifest)
     docs = manifest.parent.parent
     contents = [f"- [{e['title']}](#{anchor(e['title'])})" for e in entries]
     body = [section(e, docs) for e in entries]
