@@ -1,6 +1,8 @@
 """The package's shape: every module imports alone, no import cycles, libraries never import
-the CLI, one registry behind every surface's drafter list, the C extension's clear error."""
+the CLI, one registry behind every surface's drafter list, the C extension's clear error, and
+docs/architecture.md's module map, import table and options table checked against the code."""
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -150,3 +152,102 @@ def test_every_surface_shows_the_registry_drafters():
     for command in ("generate", "tui", "bench", "serve"):
         helps = " ".join(a.help or "" for a in sub.choices[command]._actions)
         assert text in helps, command
+
+
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+SURFACES = ("olifant_mlx.cli", "olifant_mlx.tui", "olifant_mlx.__main__")
+
+
+def doc_table(header: str, text: str | None = None) -> list:
+    """The body rows (lists of cells) of the Markdown table whose header line is `header`."""
+    lines = (ARCHITECTURE.read_text() if text is None else text).splitlines()
+    start = lines.index(header)
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in re.split(r"(?<!\\)\|", line.strip()[1:-1])])
+    return rows
+
+
+def short(name: str) -> str:
+    return name.removeprefix("olifant_mlx.")
+
+
+def top(name: str) -> str:
+    return short(name).split(".")[0]
+
+
+def cross_package_imports() -> dict:
+    """Library module (short name) -> the modules of other packages it imports, where any."""
+    out = {}
+    for m, ts in graph().items():
+        if m.startswith(SURFACES):
+            continue
+        found = {short(t) for t in ts if t != "olifant_mlx" and top(t) != top(m)}
+        if found:
+            out[short(m)] = found
+    return out
+
+
+def import_table_mismatches(rows, actual: dict, names) -> list:
+    """How the import table's rows differ from `actual` (an empty list when they agree)."""
+    documented, problems = {}, []
+    for left, right in rows:
+        named = {n for n in re.findall(r"`([\w.]+)`", right) if n in names}
+        for m in re.findall(r"`([\w.]+)`", left):
+            if m not in names:
+                problems.append(f"{m} is no module")
+                continue
+            documented[m] = {n for n in named if top(n) != top(m)}
+    for m in sorted(set(documented) | set(actual)):
+        has, says = actual.get(m, set()), documented.get(m)
+        if says is None:
+            problems.append(f"{m} imports {sorted(has)} and has no row")
+        elif says != has:
+            problems.append(f"{m}: the table says {sorted(says)}, the code imports {sorted(has)}")
+    return problems
+
+
+def test_the_import_table_is_the_code():
+    names = {short(m) for m in modules()}
+    rows = doc_table("| module | imports from other packages |")
+    problems = import_table_mismatches(rows, cross_package_imports(), names)
+    assert not problems, "docs/architecture.md's import table:\n" + "\n".join(problems)
+
+
+def test_the_import_table_check_can_fail():
+    names = {"engine.loop", "drafters.base", "drafters.adaptive", "files", "mlx_setup"}
+    actual = {"engine.loop": {"drafters.base", "drafters.adaptive", "mlx_setup"}, "mlx_setup": {"files"}}
+    rows = [["`engine.loop`", "`drafters.base`, `mlx_setup` (and `engine.cache`)"]]
+    problems = import_table_mismatches(rows, actual, names)
+    assert problems == ["engine.loop: the table says ['drafters.base', 'mlx_setup'], the code imports "
+                        "['drafters.adaptive', 'drafters.base', 'mlx_setup']",
+                        "mlx_setup imports ['files'] and has no row"]
+
+
+def test_every_module_is_on_the_map():
+    names = set(modules())
+    mapped = {"olifant_mlx"}
+    for package, _folder, holds in doc_table("| package | folder | what it holds |"):
+        package = package.strip("`")
+        assert package in names, f"docs/architecture.md maps {package}, which is no module"
+        mapped.add(package)
+        mapped.update(f"{package}.{n}" for n in re.findall(r"`([a-z_]+)`", holds))
+    missing = sorted(names - mapped)
+    assert not missing, f"modules on no map in docs/architecture.md: {missing}"
+
+
+def test_the_options_table_is_the_dataclass():
+    """Read from the dataclass itself, so the check follows the options type wherever it goes."""
+    import dataclasses
+
+    from olifant_mlx.engine import GenerationOptions
+
+    rows = doc_table("| field | default | valid |")
+    fields = dataclasses.fields(GenerationOptions)
+    assert [r[0].strip("`") for r in rows] == [f.name for f in fields], \
+        "docs/architecture.md's GenerationOptions table and its fields differ"
+    for (name, default, _valid), f in zip(rows, fields):
+        value = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        assert default.strip("`") == repr(value), (name, default, value)

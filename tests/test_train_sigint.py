@@ -66,3 +66,25 @@ def test_ctrl_c_at_any_point_of_train_is_130_and_the_old_model_or_0_and_the_new(
         outcomes.append(p.returncode)
     assert 130 in outcomes, outcomes                 # the signal landed inside the work
     assert worst < BOUND_S, worst
+
+
+def test_a_ctrl_c_inside_the_write_probe_leaves_no_probe(tmp_path, monkeypatch):
+    """The probe of check_output (run again inside train()) is created and removed with SIGINT
+    held back: a Ctrl-C that lands between the two arrives after the unlink (a full-suite run
+    once found a .olifant-probe-* left by a Ctrl-C at that point)."""
+    import os
+
+    import pytest
+
+    from olifant_mlx.draftmodel import train as train_module
+    real_open = os.open
+
+    def open_then_ctrl_c(path, *a, **k):
+        fd = real_open(path, *a, **k)
+        os.kill(os.getpid(), signal.SIGINT)         # lands while the probe exists
+        return fd
+
+    monkeypatch.setattr(train_module.os, "open", open_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        train_module.check_output(tmp_path / "m.olif")
+    assert list(tmp_path.iterdir()) == []

@@ -46,6 +46,11 @@ def _check_corpus(task, corpus):
 
 
 def cmd_bench(args) -> int:
+    if args.report:
+        from olifant_mlx.measure.report import write_report
+
+        print(f"wrote {write_report(args.report)}")
+        return 0
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
     from rich.table import Table
@@ -312,6 +317,8 @@ def add_parsers(sub):
                    help="a stored cost curve: a modelled_speedup column (labelled modelled, beside the "
                         "measured one) and the lead rule and adaptive drafters start from it")
     add_sharding_args(b)
+    b.add_argument("--report", metavar="FILE", help="measure nothing: write FILE (docs/results.md) from the "
+                   "committed JSON of the runs named in results/index.json beside it")
     b.set_defaults(func=sharded_command(cmd_bench, handlers={"calibrate": _calibrate}))
 
 

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import os
 import resource
+import signal
 import sys
 import threading
 import time
-from contextlib import closing, nullcontext
+from contextlib import closing, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -124,12 +125,26 @@ def check_output(out, what: str = "the model", example: str = "model.olif") -> N
     if not os.path.isdir(folder) or not os.access(folder, os.W_OK | os.X_OK):
         raise ValueError(f"cannot write {what} to {out}: {folder} is not a writable directory")
     probe = os.path.join(folder, f".olifant-probe-{os.getpid()}-{time.monotonic_ns()}")
+    with sigint_deferred():    # a Ctrl-C between the create and the unlink would leave the probe
+        try:
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+            os.unlink(probe)
+        except OSError as e:
+            raise ValueError(f"cannot write {what} to {out}: no file can be created in {folder} "
+                             f"({e.strerror}); name a file in a writable folder") from None
+
+
+@contextmanager
+def sigint_deferred():
+    """SIGINT held back from this thread inside the block and delivered after it (POSIX)."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
-        os.unlink(probe)
-    except OSError as e:
-        raise ValueError(f"cannot write {what} to {out}: no file can be created in {folder} "
-                         f"({e.strerror}); name a file in a writable folder") from None
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def preflight(corpora, out, eval_specs=(), text_field="text", force=False) -> None:
