@@ -50,15 +50,6 @@ def _prog() -> str:
     return "python -m olifant_mlx" if name in ("__main__.py", "-m", "") else name
 
 
-# GenerationOptions' fields as the command line spells them
-OPTION_FLAGS = {"k": "-k", "max_tokens": "--max-tokens", "max_kv_size": "--max-kv-size", "kv_bits": "--kv-bits",
-                "kv_group_size": "--kv-group-size", "quantized_kv_start": "--quantized-kv-start",
-                "temperature": "--temp/--temperature", "top_p": "--top-p", "seed": "--seed", "top_k": "--top-k",
-                "min_p": "--min-p", "repetition_penalty": "--repetition-penalty",
-                "repetition_context_size": "--repetition-context-size", "stop": "--stop",
-                "extra_eos_tokens": "--extra-eos-token", "history": "--history"}
-
-
 def main(argv=None) -> int:
     from olifant_mlx.draftmodel.corpus import CorpusError
     from olifant_mlx.draftmodel.igtree import IGTreeError, TokenizerMismatch
@@ -75,7 +66,9 @@ def main(argv=None) -> int:
     try:
         return args.func(args)
     except OptionsError as e:      # a usage error, said with the flag that caused it
-        flag = OPTION_FLAGS.get(e.option)
+        from olifant_mlx.engine.options import flag_of
+
+        flag = flag_of(e.option)
         sys.stderr.write(f"error: {flag + ': ' if flag else ''}{e}\n")
         return 2
     except BrokenPipeError:        # `... --json | head`: the reader left; say nothing more

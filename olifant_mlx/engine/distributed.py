@@ -314,12 +314,11 @@ class Shard:
 
 
 def options_dict(options) -> dict:
-    """GenerationOptions as JSON for the other ranks (the history file stays on rank 0)."""
-    import dataclasses
+    """GenerationOptions as JSON for the other ranks: the options sent to ranks (not the
+    history file, which stays on rank 0, nor the cost models, rank 0's)."""
+    from olifant_mlx.engine.options import options as described
 
-    d = dataclasses.asdict(options)
-    d.pop("history", None)
-    return d
+    return {name: getattr(options, name) for name, o in described().items() if o.ranks}
 
 
 class SharedDrafter(DrafterBase):

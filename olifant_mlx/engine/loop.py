@@ -31,11 +31,11 @@ from dataclasses import dataclass
 from olifant_mlx.drafters.adaptive import PassCost, PassTimes
 from olifant_mlx.drafters.base import as_drafter
 from olifant_mlx.engine import cache as kv
-from olifant_mlx.engine.sampling import Sampling, picker
+from olifant_mlx.engine.options import MAX_K, GenerationOptions  # noqa: F401  (MAX_K: engine.loop's name too)
+from olifant_mlx.engine.sampling import picker
 from olifant_mlx.engine.stats import Stats, Step
 from olifant_mlx.mlx_setup import mx
 
-MAX_K = 64
 EMBEDDING_NAMES = ("embed_tokens", "wte", "tok_embeddings", "word_embeddings")
 
 
@@ -307,20 +307,24 @@ def _cut(emitted, eos, room):
     return emitted, ""
 
 
-def generate_steps(model, prompt, drafter=None, k: int = 3, max_tokens: int = 100,
-                   kv_cache: bool = True, eos_ids=(), max_kv_size: int | None = None,
-                   bos_id: int | None = None, stats: Stats | None = None,
-                   sampling: Sampling | None = None, on_prefill=None, processors=(),
-                   vocab_size: int | None = None, lead=True, shared=None, prompt_cache=None,
-                   kv_bits: int | None = None, kv_group_size: int = 64, quantized_kv_start: int = 5000):
-    """Yield a Step per verifier pass until max_tokens or an EOS token (not emitted).
-    Greedy by default; with `sampling`, the verifier samples (see Sampling); `processors`
-    (mlx-lm logits processors: processor(tokens, logits) -> logits) shape every choice. The
-    drafter sees the prompt without a leading BOS unless it `wants_bos`. `vocab_size`
-    (default: found on the model) bounds the ids: a prompt id outside it is refused, drafts are
-    cut before one. `lead`: True leads every pass after a correction with the drafts that
-    follow it, a LeadRule (or "auto": one with a fitted cost) decides per pass, False keeps
-    the older KV rule (corrections held back for the next step's free check), for measuring.
+def generate_steps(model, prompt, drafter=None, options: GenerationOptions | None = None, *,
+                   eos_ids=(), bos_id: int | None = None, stats: Stats | None = None, on_prefill=None,
+                   vocab_size: int | None = None, shared=None, prompt_cache=None, sampling=None,
+                   processors=None, **fields):
+    """Yield a Step per verifier pass until max_tokens or an EOS token (not emitted), as
+    `options` say (engine.options.GenerationOptions: k, max_tokens, the KV regime and its
+    quantization, sampling, the lead rule and the cost models; `fields` change some of them,
+    and without options they make them, with 100 tokens at most and lead=True: tests and
+    scripts). Greedy by default; with sampling options the verifier samples (see Sampling;
+    `sampling`, `processors`: given as objects instead); the options' logits processors
+    (mlx-lm's: processor(tokens, logits) -> logits) shape every choice. The drafter sees the
+    prompt without a leading BOS unless it `wants_bos`. `vocab_size` (default: found on the
+    model) bounds the ids: a prompt id outside it is refused, drafts are cut before one.
+    `lead`: True leads every pass after a correction with the drafts that follow it, "auto" a
+    LeadRule decides per pass (planning with `pass_cost`, a fresh PassCost if none; a LeadRule
+    object given as `lead=` is used as it is), False keeps the older KV rule (corrections held
+    back for the next step's free check), for measuring. A cost-aware drafter (one with a
+    `cost` model, the adaptive one) plans with `draft_cost` when it is set.
     A sharded verifier always leads (every rank must take the same passes, and pass times
     differ between ranks). With `shared` (a sharded verifier's
     `engine.distributed.Shard`), the drafts and every choice of token are rank 0's, so every
@@ -330,17 +334,27 @@ def generate_steps(model, prompt, drafter=None, k: int = 3, max_tokens: int = 10
     (at the last Step, or when the caller closes the generator between Steps). `kv_bits`
     (KV regime) quantizes the cache as mlx-lm does (QuantizedKVCache, `kv_group_size`), once it
     holds `quantized_kv_start` tokens, checked between passes."""
-    if not 0 <= k <= MAX_K:
-        raise ValueError(f"k must be between 0 and {MAX_K}, got {k}")
-    if max_tokens < 0:
-        raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
+    rule = fields.pop("lead") if isinstance(fields.get("lead"), LeadRule) else None
+    if options is None:
+        options = GenerationOptions(**{"max_tokens": 100, "lead": True, **fields})
+    elif fields:
+        options = options.replace(**fields)
+    o = options
+    k, max_tokens, kv_cache, lead = o.k, o.max_tokens, o.kv_cache, o.lead
+    if rule is not None:
+        lead = rule
+    sampling = o.sampling if sampling is None else sampling
+    processors = o.processors() if processors is None else processors
     prompt = [int(t) for t in prompt]
     vocab_size = vocab_size or model_vocab_size(model)
     _check_prompt(prompt, vocab_size)
     drafter = as_drafter(drafter)
-    rule = lead if isinstance(lead, LeadRule) else LeadRule() if lead == "auto" else None
+    if rule is None and lead == "auto":
+        rule = LeadRule(o.pass_cost)
     if rule is not None and (getattr(drafter, "plans_led_passes", False) or shared is not None):
         rule = None
+    if o.draft_cost is not None and hasattr(getattr(drafter, "cost", None), "observe"):
+        drafter.cost = o.draft_cost         # a cost-aware drafter plans with the given curve
     eos = set(int(e) for e in eos_ids)
     skip = 0 if drafter.wants_bos or bos_id is None or prompt[0] != bos_id else 1
     seq = list(prompt)                      # everything the verifier has seen or will see
@@ -354,8 +368,8 @@ def generate_steps(model, prompt, drafter=None, k: int = 3, max_tokens: int = 10
         drafter, pick = shared.drafter(drafter), shared.choices(pick)
     t0 = time.perf_counter()
     if kv_cache:
-        quantized = (kv_bits, kv_group_size, quantized_kv_start) if kv_bits else None
-        verifier = CachedVerification(model, prompt, pick, max_kv_size, on_prefill, lead is not False,
+        quantized = (o.kv_bits, o.kv_group_size, o.quantized_kv_start) if o.kv_bits else None
+        verifier = CachedVerification(model, prompt, pick, o.max_kv_size, on_prefill, lead is not False,
                                       prompt_cache, quantized)
         stats.prefill_s = time.perf_counter() - t0
         if prompt_cache is not None:

@@ -12,13 +12,12 @@ verifier's chat template); `session.prompt_for(text)` makes a Chat for an instru
 leaves text alone for a base model, the way mlx-lm's generate does.
 
 A `Session` holds one verifier and one drafter; changing the drafter (`set_drafter`) never
-reloads the verifier. `GenerationOptions` is validated once, where it is made. Prompts and
+reloads the verifier. `GenerationOptions` (engine.options) is validated once, where it is made. Prompts and
 outputs stay in memory: only an opt-in history file (options.history) is ever written.
 """
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -26,18 +25,9 @@ from olifant_mlx.drafters.adaptive import PassCost
 from olifant_mlx.drafters.base import Drafter, as_drafter
 from olifant_mlx.drafters.registry import (DrafterSpec, build_drafter, parse_spec, resolve_auto,
                                            uses_history)
-from olifant_mlx.engine.loop import MAX_K, LeadRule, generate_steps, model_vocab_size
-from olifant_mlx.engine.sampling import Sampling
+from olifant_mlx.engine.loop import generate_steps, model_vocab_size
+from olifant_mlx.engine.options import GenerationOptions, OptionsError
 from olifant_mlx.engine.stats import Stats, Step
-
-
-class OptionsError(ValueError):
-    """A generation option out of range; the message names the option, `option` is its field
-    (surfaces show their own spelling of it: the CLI its flag)."""
-
-    def __init__(self, message: str, option: str = ""):
-        super().__init__(message)
-        self.option = option
 
 
 class ContextError(ValueError):
@@ -66,107 +56,6 @@ class Chat:
 
     def then(self, role: str, content: str) -> Chat:
         return Chat(self.messages + ({"role": role, "content": content},), self.template_kwargs)
-
-
-@dataclass(frozen=True)
-class GenerationOptions:
-    """Everything that shapes one generation, checked here and nowhere else."""
-    k: int = 3                         # draft tokens per step (the maximum, for adaptive)
-    max_tokens: int = 256
-    kv_cache: bool = True              # False: the uncached regime
-    max_kv_size: int | None = None     # a sliding KV window (rotating cache)
-    kv_bits: int | None = None         # a quantized KV cache (mlx-lm's QuantizedKVCache) ...
-    kv_group_size: int = 64            # ... in groups of this many values ...
-    quantized_kv_start: int = 5000     # ... once it holds this many tokens (mlx-lm's default)
-    temperature: float = 0.0           # 0: greedy
-    top_p: float = 1.0
-    seed: int = 0
-    top_k: int = 0                     # 0: off
-    min_p: float = 0.0                 # 0: off
-    repetition_penalty: float | None = None      # mlx-lm's logits processor (> 1 penalises)
-    repetition_context_size: int = 20
-    stop: tuple = ()                   # text that ends the generation (not included)
-    extra_eos_tokens: tuple = ()       # tokens (as text) that end it like EOS
-    truncate: bool = False             # a prompt too long for the context keeps its tail
-    history: str | None = None         # opt-in session history file (hybrid drafters)
-
-    def __post_init__(self):
-        def bad(option, what):
-            raise OptionsError(what, option)
-
-        if not isinstance(self.k, int) or not 0 <= self.k <= MAX_K:
-            bad("k", f"k (draft tokens per step) must be a whole number from 0 to {MAX_K}, got {self.k!r}")
-        if not isinstance(self.max_tokens, int) or self.max_tokens < 0:
-            bad("max_tokens", f"max tokens must be a whole number >= 0, got {self.max_tokens!r}")
-        if self.max_kv_size is not None and (not isinstance(self.max_kv_size, int)
-                                             or self.max_kv_size < 1):
-            bad("max_kv_size", f"max KV size must be a whole number of tokens >= 1 (or none), "
-                               f"got {self.max_kv_size!r}")
-        if self.kv_bits is not None and self.kv_bits not in KV_BITS:
-            bad("kv_bits", f"KV bits must be one of {', '.join(map(str, KV_BITS))}, got {self.kv_bits!r}")
-        if self.kv_group_size not in KV_GROUP_SIZES:
-            bad("kv_group_size", f"KV group size must be one of {', '.join(map(str, KV_GROUP_SIZES))}, "
-                                 f"got {self.kv_group_size!r}")
-        if not isinstance(self.quantized_kv_start, int) or self.quantized_kv_start < 0:
-            bad("quantized_kv_start", f"the quantized KV start must be a whole number of tokens >= 0, "
-                                      f"got {self.quantized_kv_start!r}")
-        if self.kv_bits is not None and self.max_kv_size is not None:
-            bad("kv_bits", "a quantized KV cache cannot be a sliding window (mlx-lm has no quantized "
-                           "rotating cache): give --kv-bits or --max-kv-size, not both")
-        if self.kv_bits is not None and not self.kv_cache:
-            bad("kv_bits", "--kv-bits quantizes the KV cache: the uncached regime has none")
-        if not _number(self.temperature) or not 0 <= self.temperature < math.inf:
-            bad("temperature", f"temperature must be a number >= 0 (0 is greedy), got {self.temperature!r}")
-        if not _number(self.top_p) or not 0 < self.top_p <= 1:
-            bad("top_p", f"top-p must be in (0, 1], got {self.top_p!r}")
-        if not _number(self.min_p) or not 0 <= self.min_p < 1:
-            bad("min_p", f"min-p must be in [0, 1), got {self.min_p!r}")
-        if not isinstance(self.top_k, int) or self.top_k < 0:
-            bad("top_k", f"top-k must be a whole number >= 0 (0 is off), got {self.top_k!r}")
-        if not isinstance(self.seed, int):
-            bad("seed", f"seed must be a whole number, got {self.seed!r}")
-        if self.repetition_penalty is not None and (not _number(self.repetition_penalty)
-                                                    or not 0 < self.repetition_penalty < math.inf):
-            bad("repetition_penalty", f"repetition penalty must be a number > 0, got {self.repetition_penalty!r}")
-        if not isinstance(self.repetition_context_size, int) or self.repetition_context_size < 1:
-            bad("repetition_context_size", f"repetition context size must be a whole number >= 1, "
-                                           f"got {self.repetition_context_size!r}")
-        if not isinstance(self.stop, tuple) or not all(isinstance(x, str) and x for x in self.stop):
-            bad("stop", f"stop sequences must be non-empty strings, got {self.stop!r}")
-        if not isinstance(self.extra_eos_tokens, tuple) or not all(isinstance(x, str) and x
-                                                                   for x in self.extra_eos_tokens):
-            bad("extra_eos_tokens", f"extra EOS tokens must be non-empty strings, got {self.extra_eos_tokens!r}")
-
-    @property
-    def sampling(self) -> Sampling | None:
-        if self.temperature == 0:
-            return None
-        return Sampling(float(self.temperature), float(self.top_p), self.seed, self.top_k,
-                        float(self.min_p))
-
-    def processors(self) -> list:
-        """mlx-lm logits processors for these options (repetition penalty)."""
-        if self.repetition_penalty is None or self.repetition_penalty == 1.0:
-            return []
-        from mlx_lm.sample_utils import make_logits_processors
-
-        return make_logits_processors(repetition_penalty=self.repetition_penalty,
-                                      repetition_context_size=self.repetition_context_size)
-
-    @property
-    def regime(self) -> str:
-        return "kv" if self.kv_cache else "uncached"
-
-    def replace(self, **changes) -> GenerationOptions:
-        return dataclasses.replace(self, **changes)
-
-
-KV_BITS = (2, 3, 4, 5, 6, 8)            # what mx.quantize takes
-KV_GROUP_SIZES = (32, 64, 128)
-
-
-def _number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and not math.isnan(x)
 
 
 PROVENANCE = ("accepted", "correction", "bonus", "plain")
@@ -257,19 +146,19 @@ class Result:
 
 class Session:
     """A verifier, a drafter and default options, turning prompts into streams of Responses.
-    `lead` (KV cache, after a pass that ended with the verifier's correction): "auto" decides
-    per pass whether the correction leads the next pass with the drafts after it or is fed
-    alone (engine.loop.LeadRule, planning with `lead_cost`, the verifier's pass-cost curve,
-    fitted from this session's passes unless set); True always leads; False keeps the older
-    rule (the correction held back for the next step's free check), for measuring."""
-    lead = "auto"
-    lead_cost = None
+    The options' `lead` (KV cache, after a pass that ended with the verifier's correction):
+    "auto" decides per pass whether the correction leads the next pass with the drafts after
+    it or is fed alone (engine.loop.LeadRule, planning with the options' `pass_cost`, else
+    `lead_cost`, the verifier's pass-cost curve fitted from this session's passes); True
+    always leads; False keeps the older rule (the correction held back for the next step's
+    free check), for measuring."""
 
     def __init__(self, verifier, drafter="none", options: GenerationOptions | None = None,
                  meter=None):
         self.verifier = verifier
         self.vocab_size = model_vocab_size(verifier.model)   # once: the engine checks ids against it
         self.options = options or GenerationOptions()
+        self.lead_cost = None          # fitted from the passes, for options without a pass_cost
         self.meter = meter
         self.shard = getattr(verifier, "shard", None)   # a sharded verifier (engine.distributed)
         self.history = None
@@ -281,6 +170,11 @@ class Session:
         self.spec = None
         self.drafter = None
         self.set_drafter(drafter)
+
+    @property
+    def lead(self):
+        """The default options' lead rule ("auto", True or False)."""
+        return self.options.lead
 
     def set_drafter(self, drafter) -> Drafter:
         """Use another drafter: a spec (text or DrafterSpec) or a Drafter object; the
@@ -437,22 +331,13 @@ class Session:
         """The engine loop for one generation (a Step per verifier pass); a sharded verifier
         keeps no cache between generations (every rank would have to keep the same one)."""
         v = self.verifier
-        return generate_steps(v.model, ids, drafter, k=opts.k, max_tokens=opts.max_tokens,
-                              kv_cache=opts.kv_cache, eos_ids=eos_ids,
-                              max_kv_size=opts.max_kv_size, bos_id=v.bos_id, stats=stats,
-                              kv_bits=opts.kv_bits, kv_group_size=opts.kv_group_size,
-                              quantized_kv_start=opts.quantized_kv_start,
-                              sampling=opts.sampling, on_prefill=on_prefill,
-                              processors=opts.processors(), vocab_size=self.vocab_size,
-                              lead=self._lead_rule(), shared=self.shard,
-                              prompt_cache=cache if self.shard is None else None)
-
-    def _lead_rule(self):
-        if self.lead != "auto":
-            return self.lead
-        if self.lead_cost is None:
-            self.lead_cost = PassCost()        # the verifier's speed outlives one generation
-        return LeadRule(self.lead_cost)
+        if opts.lead == "auto" and opts.pass_cost is None:
+            if self.lead_cost is None:
+                self.lead_cost = PassCost()        # the verifier's speed outlives one generation
+            opts = opts.replace(pass_cost=self.lead_cost)
+        return generate_steps(v.model, ids, drafter, opts, eos_ids=eos_ids, bos_id=v.bos_id,
+                              stats=stats, on_prefill=on_prefill, vocab_size=self.vocab_size,
+                              shared=self.shard, prompt_cache=cache if self.shard is None else None)
 
     def _finish(self, ids, tokens, stats, drafter, start):
         """Energy of the generation; the opt-in history remembers prompt and output."""

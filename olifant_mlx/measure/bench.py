@@ -250,9 +250,9 @@ class ModelRunner:
             tokens, st = drafter.load(self.verifier.identity.digest).run(self.verifier, ids, k, max_tokens)
             energy = self.meter.between(start, self.meter.mark()) if self.meter is not None else None
             return tokens, st, energy, time.process_time() - cpu0
-        session = Session(self.verifier, drafter, GenerationOptions(k=k, max_tokens=max_tokens,
-                                                                    kv_cache=kv), self.meter)
-        session.lead, session.lead_cost = self.lead, self.lead_cost
+        options = GenerationOptions(k=k, max_tokens=max_tokens, kv_cache=kv, lead=self.lead,
+                                    pass_cost=self.lead_cost)
+        session = Session(self.verifier, drafter, options, self.meter)
         cpu0 = time.process_time()
         r = session.generate(prompt)
         return r.tokens, r.stats, r.energy, time.process_time() - cpu0
@@ -309,13 +309,12 @@ class ReferenceRunner:
     def replay(self, ids, truth, drafter, k, kv, eos_ids=(), bos_id=None):
         """One generation through the engine's loop with `truth` as the verifier's output
         after prompt `ids` (a transcript replays with its verifier's EOS and BOS ids)."""
-        if hasattr(drafter, "cost") and hasattr(drafter.cost, "observe"):
-            drafter.cost = self.cost
         verifier = reference.ReferenceVerifier(self.tokenizer, ids, truth)
         verifier.eos_ids, verifier.bos_id = tuple(eos_ids), bos_id
-        options = GenerationOptions(k=k, max_tokens=len(truth), kv_cache=kv)
+        # the lead rule and a cost-aware drafter plan with the modelled verifier's cost
+        options = GenerationOptions(k=k, max_tokens=len(truth), kv_cache=kv, lead=self.lead,
+                                    pass_cost=self.cost, draft_cost=self.cost)
         session = Session(verifier, drafter, options)
-        session.lead, session.lead_cost = self.lead, self.cost   # the modelled verifier's cost
         r = session.generate(ids)
         st = r.stats            # the stand-in verifier's time is no verifier's: only drafting counts
         st.prefill_s = st.decode_s = st.verify_s = 0.0
