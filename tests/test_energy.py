@@ -889,3 +889,28 @@ def test_cli_refuses_durations_that_are_no_numbers(capsys, flags):
     assert main(["energy", "--backend", "none", *flags]) == 1
     err = capsys.readouterr().err
     assert "--interval must be a positive number" in err and "Traceback" not in err
+
+
+def test_a_backend_added_in_one_entry_shows_on_every_surface(monkeypatch, capsys):
+    """One BACKENDS entry is enough: parse_spec, `energy --backend` and `--meter` help list it."""
+    from olifant_mlx.cli.common import energy_help
+    from olifant_mlx.energy import backends
+
+    monkeypatch.setitem(backends.BACKENDS, "wattmeter", ("PORT", True))
+    assert parse_spec("wattmeter:/dev/ttyUSB0") == ("wattmeter", "/dev/ttyUSB0")
+    with pytest.raises(ValueError, match="wattmeter:PORT"):
+        parse_spec("wattmeter")
+    assert "wattmeter" in backends.order()
+    assert "wattmeter:PORT" in energy_help()
+    with pytest.raises(SystemExit):
+        main(["energy", "--help"])
+    assert "wattmeter:PORT" in capsys.readouterr().out.replace("\n", " ")
+
+
+def test_choices_follow_the_backend_table():
+    from olifant_mlx.energy import backends
+
+    assert backends.choices() == "auto | ioreport | powermetrics | rapl | nvml | replay:PATH | none"
+    assert backends.order() == ("ioreport", "powermetrics", "rapl", "nvml", "none")
+    with pytest.raises(ValueError, match="replay needs a trace: replay:PATH"):
+        parse_spec("replay")

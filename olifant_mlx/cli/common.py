@@ -27,9 +27,9 @@ def draft_tokens(value: str) -> int:
 
 
 def energy_help() -> str:
-    from olifant_mlx.energy.backends import CHOICES, ENV
+    from olifant_mlx.energy.backends import ENV, choices
 
-    return f"energy meter: {CHOICES} (default: ${ENV}, else auto)"
+    return f"energy meter: {choices()} (default: ${ENV}, else auto)"
 
 
 def open_meter(spec):

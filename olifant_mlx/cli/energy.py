@@ -6,7 +6,7 @@ import math
 import os
 import time
 
-from olifant_mlx.energy.backends import CHOICES, ENV, detect, open_meter, parse_spec
+from olifant_mlx.energy.backends import ENV, choices, detect, open_meter, parse_spec
 from olifant_mlx.energy.meter import Mark
 
 NOT_MEASURED = "not measured"
@@ -14,7 +14,7 @@ NOT_MEASURED = "not measured"
 
 def add_parsers(sub):
     e = sub.add_parser("energy", help="show the energy meter and a few seconds of live readings")
-    e.add_argument("--backend", help=f"{CHOICES} (default: ${ENV}, else auto)")
+    e.add_argument("--backend", help=f"{choices()} (default: ${ENV}, else auto)")
     e.add_argument("--seconds", type=float, default=3.0, help="how long to read (default 3)")
     e.add_argument("--interval", type=float, default=0.5, help="seconds between readings")
     e.add_argument("--json", action="store_true", help="one JSON object instead of tables")

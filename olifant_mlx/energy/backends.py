@@ -12,18 +12,42 @@ import os
 from olifant_mlx.energy.meter import EnergyUnavailable, none_meter
 
 ENV = "OLIFANT_ENERGY"
-ORDER = ("ioreport", "powermetrics", "rapl", "nvml", "none")
-CHOICES = "auto | ioreport | powermetrics | rapl | nvml | replay:PATH | none"
+# name -> (the argument it needs or None, tried by auto-detection, in this order). A backend is
+# its module olifant_mlx/energy/NAME.py (with open_meter) plus one entry here; every list of
+# choices (parse_spec, `energy --backend`, `--meter` help) is derived from this table.
+BACKENDS = {
+    "ioreport": (None, True),
+    "powermetrics": (None, True),
+    "rapl": (None, True),
+    "nvml": (None, True),
+    "replay": ("PATH", False),
+    "none": (None, True),
+}
+
+
+def order() -> tuple[str, ...]:
+    """The backends auto-detection tries, first to last."""
+    return tuple(name for name, (_, auto) in BACKENDS.items() if auto)
+
+
+def choices() -> str:
+    """'auto | ioreport | ... | replay:PATH | none', for help texts and errors."""
+    return " | ".join(["auto"] + [f"{n}:{a}" if a else n for n, (a, _) in BACKENDS.items()])
+
+
+ORDER = order()
+CHOICES = choices()
 
 
 def parse_spec(spec: str) -> tuple[str, str | None]:
     """'replay:/x.json' -> ('replay', '/x.json'); 'rapl' -> ('rapl', None)."""
     name, _, arg = spec.strip().partition(":")
     name = name.lower()
-    if name not in ORDER + ("replay", "auto"):
-        raise ValueError(f"unknown energy backend {spec!r}; choose {CHOICES}")
-    if name == "replay" and not arg:
-        raise ValueError("replay needs a trace: replay:PATH")
+    if name != "auto" and name not in BACKENDS:
+        raise ValueError(f"unknown energy backend {spec!r}; choose {choices()}")
+    needs = BACKENDS.get(name, (None, False))[0]
+    if needs and not arg:
+        raise ValueError(f"{name} needs {'a trace' if name == 'replay' else 'an argument'}: {name}:{needs}")
     return name, arg or None
 
 
@@ -41,7 +65,7 @@ def open_meter(backend: str | None = None, **options):
     if name != "auto":
         return open_backend(name, arg, **options)
     skipped = []
-    for name in ORDER:
+    for name in order():
         try:
             meter = open_backend(name, **options)
         except EnergyUnavailable as e:
@@ -67,4 +91,4 @@ def probe(name: str, **options) -> str | None:
 
 def detect(**options) -> list[tuple[str, str | None]]:
     """Every auto-detected backend with the reason it cannot run here (None: it can)."""
-    return [(name, probe(name, **options)) for name in ORDER]
+    return [(name, probe(name, **options)) for name in order()]
