@@ -1,12 +1,21 @@
+"""The fixtures every test module may use, and the fast loop's time budget.
+
+Fixtures are shared here (helpers in tests/tiny_models.py, server_helpers.py, train_helpers.py,
+gguf_models.py): a test module never imports another test module (test_architecture checks it).
+The real offline verifiers are loaded once per test session (`smol`, `gemma`)."""
 import os
+import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import olifant_mlx.mlx_setup  # noqa: F401  (OpenBLAS before anything imports MLX)
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("OLIFANT_SHARED", ROOT.parent / "shared"))
+FAST_LOOP = 'python -m pytest -q -m "not slow"'
+BUDGET_ENV = "OLIFANT_FAST_LOOP_BUDGET_S"   # CI sets it (.ci/run): the fast loop's bound in seconds
 
 
 @pytest.fixture(scope="session")
@@ -26,3 +35,126 @@ def tmux_server():
         pytest.skip("needs tmux")
     yield
     kill_server()
+
+
+# ---- the tiny verifier (tests/tiny_models.py), one per module as before -----------------------
+
+@pytest.fixture(scope="module")
+def model():
+    from tiny_models import tiny_llama
+
+    return tiny_llama(0)
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    from tiny_models import VOCAB
+
+    rng = np.random.default_rng(0)
+    return [rng.integers(1, VOCAB, size=n).tolist() for n in (1, 5, 12, 30)]
+
+
+@pytest.fixture(scope="module")
+def olifant(model):
+    from tiny_models import igtree_on_own_output
+
+    return igtree_on_own_output(model)
+
+
+# ---- the real offline verifiers: loaded once per session (read only: no test changes them) ----
+
+@pytest.fixture(scope="session")
+def smol():
+    """SmolLM2-135M-Instruct (the offline alias smollm2-135m)."""
+    from olifant_mlx.verifier import load_verifier
+
+    return load_verifier("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def gemma():
+    """Gemma-3-270M (the offline alias gemma3-270m)."""
+    from olifant_mlx.verifier import load_verifier
+
+    return load_verifier("gemma3-270m")
+
+
+@pytest.fixture(scope="session")
+def draft_path(smol):
+    """The demo's draft model for SmolLM2 (builtin:licenses), built once into the cache."""
+    from olifant_mlx.cli.generate import demo_draft_model
+
+    return demo_draft_model(smol.identity, "smollm2-135m", ["builtin:licenses"])[1]
+
+
+# ---- the fast loop's time, measured inside every run ------------------------------------------
+# The fast loop is `-m "not slow"`. Its time is measured in the full run too (CI runs the suite
+# once): collection, plus setup, call and teardown of every test not marked slow, plus the setup
+# of any fixture such a test shares that a slow test happened to set up first (in the fast loop
+# alone a fast test would pay for it). With $OLIFANT_FAST_LOOP_BUDGET_S set, a run whose fast
+# tests take longer fails, naming the slowest of them.
+
+_fast = {"started": 0.0, "collect": 0.0, "ids": set(), "fixtures": set(), "tests": {}, "setups": {},
+         "set_up_by_fast": {}}
+
+
+def _is_fast(item) -> bool:
+    return item.get_closest_marker("slow") is None
+
+
+def pytest_sessionstart(session):
+    _fast["started"] = time.perf_counter()
+
+
+def pytest_collection_finish(session):
+    _fast["collect"] = time.perf_counter() - _fast["started"]
+    for item in filter(_is_fast, session.items):
+        _fast["ids"].add(item.nodeid)
+        info = getattr(item, "_fixtureinfo", None)
+        for defs in (info.name2fixturedefs.values() if info else ()):
+            _fast["fixtures"].update(id(d) for d in defs)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    started = time.perf_counter()
+    yield
+    if fixturedef.scope != "function":     # a function fixture's time is its test's setup time
+        key = id(fixturedef)
+        _fast["setups"][key] = _fast["setups"].get(key, 0.0) + time.perf_counter() - started
+        item = getattr(request, "_pyfuncitem", None)
+        _fast["set_up_by_fast"].setdefault(key, item is not None and item.nodeid in _fast["ids"])
+
+
+def pytest_runtest_logreport(report):
+    if report.nodeid in _fast["ids"]:
+        _fast["tests"][report.nodeid] = _fast["tests"].get(report.nodeid, 0.0) + report.duration
+
+
+def fast_loop_seconds() -> float:
+    """The fast loop's time as measured in this run (see above)."""
+    shared_by_slow = sum(t for key, t in _fast["setups"].items()
+                         if key in _fast["fixtures"] and not _fast["set_up_by_fast"][key])
+    return _fast["collect"] + sum(_fast["tests"].values()) + shared_by_slow
+
+
+def pytest_sessionfinish(session, exitstatus):
+    budget = os.environ.get(BUDGET_ENV)
+    if budget and _fast["tests"] and fast_loop_seconds() > float(budget) and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.hookimpl(trylast=True)     # after the durations table
+def pytest_terminal_summary(terminalreporter):
+    if not _fast["tests"]:
+        return
+    seconds, budget = fast_loop_seconds(), os.environ.get(BUDGET_ENV)
+    line = f"fast loop ({FAST_LOOP}): {len(_fast['tests'])} tests, {seconds:.1f} s as measured in this run"
+    if budget and seconds > float(budget):
+        slowest = sorted(_fast["tests"].items(), key=lambda kv: -kv[1])[:5]
+        terminalreporter.write_line(
+            f"FAILED {line}, over its budget of {float(budget):.0f} s (${BUDGET_ENV}): make these "
+            "cheaper or mark them @pytest.mark.slow: " + ", ".join(f"{n} {t:.1f} s" for n, t in slowest),
+            red=True, bold=True)
+    else:
+        terminalreporter.write_line(line + (f" (budget {float(budget):.0f} s)" if budget else ""))

@@ -251,3 +251,31 @@ def test_the_options_table_is_the_dataclass():
     for (name, default, _valid), f in zip(rows, fields):
         value = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         assert default.strip("`") == repr(value), (name, default, value)
+
+
+# a test module is never imported by another (code or a subprocess's script): what tests share is
+# a fixture in conftest.py or a helper module (tiny_models.py, server_helpers.py, ...)
+TEST_MODULE_IMPORT = re.compile(r"^\s*(?:from\s+(?:tests\.)?test_\w+\s+import\b|import\s+(?:tests\.)?test_\w+"
+                                r"|from\s+tests\s+import\s+[^\n]*\btest_\w+)", re.M)
+
+
+def imports_of_test_modules(text: str) -> list:
+    """The lines of `text` that import a test module."""
+    return [m.group(0).strip() for m in TEST_MODULE_IMPORT.finditer(text)]
+
+
+
+def test_no_test_module_imports_another():
+    found = {f"tests/{f.name}: {line}" for f in sorted((ROOT / "tests").glob("*.py"))
+             for line in imports_of_test_modules(f.read_text())}
+    assert not found, ("a test module imports another; move what it shares to tests/conftest.py "
+                       f"(a fixture) or a helper module such as tests/tiny_models.py: {sorted(found)}")
+
+
+def test_the_test_module_import_check_can_fail():
+    text = ("from test_engine import tiny_llama\nimport numpy\n    from tests.test_server import BAD\n"
+            "from tests import test_engine\nimport test_bench\nfrom tiny_models import Tok\n"
+            'CHILD = """\nfrom test_distributed import TinyVerifier\n"""\n')
+    assert imports_of_test_modules(text) == [
+        "from test_engine import", "from tests.test_server import", "from tests import test_engine",
+        "import test_bench", "from test_distributed import"]

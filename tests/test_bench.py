@@ -5,35 +5,13 @@ import os
 import stat
 
 import pytest
-from test_engine import VOCAB, tiny_llama
+from tiny_models import VOCAB, Tok, WordTok, tiny_llama, tiny_verifier  # noqa: F401 (WordTok: kept importable)
 
 from olifant_mlx.drafters import LookupDrafter, NgramDrafter
 from olifant_mlx.energy import open_meter
-from olifant_mlx.engine.reference import TextDetokenizer
 from olifant_mlx.measure.bench import (ModelRunner, aggregate, alternating_rounds, load_rows,
                                        read_prompts, sweep, write_tables)
 from olifant_mlx.verifier import Verifier
-
-
-class Tok:
-    """What a Verifier needs of an mlx-lm tokenizer, over tiny-model ids."""
-    eos_token_ids = []
-    bos_token_id = None
-    name, vocab_size, digest = "tiny", VOCAB, bytes(32)
-
-    def encode(self, text):
-        return [1 + ord(c) % (VOCAB - 1) for c in text]
-
-    def decode(self, ids):
-        return "".join(chr(96 + i % 26) for i in ids)
-
-    @property
-    def detokenizer(self):
-        return TextDetokenizer(self.decode)
-
-
-def tiny_verifier():
-    return Verifier(tiny_llama(0), Tok(), Tok(), "tiny")
 
 
 @pytest.fixture(scope="module")
@@ -101,17 +79,6 @@ def test_prompt_files(tmp_path):
     (tmp_path / "p.txt").write_text("one\ntwo\n")
     assert read_prompts(str(tmp_path / "p.jsonl")) == ["a b"]
     assert read_prompts(str(tmp_path / "p.txt")) == ["one", "two"]
-
-
-class WordTok:
-    """Our Tokenizer's encode, one id per character (enough to compare drafts with truth)."""
-    name, vocab_size = "chars", 256
-
-    def encode(self, text):
-        return list(text.encode())
-
-    def decode(self, ids):
-        return bytes(ids).decode("utf-8", "replace")
 
 
 def test_reference_mode_and_predictions(tmp_path):

@@ -12,7 +12,7 @@ import sys
 import threading
 
 import pytest
-from test_train_pipeline import legal_text
+from train_helpers import legal_text
 
 from olifant_mlx.draftmodel import corpus
 from olifant_mlx.draftmodel.corpus import CorpusError

@@ -46,13 +46,12 @@ def test_store_and_load(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_measure_a_real_curve(tmp_path, monkeypatch):
+def test_measure_a_real_curve(tmp_path, monkeypatch, smol):
     """SmolLM2: a curve at two short contexts, both regimes, stored with the machine."""
     from olifant_mlx.measure.curves import measure_curve
-    from olifant_mlx.verifier import load_verifier
 
     monkeypatch.setenv("OLIFANT_CACHE", str(tmp_path))
-    v = load_verifier("smollm2-135m")
+    v = smol
     c = measure_curve(v, "The Licensee shall not sublicense the Software.", max_new=4, contexts=(16, 64), repeats=1)
     assert set(c["kv"]) == {16, 64} and set(c["kv"][16]) == {1, 2, 3, 4}
     assert all(s > 0 for row in c["uncached"].values() for s in row.values())

@@ -30,6 +30,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 from sharded_models import PROMPTS, own_output_draft_model, tiny_verifier  # noqa: E402
+from tiny_models import TinyVerifier, tiny_llama  # noqa: E402
 
 LAUNCH = "import sys; from mlx._distributed_utils.launch import main; sys.exit(main())"  # mlx.launch
 ENV = dict(os.environ, OPENBLAS_NUM_THREADS="1", PYTHONPATH=str(ROOT))
@@ -208,38 +209,10 @@ def test_options_travel_as_json():
     assert back == o.replace(history=None)
 
 
-class TinyVerifier:
-    """The attributes a Session reads, around an in-memory model with token ids for text."""
-    identity = None
-    name = "tiny"
-    eos_ids = ()
-    bos_id = None
-    context_length = None
-    has_chat_template = False
-
-    def __init__(self, model, shard=None):
-        self.model, self.shard = model, shard
-
-    def encode(self, text):
-        return [ord(c) % 64 for c in text]
-
-    def detokenizer(self):
-        class D:
-            last_segment = ""
-
-            def add_token(self, t):
-                self.last_segment = chr(97 + t % 26)
-
-            def finalize(self):
-                self.last_segment = ""
-        return D()
-
-
 ABANDON = """
 import sys
 sys.path.insert(0, {tests!r})
-from test_distributed import TinyVerifier
-from test_engine import tiny_llama
+from tiny_models import TinyVerifier, tiny_llama
 from olifant_mlx.engine import distributed as dist, GenerationOptions, Session
 from olifant_mlx.mlx_setup import mx
 shard = dist.Shard(mx.distributed.init(), dist.Launch("none", 0, 1))
@@ -264,8 +237,6 @@ def test_a_sharded_stream_abandoned_half_way_ends_the_run():
 def test_the_hooks_change_nothing_on_one_rank(solo):
     """Session and loop with a Shard of one rank: the same tokens as without, every drafter
     wrapped so that rank 0's drafts are shared, every choice shared."""
-    from test_engine import tiny_llama
-
     from olifant_mlx.drafters import AdaptiveDrafter, LookupDrafter
 
     model = tiny_llama(0)

@@ -7,7 +7,7 @@ from olifant_mlx.drafters import HybridDrafter, LookupDrafter, NgramDrafter
 from olifant_mlx.engine import Chat, ContextError, GenerationOptions, Session
 from olifant_mlx.engine.session import StopScanner, split_segments
 from olifant_mlx.verifier import Verifier
-from test_bench import Tok, tiny_verifier
+from tiny_models import Tok, tiny_verifier
 
 
 @pytest.fixture(scope="module")

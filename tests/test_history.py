@@ -67,7 +67,7 @@ def test_keeps_the_newest_sessions_within_max_tokens(tmp_path):
 
 
 def test_hybrid_drafts_from_history_and_output_stays_plain(tmp_path):
-    from test_engine import tiny_llama  # the engine tests' tiny verifier
+    from tiny_models import tiny_llama
 
     model = tiny_llama(0)
     rng = np.random.default_rng(3)

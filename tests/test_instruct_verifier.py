@@ -8,24 +8,12 @@ import sys
 
 import pytest
 
-from olifant_mlx.cli.generate import demo_draft_model
 from olifant_mlx.engine import Chat, ContextError, GenerationOptions, Session
-from olifant_mlx.verifier import load_verifier
 
 pytestmark = pytest.mark.slow
 
 CLAUSE = ("Draft a confidentiality clause for a software licence agreement between Acme Ltd and "
           "Beta GmbH.")
-
-
-@pytest.fixture(scope="module")
-def smol():
-    return load_verifier("smollm2-135m")
-
-
-@pytest.fixture(scope="module")
-def draft_path(smol):
-    return demo_draft_model(smol.identity, "smollm2-135m", ["builtin:licenses"])[1]
 
 
 def test_an_instruction_gets_a_clause_with_every_drafter(smol, draft_path):

@@ -120,11 +120,9 @@ def test_library_cli_build_list_info_rm_and_models(tmp_path, cache, capsys):
 
 
 @pytest.mark.slow    # the real offline verifier
-def test_library_drafts_preserve_output_and_get_accepted(tmp_path, cache, smollm2):
+def test_library_drafts_preserve_output_and_get_accepted(tmp_path, cache, smollm2, smol):
     from olifant_mlx.engine import generate
-    from olifant_mlx.verifier import load_verifier
 
-    smol = load_verifier("smollm2-135m")
     prompt = smol.tokenizer.encode("Article 1\nThis Regulation lays down rules concerning the protection of")
     ref, _ = generate(smol.model, prompt, max_tokens=24)
     folder = make_folder(tmp_path / "precedents", 30)

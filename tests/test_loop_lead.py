@@ -2,7 +2,7 @@
 re-proposes a token just rejected), the older rule still measurable, reference-text mode
 stepping exactly like a real verifier, plain decoding token for token mlx-lm's."""
 import pytest
-from test_engine import VOCAB, drafters, igtree_on_own_output, tiny_llama
+from tiny_models import VOCAB, drafters, igtree_on_own_output, tiny_llama
 
 from olifant_mlx.drafters import (AdaptiveDrafter, HybridDrafter, LookupDrafter, NgramDrafter,
                                   OlifantDrafter)
@@ -275,12 +275,11 @@ def test_plain_decoding_is_mlx_lms_token_for_token(model):
 
 
 @pytest.mark.slow
-def test_bench_runs_mlx_lms_stream_generate_as_strategies(tmp_path):
+def test_bench_runs_mlx_lms_stream_generate_as_strategies(tmp_path, smol):
     """mlx-lm plain (the second reference) and with a draft model, on SmolLM2, KV only."""
     from olifant_mlx.measure.bench import MlxLm, ModelRunner, aggregate, sweep
-    from olifant_mlx.verifier import load_verifier
 
-    v = load_verifier("smollm2-135m")
+    v = smol
     strategies = {"lookup": LookupDrafter(), "self-draft": MlxLm("smollm2-135m").load(v.identity.digest)}
     rows = sweep(ModelRunner(v), {"legal": ["The Member States shall adopt the measures"]}, strategies,
                  [3], ["kv", "uncached"], 12, tmp_path / "r.jsonl", mlx_lm=True)

@@ -200,15 +200,13 @@ def test_adapter_path_loads_lora_adapters_as_mlx_lm_does(smol_path, tmp_path, ca
 
 
 @pytest.mark.slow
-def test_a_request_may_name_any_served_verifier():
+def test_a_request_may_name_any_served_verifier(smol, gemma):
     httpx = pytest.importorskip("httpx")
     pytest.importorskip("uvicorn")
     from olifant_mlx.engine import GenerationOptions, Session
     from olifant_mlx.server.app import start
     from olifant_mlx.server.config import parse_drafters
-    from olifant_mlx.verifier import load_verifier
 
-    smol, gemma = load_verifier("smollm2-135m"), load_verifier("gemma3-270m")
     defaults = GenerationOptions(k=4, max_tokens=N)
     run = start(smol, parse_drafters("lookup", None), defaults, others=[gemma])
     try:
@@ -234,7 +232,7 @@ def test_a_request_may_name_any_served_verifier():
 
 
 @pytest.mark.slow
-def test_the_serve_command_with_draft_model_and_models():
+def test_the_serve_command_with_draft_model_and_models(smol):
     """`serve --draft-model` (a neural drafter, mlx-lm's flag) and `--models`, the command itself:
     the drafted answer is the plain one, the second verifier answers under its name."""
     import os
@@ -242,12 +240,11 @@ def test_the_serve_command_with_draft_model_and_models():
     httpx = pytest.importorskip("httpx")
     pytest.importorskip("uvicorn")
     from olifant_mlx.engine import GenerationOptions, Session
-    from olifant_mlx.verifier import load_verifier
 
     from serve_process import free_port, stop, wait_until_serving
 
     port = free_port()
-    smol_dir = load_verifier("smollm2-135m").path          # the same weights as a folder: a second verifier
+    smol_dir = smol.path          # the same weights as a folder: a second verifier
     p = subprocess.Popen([sys.executable, "-m", "olifant_mlx", "serve", "--model", "smollm2-135m", "--models",
                           smol_dir, "--draft-model", "smollm2-135m", "--port", str(port), "--energy", "none",
                           "-m", str(N)], stderr=subprocess.PIPE, text=True, env=dict(os.environ))
@@ -257,7 +254,6 @@ def test_the_serve_command_with_draft_model_and_models():
         wait_until_serving(p, url)
         models = [m["id"] for m in httpx.get(url + "/v1/models").json()["data"]]
         assert models == ["smollm2-135m", smol_dir]
-        smol = load_verifier("smollm2-135m")
         plain = Session(smol).generate(prompt, GenerationOptions(k=0, max_tokens=N)).text
         for name in ("smollm2-135m", smol_dir):
             r = httpx.post(url + "/v1/completions", json={"model": name, "prompt": prompt}, timeout=600).json()

@@ -10,17 +10,11 @@ from olifant_mlx.cli.generate import demo_draft_model
 from olifant_mlx.drafters import (AdaptiveDrafter, HybridDrafter, LookupDrafter, NeuralDrafter,
                                   NgramDrafter, OlifantDrafter, WordNgramDrafter)
 from olifant_mlx.engine import GenerationOptions, Session, generate, generate_steps
-from olifant_mlx.verifier import load_verifier
 
 pytestmark = pytest.mark.slow    # the real offline verifiers: minutes on two cores
 
 LEGAL = ("Article 1\nThis Regulation lays down rules concerning the protection of natural persons "
          "with regard to the processing of personal data")
-
-
-@pytest.fixture(scope="module")
-def smol():
-    return load_verifier("smollm2-135m")
 
 
 def test_gguf_conversion_is_right(smol):
@@ -84,8 +78,8 @@ def test_generate_and_demo_commands(tmp_path):
     assert "outputs identical: yes" in r.stdout and "speedup" in r.stdout
 
 
-def test_gemma3_alias():
-    v = load_verifier("gemma3-270m")
+def test_gemma3_alias(gemma):
+    v = gemma
     model, tok, ours = v.model, v.tokenizer, v.identity
     prompt = tok.encode("Monday, Tuesday, Wednesday,")
     assert prompt[0] == tok.bos_token_id == 2  # gemma needs its BOS

@@ -65,7 +65,8 @@ def test_a_lone_surrogate_in_generate_p_is_named_before_the_model_loads(tmp_path
 
 
 def test_a_lone_surrogate_in_a_server_request_is_a_400_naming_it():
-    from test_server import DEFAULTS, LIMITS, tiny_chat_verifier
+    from server_helpers import DEFAULTS, LIMITS
+    from tiny_models import tiny_chat_verifier
 
     from olifant_mlx.server.app import start
     from olifant_mlx.server.config import DrafterChoice

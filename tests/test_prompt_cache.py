@@ -6,10 +6,7 @@ import pytest
 from olifant_mlx.drafters import AdaptiveDrafter, HybridDrafter, NgramDrafter, NoDrafter, OlifantDrafter
 from olifant_mlx.engine import PrefixCache, PromptCache, Stats, generate, generate_steps
 from olifant_mlx.engine import cache as kv
-from tests import test_engine
-from tests.test_engine import VOCAB, igtree_on_own_output, tiny_llama
-
-model, olifant, prompts = test_engine.model, test_engine.olifant, test_engine.prompts    # its fixtures
+from tiny_models import VOCAB, igtree_on_own_output, tiny_llama
 
 
 def fresh_drafters(olifant):
@@ -141,7 +138,7 @@ def test_a_prompt_cache_file_round_trips_and_continues_exactly(model, olifant, t
     from mlx_lm.models.cache import load_prompt_cache
 
     from olifant_mlx.engine import prompt_file
-    from tests.test_bench import Tok, tiny_verifier
+    from tiny_models import Tok, tiny_verifier
 
     v = tiny_verifier()
     cached = list(range(3, 20))
@@ -167,7 +164,7 @@ def test_a_prompt_cache_file_that_cannot_be_used_is_refused_naming_it(tmp_path):
     from mlx_lm.models.cache import save_prompt_cache
 
     from olifant_mlx.engine import prompt_file
-    from tests.test_bench import Tok, tiny_verifier
+    from tiny_models import Tok, tiny_verifier
 
     v = tiny_verifier()
     layers = kv.make_cache(v.model)

@@ -5,9 +5,6 @@ Minutes on two cores: marked slow."""
 import pytest
 
 from olifant_mlx.engine import Chat, GenerationOptions, PromptCache, Session
-from tests import test_instruct_verifier
-
-smol, draft_path = test_instruct_verifier.smol, test_instruct_verifier.draft_path    # its fixtures
 
 pytestmark = pytest.mark.slow
 
@@ -85,7 +82,7 @@ def test_cache_prompt_then_generate_continues_it(smol, tmp_path):
     import os
 
     from olifant_mlx.cli.generate import continue_cached
-    from tests.test_bench import tiny_verifier
+    from tiny_models import tiny_verifier
 
     path = tmp_path / "contract.safetensors"
     r = cli("cache-prompt", "--model", "smollm2-135m", "--prompt-cache-file", str(path),

@@ -8,8 +8,7 @@ import sys
 
 import numpy as np
 import pytest
-from test_bench import Tok, tiny_verifier
-from test_engine import VOCAB, tiny_llama
+from tiny_models import VOCAB, Tok, tiny_llama, tiny_verifier
 
 from olifant_mlx.draftmodel.igtree import Builder, TokenizerMismatch
 from olifant_mlx.draftmodel.suffix import Corpus, NgramCache, SuffixIndex

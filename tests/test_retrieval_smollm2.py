@@ -11,17 +11,11 @@ import pytest
 
 from olifant_mlx.drafters import build_drafter
 from olifant_mlx.engine import generate
-from olifant_mlx.verifier import load_verifier
 
 pytestmark = pytest.mark.slow    # the real offline verifier: minutes on two cores
 
 LEGAL = ("Article 1\nThis Regulation lays down rules concerning the protection of natural persons "
          "with regard to the processing of personal data")
-
-
-@pytest.fixture(scope="module")
-def smol():
-    return load_verifier("smollm2-135m")
 
 
 @pytest.fixture(scope="module")

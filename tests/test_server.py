@@ -7,7 +7,6 @@ import json
 import logging
 import socket
 import threading
-import time
 
 import pytest
 
@@ -16,32 +15,16 @@ pytest.importorskip("uvicorn")
 httpx = pytest.importorskip("httpx")
 openai = pytest.importorskip("openai")
 
-from test_bench import Tok  # noqa: E402
-from test_engine import tiny_llama  # noqa: E402
+from server_helpers import (BAD, DEFAULTS, LIMITS, SECRET, check_refused, idle, sse_events,  # noqa: E402
+                            wait_for)
+from tiny_models import Tok, tiny_chat_verifier  # noqa: E402, F401 (Tok: kept importable)
 
 from olifant_mlx.drafters import DrafterBase  # noqa: E402
 from olifant_mlx.drafters.registry import parse_spec  # noqa: E402
-from olifant_mlx.engine import Chat, GenerationOptions, Session  # noqa: E402
+from olifant_mlx.engine import Chat, Session  # noqa: E402
 from olifant_mlx.server.app import start  # noqa: E402
 from olifant_mlx.server.config import (ConfigError, DrafterChoice, Limits, check_bind,  # noqa: E402
                                        parse_drafters)
-from olifant_mlx.verifier import Verifier  # noqa: E402
-
-SECRET = "CONFIDENTIAL-PATIENT-ZETA"     # in prompts: must never reach a log
-DEFAULTS = GenerationOptions(k=8, max_tokens=512)
-LIMITS = Limits(max_tokens=5000, default_max_tokens=64, max_body_bytes=1 << 20, timeout_s=120)
-
-
-class ChatTok(Tok):
-    """The tiny tokenizer with a chat template (what mlx-lm's TokenizerWrapper offers)."""
-    has_chat_template = True
-
-    def encode(self, text, add_special_tokens=True):
-        return super().encode(text)
-
-    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=True, **kw):
-        return "".join(f"<{m['role']}>{m['content']}" for m in messages) + "<assistant>"
-
 
 class Broken(DrafterBase):
     """A drafter that fails mid-generation, its message quoting the text it saw."""
@@ -51,10 +34,6 @@ class Broken(DrafterBase):
         if len(context) > 30:
             raise RuntimeError(f"cannot draft after {SECRET}")
         return []
-
-
-def tiny_chat_verifier():
-    return Verifier(tiny_llama(0), ChatTok(), Tok(), "tiny", context_length=2048)
 
 
 CHOICE = {"lookup": "lookup", "ngram": "ngram:3"}
@@ -84,21 +63,6 @@ def oai(server, **kw):
                          max_retries=kw.pop("max_retries", 0), timeout=120, **kw)
 
 
-def wait_for(cond, what, timeout=120.0):
-    """Poll until cond() (a generous bound for a loaded machine, not a timing claim)."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def idle(run):
-    s = run.queue.status()
-    return s["running"] == 0 and s["waiting"] == 0
-
-
 def raw(run, path, body, host="127.0.0.1", extra=b""):
     """A request on a raw socket (left open: the caller reads and closes it)."""
     data = json.dumps(body).encode()
@@ -107,16 +71,6 @@ def raw(run, path, body, host="127.0.0.1", extra=b""):
               b"Content-Type: application/json\r\nContent-Length: " + str(len(data)).encode() +
               b"\r\n" + extra + b"\r\n" + data)
     return s
-
-
-def sse_events(text):
-    """The `data:` payloads of an SSE body, as OpenAI clients split them."""
-    out = []
-    for block in text.split("\n\n"):
-        for line in block.splitlines():
-            if line.startswith("data: "):
-                out.append(line[6:])
-    return out
 
 
 def reference(verifier, prompt, drafter, **opts):
@@ -284,79 +238,6 @@ def test_max_tokens_left_out_is_cut_to_the_context(client, verifier):
 
 
 # ---- hostile and malformed requests -------------------------------------------------------
-
-MSG = [{"role": "user", "content": f"hello {SECRET}"}]
-BAD = [  # (path, body: dict / bytes, headers, status, code or param)
-    ("/v1/completions", b"{" + SECRET.encode(), None, 400, "invalid_json"),
-    ("/v1/completions", b"[1, 2]", None, 400, "invalid_json"),
-    ("/v1/completions", b'{"prompt": "x", "temperature": NaN}', None, 400, "invalid_json"),
-    ("/v1/completions", b"\xff\xfe{}", None, 400, "invalid_json"),
-    ("/v1/completions", b"[" * 100_000 + b"]" * 100_000, None, 400, None),
-    ("/v1/completions", json.dumps({"prompt": SECRET}).encode(), {"content-type": "text/plain"}, 415, None),
-    ("/v1/completions", json.dumps({"prompt": SECRET}).encode(), {"content-type": ""}, 415, None),
-    ("/v1/completions", {"prompt": 5}, None, 400, "prompt"),
-    ("/v1/completions", {"max_tokens": 5}, None, 400, "prompt"),
-    ("/v1/completions", {"prompt": SECRET, "max_tokens": "5"}, None, 400, "max_tokens"),
-    ("/v1/completions", {"prompt": SECRET, "max_tokens": True}, None, 400, "max_tokens"),
-    ("/v1/completions", {"prompt": SECRET, "max_tokens": 10**12}, None, 400, "max_tokens"),
-    ("/v1/completions", {"prompt": SECRET, "max_tokens": 0}, None, 400, "max_tokens"),
-    ("/v1/completions", {"prompt": SECRET, "max_tokens": -1}, None, 400, "max_tokens"),
-    ("/v1/completions", {"prompt": SECRET, "temperature": "hot"}, None, 400, "temperature"),
-    ("/v1/completions", {"prompt": SECRET, "temperature": 9}, None, 400, "temperature"),
-    ("/v1/completions", b'{"prompt": "x", "temperature": 1e999}', None, 400, "temperature"),
-    ("/v1/completions", {"prompt": SECRET, "top_p": 0}, None, 400, "top_p"),
-    ("/v1/completions", {"prompt": SECRET, "seed": 2**70}, None, 400, "seed"),
-    ("/v1/completions", {"prompt": SECRET, "num_draft_tokens": 100}, None, 400, "num_draft_tokens"),
-    ("/v1/completions", {"prompt": SECRET, "stream": "yes"}, None, 400, "stream"),
-    ("/v1/completions", {"prompt": SECRET, "draft": "legal"}, None, 400, "drafter_not_found"),
-    ("/v1/completions", {"prompt": SECRET, "draft": "/etc/passwd"}, None, 400, "invalid_drafter"),
-    ("/v1/completions", {"prompt": SECRET, "draft": "olifant:/tmp/x.olif"}, None, 400, "invalid_drafter"),
-    ("/v1/completions", {"prompt": SECRET, "draft": 3}, None, 400, "draft"),
-    ("/v1/completions", {"prompt": SECRET, "model": "gpt-4"}, None, 404, "model_not_found"),
-    ("/v1/completions", {"prompt": SECRET, "n": 2}, None, 400, "n"),
-    ("/v1/completions", {"prompt": SECRET, "logprobs": 3}, None, 400, "logprobs"),
-    ("/v1/completions", {"prompt": SECRET, "echo": True}, None, 400, "echo"),
-    ("/v1/completions", {"prompt": SECRET, "presence_penalty": 1.0}, None, 400, "presence_penalty"),
-    ("/v1/completions", {"prompt": SECRET, "stop": ["a"] * 17}, None, 400, "stop"),
-    ("/v1/completions", {"prompt": SECRET, "stop": ["x" * 257]}, None, 400, "stop"),
-    ("/v1/completions", {"prompt": SECRET, "stop": [""]}, None, 400, "stop"),
-    ("/v1/completions", {"prompt": SECRET, "timeout": 10**6}, None, 400, "timeout"),
-    ("/v1/completions", {"prompt": [1, 2, 999]}, None, 400, "prompt"),
-    ("/v1/completions", {"prompt": ["a", "b"]}, None, 400, "prompt"),
-    ("/v1/completions", {"prompt": SECRET * 1000, "max_tokens": 100}, None, 400, "context_length_exceeded"),
-    ("/v1/completions", {"prompt": SECRET, "stream_options": {"include_usage": True}}, None, 400, "stream_options"),
-    ("/v1/chat/completions", {"messages": []}, None, 400, "messages"),
-    ("/v1/chat/completions", {"prompt": SECRET}, None, 400, "messages"),
-    ("/v1/chat/completions", {"messages": [{"role": "wizard", "content": SECRET}]}, None, 400, "messages[0].role"),
-    ("/v1/chat/completions", {"messages": [{"role": "user"}]}, None, 400, "messages[0].content"),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": [
-        {"type": "image_url", "image_url": {"url": "file:///etc/passwd"}}]}]}, None, 400, "unsupported_content"),
-    ("/v1/chat/completions", {"messages": MSG, "logprobs": True}, None, 400, "logprobs"),
-    ("/v1/chat/completions", {"messages": MSG, "tools": [{"type": "function"}]}, None, 400, "tools"),
-    ("/v1/chat/completions", {"messages": MSG, "max_completion_tokens": 99999}, None, 400, "max_completion_tokens"),
-    ("/v1/chat/completions", {"messages": MSG, "chat_template_kwargs": {"tokenize": True}}, None, 400,
-     "chat_template_kwargs"),
-    ("/v1/chat/completions", {"messages": MSG * 2000}, None, 400, "messages"),
-    ("/v1/chat/completions", {"messages": MSG, "stop": {"a": 1}}, None, 400, "stop"),
-    ("/v1/completions", b'{"prompt": "' + b"x" * (2 << 20) + b'"}', None, 413, "body_too_large"),
-    ("/v1/nothing", {"prompt": SECRET}, None, 404, None),
-]
-
-
-def check_refused(client, cases):
-    """Each request answered with its status and OpenAI's error shape, never a traceback."""
-    for path, body, headers, status, what in cases:
-        hdrs = {"content-type": "application/json", **(headers or {})}
-        data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        r = client.post(path, content=data, headers=hdrs)
-        label = (path, data[:80], status)
-        assert r.status_code == status, (label, r.status_code, r.text[:300])
-        err = r.json()["error"]
-        assert set(err) == {"message", "type", "param", "code"} and err["message"], label
-        assert "Traceback" not in r.text and "File \"" not in r.text, label
-        if what is not None:
-            assert what in (err["code"], err["param"]), (label, err)
-
 
 def test_hostile_requests_get_clear_errors_and_the_server_keeps_serving(server, client, caplog):
     caplog.set_level(logging.DEBUG)

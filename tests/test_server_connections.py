@@ -15,7 +15,8 @@ import pytest
 pytest.importorskip("uvicorn")
 httpx = pytest.importorskip("httpx")
 
-from test_server import DEFAULTS, LIMITS, tiny_chat_verifier  # noqa: E402
+from server_helpers import DEFAULTS, LIMITS  # noqa: E402
+from tiny_models import tiny_chat_verifier  # noqa: E402
 
 from olifant_mlx.server.app import start  # noqa: E402
 from olifant_mlx.server.config import DrafterChoice  # noqa: E402

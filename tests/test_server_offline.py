@@ -18,14 +18,13 @@ httpx = pytest.importorskip("httpx")
 openai = pytest.importorskip("openai")
 
 from serve_process import free_port, stop, wait_until_serving  # noqa: E402
-from test_server import BAD, check_refused, idle, sse_events, wait_for  # noqa: E402
+from server_helpers import BAD, check_refused, idle, sse_events, wait_for  # noqa: E402
 
 from olifant_mlx.cli.generate import demo_draft_model  # noqa: E402
 from olifant_mlx.drafters.registry import parse_spec  # noqa: E402
 from olifant_mlx.engine import Chat, GenerationOptions, Session  # noqa: E402
 from olifant_mlx.server.app import start  # noqa: E402
 from olifant_mlx.server.config import DrafterChoice, Limits  # noqa: E402
-from olifant_mlx.verifier import load_verifier  # noqa: E402
 
 pytestmark = pytest.mark.slow    # the real offline verifier: minutes on two loaded cores
 
@@ -35,11 +34,6 @@ CHAT = [{"role": "user", "content": "Draft a confidentiality clause for a consul
 DEFAULTS = GenerationOptions(k=8, max_tokens=512)
 N = 8            # tokens per answer: small, the machine is shared
 LOAD_N = 4       # the load test's
-
-
-@pytest.fixture(scope="module")
-def smol():
-    return load_verifier("smollm2-135m")
 
 
 @pytest.fixture(scope="module")

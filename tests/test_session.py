@@ -6,7 +6,7 @@ from olifant_mlx.drafters import LookupDrafter, NgramDrafter
 from olifant_mlx.energy import open_meter
 from olifant_mlx.engine import GenerationOptions, OptionsError, Session, generate, step_kinds
 from olifant_mlx.engine.reference import ReferenceVerifier
-from test_bench import WordTok, tiny_verifier
+from tiny_models import WordTok, tiny_verifier
 
 
 @pytest.fixture(scope="module")

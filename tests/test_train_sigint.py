@@ -10,7 +10,7 @@ import sys
 import time
 
 import numpy as np
-from test_train_pipeline import leftovers, legal_text, write_old_model
+from train_helpers import leftovers, legal_text, write_old_model
 
 from olifant_mlx.draftmodel.igtree import IGTree
 

@@ -67,16 +67,14 @@ def deterministic_drafters(ours):
 
 
 @pytest.mark.slow
-def test_transcript_replay_equals_the_live_engine(tmp_path, monkeypatch):
+def test_transcript_replay_equals_the_live_engine(tmp_path, monkeypatch, smol):
     """SmolLM2, 2 legal prompts x 24 tokens (CI's time), every deterministic drafter, both regimes, k 3/5/8:
     drafted, accepted, passes and tokens per prompt equal between the live verifier and the
     replay of its transcript. Both run the lead rule on one fixed cost curve: live, it plans
     with measured pass times, which would make which drafts are fed (not what is emitted)
     depend on the machine's timing."""
-    from olifant_mlx.verifier import load_verifier
-
     monkeypatch.setenv("OLIFANT_CACHE", str(tmp_path / "cache"))
-    v = load_verifier("smollm2-135m")
+    v = smol
     prompts = read_prompts(str(SHARED / "legal" / "prompts.dev.jsonl"))[:2]
     transcripts = make_transcripts(v, prompts, 24)
     vid = next(iter(transcripts.values()))["verifier_id"]

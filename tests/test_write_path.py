@@ -217,7 +217,7 @@ def test_private_files_leaves_nothing_on_error(tmp_path):
 def test_gguf_conversion_writes_0600_and_never_follows_planted_links(tmp_path):
     """The real converter on a real (tiny) GGUF file: every file it makes is 0600, and a link
     planted at config.json / model.safetensors / tokenizer_config.json is replaced, not followed."""
-    from test_gguf_import import tiny, write_gguf
+    from gguf_models import tiny, write_gguf
 
     from olifant_mlx.verifier.gguf_import import convert_gguf
 
@@ -239,7 +239,7 @@ def test_gguf_conversion_writes_0600_and_never_follows_planted_links(tmp_path):
 def test_the_verifier_cache_entry_is_private_and_whole(tmp_path, monkeypatch):
     """gguf_model_dir: the converted folder (0700) and every file in it, the stamp included
     (0600), appear at once under a fresh $OLIFANT_CACHE; no temporary is left beside it."""
-    from test_gguf_import import tiny, write_gguf
+    from gguf_models import tiny, write_gguf
 
     from olifant_mlx.verifier.aliases import CONVERSION_STAMP, gguf_model_dir
 
