@@ -9,6 +9,7 @@ from olifant_mlx.engine import Stats, generate, generate_steps
 from olifant_mlx.mlx_setup import mx
 from tiny_models import VOCAB, CharTok, drafters, igtree_on_own_output, tiny_llama  # noqa: F401 (kept importable)
 
+@pytest.mark.slow   # over 5 s on two cores: out of the 3-minute default loop
 @pytest.mark.parametrize("kv", [True, False], ids=["kv", "uncached"])
 def test_output_equals_plain_greedy(model, olifant, prompts, kv):
     for prompt in prompts:
@@ -282,6 +283,7 @@ def test_sampling_is_lossless(model, olifant, prompts):
                     assert out == ref, (seed, kv, d.name, k)
 
 
+@pytest.mark.slow   # over 5 s on two cores: out of the 3-minute default loop
 def test_sampling_follows_the_model_distribution(model, prompts):
     """First sampled token over many seeds vs the softmax: a chi-square goodness-of-fit test."""
     from olifant_mlx.engine import Sampling

@@ -42,6 +42,7 @@ def check_steps(steps):
         assert not s.reproposed
 
 
+@pytest.mark.slow   # over 5 s on two cores: out of the 3-minute default loop
 @pytest.mark.parametrize("lead", [True, False], ids=["lead", "hold"])
 def test_both_rules_give_the_plain_output(model, olifant, lead):
     for prompt in PROMPTS:
@@ -136,6 +137,7 @@ def test_the_engine_marks_queued_passes_and_the_waits_for_them(model, olifant):
         assert 0.0 <= s.waited_s <= s.verify_s
 
 
+@pytest.mark.slow   # over 5 s on two cores: out of the 3-minute default loop
 def test_auto_feeds_the_correction_alone_where_leading_does_not_pay(model, olifant):
     """With tokens fed far dearer than a pass, no led pass carries drafts: each correction is
     fed alone and the drafts after it get the free check; with tokens free the passes are
@@ -242,6 +244,7 @@ def test_adaptive_uses_the_led_cost_model():
     assert len(d.draft([0] * 10, 3)) == 1
 
 
+@pytest.mark.slow   # over 5 s on two cores: out of the 3-minute default loop
 def test_reference_mode_steps_exactly_like_the_real_verifier(model, olifant):
     """The real verifier's own greedy output as the reference text: every Step the same."""
     for prompt in PROMPTS:

@@ -175,6 +175,7 @@ def test_a_file_that_does_not_match_the_hubs_sha256_is_refused(files, tmp_path):
     assert not (tmp_path / "cache" / "config.json").exists()       # not made the default
 
 
+@pytest.mark.slow   # over 5 s on two cores: out of the 3-minute default loop
 @pytest.mark.parametrize("endpoint", ["http://127.0.0.1:9", "http://hub.invalid", "silent"])
 def test_an_unreachable_hub_is_one_clear_line_in_seconds(tmp_path, endpoint):
     """A closed port, an unknown host, and a host that takes the connection and never answers

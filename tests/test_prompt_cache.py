@@ -220,6 +220,7 @@ def qolifant(qmodel):
     return igtree_on_own_output(qmodel)
 
 
+@pytest.mark.slow   # over 5 s on two cores: out of the 3-minute default loop
 def test_speculation_on_a_quantized_cache_equals_plain_on_it(qmodel, qolifant):
     """Exact against plain decoding with the same quantized cache, wherever the switch falls:
     after the prefill, or inside the answer (passes stop at it, so it comes at the same token)."""

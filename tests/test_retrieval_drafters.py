@@ -126,6 +126,7 @@ def test_contract_and_signals(files):
 
 # ---- the engine: output identical to plain greedy -------------------------------------------------
 
+@pytest.mark.slow   # over 5 s on two cores: out of the 3-minute default loop
 @pytest.mark.parametrize("kv", [True, False], ids=["kv", "uncached"])
 def test_output_equals_plain_greedy(model, files, prompts, kv):
     for prompt in prompts:

@@ -95,6 +95,7 @@ def answered_throughout(run, seconds, headers=None):
     return worst, n
 
 
+@pytest.mark.slow   # over 5 s on two cores: out of the 3-minute default loop
 def test_idle_and_slow_header_sockets_do_not_starve_real_requests(verifier):
     """200 silent sockets + 50 sending headers a byte a second, for ~22 s (the 10 s header
     deadline closes them twice over; the attacker reopens them): every real request is answered
@@ -113,6 +114,7 @@ def test_idle_and_slow_header_sockets_do_not_starve_real_requests(verifier):
         run.stop()
 
 
+@pytest.mark.slow   # over 5 s on two cores: out of the 3-minute default loop
 def test_unauthenticated_sockets_hold_no_capacity_on_a_keyed_bind(verifier):
     """80 sockets without the key (silent, or asking without it: 401 and closed) for ~12 s: a
     request with the key is answered within 2 s throughout; a 401 closes its connection."""

@@ -148,6 +148,7 @@ def test_train_reports_progress(tmp_path, mistral):
 
 # ---- tokenizers that just match (issue 12) ---------------------------------------------------
 
+@pytest.mark.slow   # over 5 s on two cores: out of the 3-minute default loop
 def test_train_defaults_to_the_default_verifiers_tokenizer(tmp_path):
     """The first model a user trains is for the verifier `generate` uses by default, and `draft`
     and `info` take its tokenizer from the file."""

@@ -208,6 +208,7 @@ def test_document_continuation_marks_regenerate_and_undo():
 
 # ---- exports and the saved-conversations file --------------------------------------------
 
+@pytest.mark.slow   # over 5 s on two cores: out of the 3-minute default loop
 def test_exports_are_0600_with_the_right_content(tmp_path):
     async def go():
         app = fake_app(max_tokens=9)

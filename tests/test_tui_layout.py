@@ -48,6 +48,7 @@ async def fill(pilot, app):
     await settle(pilot, app)
 
 
+@pytest.mark.slow   # over 5 s on two cores: out of the 3-minute default loop
 @pytest.mark.parametrize("size", [(80, 24), (160, 48)])
 def test_no_widget_narrower_than_30_columns(size):
     async def go():
@@ -105,6 +106,7 @@ def test_side_panels_follow_the_width():
     asyncio.run(go())
 
 
+@pytest.mark.slow   # over 5 s on two cores: out of the 3-minute default loop
 def test_keys_work_whatever_has_focus():
     async def go():
         app = fake_app(max_tokens=6)
