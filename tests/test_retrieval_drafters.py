@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 import pytest
-from tiny_models import VOCAB, Tok, tiny_llama, tiny_verifier
+from tiny_models import VOCAB, Tok, tiny_verifier
 
 from olifant_mlx.draftmodel.igtree import Builder, TokenizerMismatch
 from olifant_mlx.draftmodel.suffix import Corpus, NgramCache, SuffixIndex
@@ -17,17 +17,6 @@ from olifant_mlx.drafters.adaptive import AdaptiveDrafter
 from olifant_mlx.drafters.retrieval import NgramCacheDrafter, RestDrafter, bucket, quarters
 from olifant_mlx.engine import generate
 from olifant_mlx.measure.bench import ModelRunner, ReferenceRunner, aggregate, sweep
-
-
-@pytest.fixture(scope="module")
-def model():
-    return tiny_llama(0)
-
-
-@pytest.fixture(scope="module")
-def prompts():
-    rng = np.random.default_rng(0)
-    return [rng.integers(1, VOCAB, size=n).tolist() for n in (1, 5, 12, 30)]
 
 
 @pytest.fixture(scope="module")
