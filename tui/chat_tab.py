@@ -75,7 +75,10 @@ class MessageView(Vertical):
         if self.turn.role != "assistant" or (on == self.markdown and not force) or self.writing:
             return
         self.markdown = on
-        self.query_one(".msg-head", Static).update(self.header())
+        heads = self.query(".msg-head")
+        if not heads:       # not composed yet (a busy machine): compose() builds it as it is now
+            return
+        heads.first(Static).update(self.header())
         await self.query(".msg-body").remove()
         await self.mount_all(list(self._body()))
 

@@ -136,15 +136,22 @@ def check_output(out, what: str = "the model", example: str = "model.olif") -> N
 
 @contextmanager
 def sigint_deferred():
-    """SIGINT held back from this thread inside the block and delivered after it (POSIX)."""
-    if not hasattr(signal, "pthread_sigmask"):
+    """A Ctrl-C inside the block is held and raised once it ends. The handler is swapped rather
+    than the thread's signal mask: a SIGINT sent to the process goes to any thread that does not
+    block it (MLX's, the test runner's), and Python then raises in the main thread at once.
+    Only the main thread gets KeyboardInterrupt, so elsewhere there is nothing to hold."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    caught = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        # None: a handler not installed from Python, which cannot be put back from here
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
+        if caught:
+            signal.raise_signal(signal.SIGINT)
 
 
 def preflight(corpora, out, eval_specs=(), text_field="text", force=False) -> None:
