@@ -87,3 +87,10 @@ class WordNgramDrafter(DrafterBase):
             out.extend(self.tokenizer.encode(" " + w))
             window = window[1:] + [w]
         return out[:k]
+
+
+def from_spec(spec, tokenizer, history):
+    """`ngram[:N]`, `ngram-words[:N]` (the registry's builder; ngram-words needs the tokenizer)."""
+    if spec.kind == "ngram-words":
+        return WordNgramDrafter(tokenizer, spec.number)
+    return NgramDrafter(spec.number)
