@@ -158,3 +158,16 @@ def test_the_help_listing_is_the_commands_table():
                          check=True, env={**os.environ, "COLUMNS": "400"}).stdout
     listed = [line.split(None, 1) for line in out.splitlines() if line.startswith("    ")]
     assert listed == [[c.name, c.help] for c in cli.COMMANDS.values()]
+
+
+def test_the_drafter_kind_table_is_the_dataclass():
+    """docs/architecture.md's `| field | means |` table lists DrafterKind's fields, in order."""
+    import dataclasses
+    import itertools
+    from pathlib import Path
+
+    lines = (Path(__file__).resolve().parent.parent / "docs" / "architecture.md").read_text().splitlines()
+    start = lines.index("| field | means |")
+    table = itertools.takewhile(lambda line: line.startswith("|"), lines[start + 2:])
+    rows = [line.split("|")[1].strip().strip("`") for line in table]
+    assert rows == [f.name for f in dataclasses.fields(DrafterKind)]
