@@ -12,10 +12,11 @@ import pytest
 from olifant_mlx import cli
 from olifant_mlx.drafters import registry
 from olifant_mlx.drafters.base import DrafterBase
+from olifant_mlx.drafters.ngram import WordNgramDrafter
 from olifant_mlx.drafters.registry import (KINDS, DrafterKind, DrafterSpec, DrafterSpecError, build_drafter,
                                            describe, help_text, parse_spec, uses_history)
 from olifant_mlx.engine import GenerationOptions, Session
-from tiny_models import tiny_verifier
+from tiny_models import CharTok, tiny_verifier
 
 
 class RepeatDrafter(DrafterBase):
@@ -113,6 +114,8 @@ def test_the_built_in_kinds_properties_are_their_entries():
             parse_spec(f"hybrid:+{bad}")
     with pytest.raises(DrafterSpecError, match="ngram-words needs the verifier's tokenizer"):
         build_drafter("ngram-words:2")
+    words = build_drafter("ngram-words:2", CharTok())           # built by ngram:words_from_spec
+    assert isinstance(words, WordNgramDrafter) and words.n == 2 and build_drafter("ngram-words", CharTok()).n == 4
 
 
 def test_a_non_source_kind_in_its_entry_is_refused_as_a_source(repeat_kind):

@@ -90,7 +90,10 @@ class WordNgramDrafter(DrafterBase):
 
 
 def from_spec(spec, tokenizer, history):
-    """`ngram[:N]`, `ngram-words[:N]` (the registry's builder; ngram-words needs the tokenizer)."""
-    if spec.kind == "ngram-words":
-        return WordNgramDrafter(tokenizer, spec.number)
+    """`ngram[:N]` (the registry's builder)."""
     return NgramDrafter(spec.number)
+
+
+def words_from_spec(spec, tokenizer, history):
+    """`ngram-words[:N]` (the registry's builder; its entry says it needs the tokenizer)."""
+    return WordNgramDrafter(tokenizer, spec.number)

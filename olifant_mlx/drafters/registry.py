@@ -79,8 +79,8 @@ class DrafterKind:
     name: str
     arg: str                 # "" (none) | "int" (optional) | "file" | "optfile" | "model" | "spec" | "name"
     summary: str             # its help line (`describe()`, the TUI)
-    build: Callable | str    # (spec, tokenizer, history) -> Drafter, or the olifant_mlx.drafters
-    #                          module whose from_spec is that (imported when first built)
+    build: Callable | str    # (spec, tokenizer, history) -> Drafter, or where that function is:
+    #                          "MODULE[:FUNCTION]" in olifant_mlx.drafters (from_spec), imported when used
     default: int | None = None  # an "int" argument's value when it is left out
     magic: bytes = MODEL_MAGIC  # what a "file" argument must start with
     sources: bool = False    # takes extra candidate sources after its file: KIND[:PATH]+SPEC+...
@@ -101,7 +101,8 @@ class DrafterKind:
     def builder(self) -> Callable:
         if callable(self.build):
             return self.build
-        return import_module(f"olifant_mlx.drafters.{self.build}").from_spec
+        module, _, function = self.build.partition(":")
+        return getattr(import_module(f"olifant_mlx.drafters.{module}"), function or "from_spec")
 
 
 KINDS: dict[str, DrafterKind] = {}
@@ -353,7 +354,7 @@ for _kind in (
     DrafterKind("ngram", "int", "the session's own token n-grams (default 4), with back-off",
                 "ngram", 4),
     DrafterKind("ngram-words", "int", "the paper's word-level n-gram baseline (default 4)",
-                "ngram", 4, tokenizer=True),
+                "ngram:words_from_spec", 4, tokenizer=True),
     DrafterKind("lookup", "int", "prompt lookup: copy what followed the last N tokens (default 3)",
                 "lookup", 3),
     DrafterKind("neural", "model", "a small mlx-lm model with the verifier's tokenizer", _build_neural),
