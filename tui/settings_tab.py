@@ -9,7 +9,6 @@ switches the drafter (`Session.set_drafter`), never the verifier.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from textual import on
@@ -17,10 +16,9 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Checkbox, Input, Label, Select, Static, TabPane
 
-from olifant_mlx.drafters.registry import DrafterSpec, describe, parse_spec
+from olifant_mlx.drafters.registry import KINDS, DrafterSpec, parse_spec
 from olifant_mlx.engine import GenerationOptions
 
-NO_ARG_KINDS = ("auto", "none")
 PLACEHOLDERS = {"PATH": "draft model file (.olif): see the Models tab",
                 "N": "N (optional)", "MODEL": "a small mlx-lm model (alias, folder or hub id)",
                 "SPEC": "the drafter to adapt, e.g. hybrid:models/legal.olif"}
@@ -28,14 +26,15 @@ PLACEHOLDERS = {"PATH": "draft model file (.olif): see the Models tab",
 
 def drafters() -> list[tuple[str, str, str]]:
     """(kind, usage, summary) of every registry drafter, in registry order."""
-    return [(re.split(r"[\[:]", usage)[0], usage, summary) for usage, summary in describe()]
+    return [(k.name, k.usage, k.summary) for k in KINDS.values()]
 
 
 def split_spec(text: str) -> tuple[str, str, str]:
     """(kind, argument, length) for the form from a spec: adaptive:X shows as X, adaptive."""
     spec = parse_spec(text, check_files=False)
     length = "fixed"
-    if spec.kind == "adaptive" and spec.inner is not None and spec.inner.kind not in ("adaptive", "auto", "none"):
+    inner = spec.inner and KINDS[spec.inner.kind]
+    if spec.kind == "adaptive" and inner and inner.drafts and not inner.own_length:
         spec, length = spec.inner, "adaptive"
     if spec.kind == "auto":
         length = "adaptive"
@@ -46,7 +45,7 @@ def split_spec(text: str) -> tuple[str, str, str]:
 def compose_spec(kind: str, arg: str, length: str) -> str:
     """The spec text the form means."""
     arg = arg.strip()
-    if kind in NO_ARG_KINDS:
+    if kind in KINDS and not KINDS[kind].arg:
         return kind
     base = f"{kind}:{arg}" if arg else kind
     if kind == "adaptive" or length != "adaptive":
@@ -200,9 +199,10 @@ class SettingsTab(TabPane):
         takes = ":" in usage
         arg.disabled = not takes
         arg.placeholder = PLACEHOLDERS.get(usage.rsplit(":", 1)[-1].rstrip("]"), "") if takes else "(none)"
-        if kind in ("auto", "adaptive"):
+        known = KINDS.get(kind)
+        if known and known.own_length:
             length.value = True
-        length.disabled = kind in ("auto", "none", "adaptive")
+        length.disabled = bool(known) and (known.own_length or not known.drafts)
         self.query_one("#set-draft-about", Static).update(f"{usage}: {summary}")
         self.check()
 

@@ -1,17 +1,64 @@
 """`python -m olifant_mlx COMMAND` (also the `olifant-mlx` console script).
 
-Each command module has `add_parsers(sub)`; commands are thin: they validate arguments, then
-call the library (draftmodel, verifier, engine.Session, measure, energy)."""
+`COMMANDS` lists every command once: its name, its module and its help line; the parser, its
+`--help` listing and the choices are derived from it. A command is a function
+`add_NAME(parser)` in `olifant_mlx/cli/MODULE.py` (`-` in NAME becomes `_`) that adds its
+arguments and sets `func`; commands are thin: they validate arguments, then call the library
+(draftmodel, verifier, engine.Session, measure, energy)."""
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from importlib import import_module
 
-COMMAND_MODULES = ("olifant_mlx.cli.train", "olifant_mlx.cli.generate", "olifant_mlx.cli.models",
-                   "olifant_mlx.cli.energy", "olifant_mlx.cli.rest", "olifant_mlx.cli.library",
-                   "olifant_mlx.cli.analysis", "olifant_mlx.cli.bench", "olifant_mlx.cli.tui",
-                   "olifant_mlx.cli.serve")
+
+@dataclass(frozen=True)
+class Command:
+    """One command: `add_NAME` in olifant_mlx.cli.MODULE adds its arguments; `help` is its line
+    in `--help`."""
+    name: str
+    module: str
+    help: str
+
+    def add_to(self, sub) -> argparse.ArgumentParser:
+        parser = sub.add_parser(self.name, help=self.help)
+        module = import_module(f"olifant_mlx.cli.{self.module}")
+        getattr(module, "add_" + self.name.replace("-", "_"))(parser)
+        return parser
+
+
+# in the order of the --help listing
+COMMANDS: dict[str, Command] = {c.name: c for c in (
+    Command("train", "train", "train a draft model on a corpus"),
+    Command("info", "train", "describe a model file (and the verifier it is for)"),
+    Command("draft", "train", "draft k tokens after a prompt with a model alone"),
+    Command("generate", "generate", "generate text with speculative decoding (drafting on by default)"),
+    Command("chat", "generate", "a multi-turn conversation with an instruct verifier (kept in memory)"),
+    Command("cache-prompt", "generate", "a prompt's KV cache in a file, for generate --prompt-cache-file "
+                                        "(mlx-lm's cache_prompt)"),
+    Command("demo", "generate", "plain vs speculative on a legal prompt with the offline verifier"),
+    Command("models", "models", "list verifiers and draft models, pull one from the hub, remove one, "
+                                "show the cache size"),
+    Command("energy", "energy", "show the energy meter and a few seconds of live readings"),
+    Command("build-rest", "rest", "build the corpus retrieval drafters' files: a suffix index (rest:PATH), "
+                                  "llama.cpp's static n-gram cache (ngram-cache:PATH)"),
+    Command("rest-info", "rest", "describe a suffix index or n-gram cache file"),
+    Command("library", "library", "precedent libraries: build one from a folder of documents, list, "
+                                  "describe, remove"),
+    Command("calc", "analysis", "speculative decoding speedup calculator"),
+    Command("analyze", "analysis", "redundancy of a set of texts (paper's Table 5)"),
+    Command("bench", "bench", "the paper's sweep: strategies x tasks x k x regimes"),
+    Command("tui", "tui", "terminal UI: conversations and documents drafted live, export, energy, "
+                          "calculator, draft models"),
+    Command("serve", "serve", "an OpenAI-compatible local HTTP server (completions, chat, per-request "
+                              "drafters, stats and energy in usage)"),
+)}
+
+
+def register(command: Command) -> None:
+    """Add a command (or replace the one of that name)."""
+    COMMANDS[command.name] = command
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
@@ -22,8 +69,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                                             "memory-based speculative decoding on MLX")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
-    for module in COMMAND_MODULES:
-        import_module(module).add_parsers(sub)
+    for command in COMMANDS.values():
+        command.add_to(sub)
     for command in sub.choices.values():     # `generate --version` too, as mlx-lm's commands
         command.add_argument("--version", action="version", version=f"{p.prog} {__version__}")
     p.set_defaults(commands=sub.choices)

@@ -98,8 +98,7 @@ def cmd_analyze(args) -> int:
     return 0
 
 
-def add_parsers(sub):
-    c = sub.add_parser("calc", help="speculative decoding speedup calculator")
+def add_calc(c):
     c.add_argument("--alpha", type=float, help="per-token acceptance probability")
     c.add_argument("--acceptance", type=float,
                    help="a measured acceptance ratio (accepted/drafted) instead of alpha")
@@ -112,7 +111,8 @@ def add_parsers(sub):
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=cmd_calc)
 
-    a = sub.add_parser("analyze", help="redundancy of a set of texts (paper's Table 5)")
+
+def add_analyze(a):
     a.add_argument("texts", nargs="+", help="[NAME=]PATH: .txt/.jsonl corpus of texts, one set each")
     a.add_argument("--tokenizer", default="mistral")
     a.add_argument("--n", type=int, default=4, help="n-gram order")

@@ -270,10 +270,9 @@ def _transcript_runner(args, model_spec, texts, max_tokens, stored):
     return TranscriptRunner(ours, transcripts), verifier
 
 
-def add_parsers(sub):
+def add_bench(b):
     from olifant_mlx.drafters.registry import help_text
 
-    b = sub.add_parser("bench", help="the paper's sweep: strategies x tasks x k x regimes")
     b.add_argument("--model", help=MODEL_HELP + "; with --verifier reference, whose tokenizer "
                                                 "and (with --calibrate) cost curve to use")
     add_weights_arg(b)

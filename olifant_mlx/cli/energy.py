@@ -12,8 +12,7 @@ from olifant_mlx.energy.meter import Mark
 NOT_MEASURED = "not measured"
 
 
-def add_parsers(sub):
-    e = sub.add_parser("energy", help="show the energy meter and a few seconds of live readings")
+def add_energy(e):
     e.add_argument("--backend", help=f"{choices()} (default: ${ENV}, else auto)")
     e.add_argument("--seconds", type=float, default=3.0, help="how long to read (default 3)")
     e.add_argument("--interval", type=float, default=0.5, help="seconds between readings")

@@ -359,8 +359,7 @@ def cmd_demo(args) -> int:
     return 0 if same else 1
 
 
-def add_parsers(sub):
-    g = sub.add_parser("generate", help="generate text with speculative decoding (drafting on by default)")
+def add_generate(g):
     add_generation_args(g)
     add_mlx_lm_args(g)
     add_sharding_args(g)
@@ -373,15 +372,16 @@ def add_parsers(sub):
                      help="one JSON object per chunk on stdout (NDJSON), then the final one")
     g.set_defaults(func=sharded_command(cmd_generate))
 
-    c = sub.add_parser("chat", help="a multi-turn conversation with an instruct verifier (kept in memory)")
+
+def add_chat(c):
     add_generation_args(c, prompt=False)
     add_mlx_lm_args(c)
     add_sharding_args(c)
     c.add_argument("--quiet", action="store_true", help="no per-answer summary on stderr")
     c.set_defaults(func=sharded_command(cmd_chat), stats=False)
 
-    cp = sub.add_parser("cache-prompt", help="a prompt's KV cache in a file, for generate --prompt-cache-file "
-                                             "(mlx-lm's cache_prompt)")
+
+def add_cache_prompt(cp):
     cp.add_argument("--model", help=MODEL_HELP)
     cp.add_argument("-p", "--prompt", required=True, help="the prompt to cache ('-' reads stdin)")
     cp.add_argument("--prompt-cache-file", required=True, metavar="FILE",
@@ -391,7 +391,8 @@ def add_parsers(sub):
                     help="cache the prompt as raw text, without the verifier's chat template")
     cp.set_defaults(func=cmd_cache_prompt)
 
-    d = sub.add_parser("demo", help="plain vs speculative on a legal prompt with the offline verifier")
+
+def add_demo(d):
     d.add_argument("--model", help="verifier (default smollm2-135m)")
     add_weights_arg(d)
     d.add_argument("--corpus", nargs="+", help="draft-model corpus (default: builtin:licenses)")

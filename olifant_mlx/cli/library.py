@@ -72,9 +72,7 @@ def _build(args) -> int:
     return 0
 
 
-def add_parsers(sub):
-    p = sub.add_parser("library", help="precedent libraries: build one from a folder of documents, "
-                                       "list, describe, remove")
+def add_library(p):
     p.add_argument("action", choices=["build", "list", "info", "rm"])
     p.add_argument("name", nargs="?", help="the library's name")
     p.add_argument("folder", nargs="?", help="with build: the folder of documents")

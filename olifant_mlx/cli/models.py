@@ -102,9 +102,7 @@ def cmd_models(args) -> int:
     return 0
 
 
-def add_parsers(sub):
-    m = sub.add_parser("models", help="list verifiers and draft models, pull one from the hub, remove one, "
-                                      "show the cache size")
+def add_models(m):
     m.add_argument("action", nargs="?", choices=["list", "pull", "rm", "cache"], default="list")
     m.add_argument("name", nargs="?", help="with pull: a hub id (owner/name) or mistral (Mistral-7B-"
                                            "Instruct-v0.2, 4-bit MLX) or mistral-base (Mistral-7B-v0.1); "

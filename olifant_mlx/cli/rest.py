@@ -73,10 +73,7 @@ def cmd_rest_info(args) -> int:
     return 0
 
 
-def add_parsers(sub):
-    b = sub.add_parser("build-rest", help="build the corpus retrieval drafters' files: a suffix "
-                                          "index (rest:PATH), llama.cpp's static n-gram cache "
-                                          "(ngram-cache:PATH)")
+def add_build_rest(b):
     b.add_argument("--corpus", nargs="+", metavar="PATH", required=True,
                    help=".txt/.jsonl (.gz/.xz), a directory, builtin:licenses, or a HF dataset "
                         "name[:config]:split")
@@ -96,7 +93,8 @@ def add_parsers(sub):
     b.add_argument("--quiet", action="store_true", help="no progress lines")
     b.set_defaults(func=cmd_build_rest)
 
-    i = sub.add_parser("rest-info", help="describe a suffix index or n-gram cache file")
+
+def add_rest_info(i):
     i.add_argument("file")
     i.add_argument("--json", action="store_true")
     i.set_defaults(func=cmd_rest_info)

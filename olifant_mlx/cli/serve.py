@@ -122,9 +122,7 @@ def served_models(model, others) -> list:
     return names
 
 
-def add_parsers(sub):
-    s = sub.add_parser("serve", help="an OpenAI-compatible local HTTP server (completions, chat, "
-                                     "per-request drafters, stats and energy in usage)")
+def add_serve(s):
     s.add_argument("--model", help=MODEL_HELP)
     add_weights_arg(s)
     d = s.add_mutually_exclusive_group()

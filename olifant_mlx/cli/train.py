@@ -305,8 +305,7 @@ def temp_folder(text: str) -> str:
     return text
 
 
-def add_parsers(sub):
-    t = sub.add_parser("train", help="train a draft model on a corpus")
+def add_train(t):
     t.add_argument("--corpus", nargs="+", metavar="PATH",
                    help=".txt/.jsonl (.gz/.xz/.bz2), a directory, builtin:licenses, or a HF dataset "
                         f"name[:config]:split (default {DEFAULT_CORPUS})")
@@ -350,12 +349,14 @@ def add_parsers(sub):
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     t.set_defaults(func=cmd_train)
 
-    i = sub.add_parser("info", help="describe a model file (and the verifier it is for)")
+
+def add_info(i):
     i.add_argument("model")
     i.add_argument("--json", action="store_true")
     i.set_defaults(func=cmd_info)
 
-    d = sub.add_parser("draft", help="draft k tokens after a prompt with a model alone")
+
+def add_draft(d):
     d.add_argument("-m", "--model", required=True)
     d.add_argument("-p", "--prompt", required=True, help="text, or - for stdin")
     d.add_argument("-k", type=draft_tokens, default=8)

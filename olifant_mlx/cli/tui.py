@@ -25,9 +25,7 @@ def cmd_tui(args) -> int:
     return 0
 
 
-def add_parsers(sub):
-    t = sub.add_parser("tui", help="terminal UI: conversations and documents drafted live, export, "
-                                   "energy, calculator, draft models")
+def add_tui(t):
     add_generation_args(t, prompt=False)
     t.add_argument("-p", "--prompt", help="text to start with: your first message, or with --document "
                                           "the beginning of the document")

@@ -49,3 +49,8 @@ class LookupDrafter(DrafterBase):
                         m = agreement(context, start + n, context)
                         return Draft(follow, copy_signals("lookup", m, len(follow)))
         return EMPTY
+
+
+def from_spec(spec, tokenizer, history):
+    """`lookup[:N]` (the registry's builder)."""
+    return LookupDrafter(spec.number)

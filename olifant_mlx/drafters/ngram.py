@@ -87,3 +87,13 @@ class WordNgramDrafter(DrafterBase):
             out.extend(self.tokenizer.encode(" " + w))
             window = window[1:] + [w]
         return out[:k]
+
+
+def from_spec(spec, tokenizer, history):
+    """`ngram[:N]` (the registry's builder)."""
+    return NgramDrafter(spec.number)
+
+
+def words_from_spec(spec, tokenizer, history):
+    """`ngram-words[:N]` (the registry's builder; its entry says it needs the tokenizer)."""
+    return WordNgramDrafter(tokenizer, spec.number)

@@ -7,11 +7,18 @@ for the verifier), `none`, `olifant:PATH`, `ngram[:N]`, `ngram-words[:N]`, `look
 `adaptive:SPEC` (any other spec, its length chosen per step), `rest:PATH` (a corpus suffix
 index), `ngram-cache:PATH` (llama.cpp's static n-gram cache) and `library:NAME` (a precedent
 library: the adaptive hybrid over its IGTree, its suffix index and the session's text).
+
+Each kind is one `DrafterKind` entry (`register`): its name, the grammar of its argument, its
+help line, its builder and what it is (reads the session history, may be a hybrid's source,
+needs the verifier's tokenizer, chooses its own draft length). Parsing, `help_text()`,
+`describe()`, `uses_history` and the TUI's drafter list are derived from the entries, so a new
+drafter is its module (with `from_spec(spec, tokenizer, history)`) plus one entry here.
 """
 from __future__ import annotations
 
 import os
 import stat
+from importlib import import_module
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -55,7 +62,12 @@ class DrafterSpec:
 
     @property
     def drafts(self) -> bool:
-        return self.kind != "none"
+        return KINDS[self.kind].drafts
+
+    @property
+    def number(self) -> int | None:
+        """An "int" argument, or the kind's default when it was left out."""
+        return int(self.arg) if self.arg else KINDS[self.kind].default
 
     def __str__(self):
         return self.text
@@ -63,27 +75,44 @@ class DrafterSpec:
 
 @dataclass(frozen=True)
 class DrafterKind:
+    """One drafter kind, everything every surface says or checks about it."""
     name: str
     arg: str                 # "" (none) | "int" (optional) | "file" | "optfile" | "model" | "spec" | "name"
-    summary: str
-    build: Callable          # (spec, tokenizer, history) -> Drafter
-    default: int | None = None
-    more: str = ""           # what may follow the argument, for the usage (hybrid: +SPEC...)
+    summary: str             # its help line (`describe()`, the TUI)
+    build: Callable | str    # (spec, tokenizer, history) -> Drafter, or where that function is:
+    #                          "MODULE[:FUNCTION]" in olifant_mlx.drafters (from_spec), imported when used
+    default: int | None = None  # an "int" argument's value when it is left out
     magic: bytes = MODEL_MAGIC  # what a "file" argument must start with
+    sources: bool = False    # takes extra candidate sources after its file: KIND[:PATH]+SPEC+...
+    source: bool = True      # may be such a source (False: it chooses among candidates itself)
+    history: bool = False    # reads the session's history (`uses_history`)
+    tokenizer: bool = False  # needs the verifier's tokenizer to be built
+    drafts: bool = True      # False: plain decoding
+    own_length: bool = False  # chooses its draft length itself (the TUI's length box follows)
+    aliases: tuple = ()      # other spellings of the kind (`plain` for none)
 
     @property
     def usage(self) -> str:
+        more = "[+SPEC...]" if self.sources else ""
         return {"": self.name, "int": f"{self.name}[:N]", "file": f"{self.name}:PATH",
                 "optfile": f"{self.name}[:PATH]", "model": f"{self.name}:MODEL",
-                "spec": f"{self.name}:SPEC", "name": f"{self.name}:NAME"}[self.arg] + self.more
+                "spec": f"{self.name}:SPEC", "name": f"{self.name}:NAME"}[self.arg] + more
+
+    def builder(self) -> Callable:
+        if callable(self.build):
+            return self.build
+        module, _, function = self.build.partition(":")
+        return getattr(import_module(f"olifant_mlx.drafters.{module}"), function or "from_spec")
 
 
 KINDS: dict[str, DrafterKind] = {}
-ALIASES = {"plain": "none", "": "none"}
+ALIASES: dict[str, str] = {}
 
 
 def register(kind: DrafterKind) -> None:
+    """Add a kind (or replace the one of that name) with its aliases."""
     KINDS[kind.name] = kind
+    ALIASES.update(dict.fromkeys(kind.aliases, kind.name))
 
 
 class _FileProblem(DrafterSpecError):
@@ -137,8 +166,8 @@ def _parse(text: str, check_files: bool) -> DrafterSpec:
         if not arg.isdigit() or not 1 <= int(arg) <= 16:
             raise DrafterSpecError(f"drafter {text!r}: N must be a whole number from 1 to 16")
         return DrafterSpec(kind, arg)
-    if kind == "hybrid" and "+" in arg:
-        return _parse_hybrid(text, arg, check_files)
+    if k.sources and "+" in arg:
+        return _parse_sources(k, text, arg, check_files)
     if k.arg == "optfile" and not arg:
         return DrafterSpec(kind)
     if not arg:
@@ -157,26 +186,22 @@ def _parse(text: str, check_files: bool) -> DrafterSpec:
     return DrafterSpec(kind, arg)
 
 
-# drafters that cannot be a hybrid's extra source: they choose among candidates themselves
-NOT_SOURCES = ("auto", "none", "hybrid", "adaptive")
-
-
-def _parse_hybrid(text: str, arg: str, check_files: bool) -> DrafterSpec:
+def _parse_sources(k: DrafterKind, text: str, arg: str, check_files: bool) -> DrafterSpec:
     """`hybrid:PATH+SPEC+...`: the draft model (PATH may be empty), then extra candidate
-    sources, each any drafter spec but auto, none, hybrid and adaptive."""
+    sources, each any drafter spec whose kind may be a source (not auto, none, hybrid, adaptive)."""
     path, *rest = arg.split("+")
     if path and check_files:
-        _check_model_file(path)
+        _check_model_file(path, k.magic)
     sources = []
     for item in rest:
         if not item:
             raise DrafterSpecError(f"drafter {text!r}: an empty source after '+'")
         src = _parse(item, check_files)
-        if src.kind in NOT_SOURCES:
-            raise DrafterSpecError(f"drafter {text!r}: {src.kind} cannot be a hybrid's source "
+        if not KINDS[src.kind].source:
+            raise DrafterSpecError(f"drafter {text!r}: {src.kind} cannot be a {k.name}'s source "
                                    f"(use a drafter that proposes drafts itself)")
         sources.append(src)
-    return DrafterSpec("hybrid", path, sources=tuple(sources))
+    return DrafterSpec(k.name, path, sources=tuple(sources))
 
 
 def build_drafter(spec, tokenizer=None, history=None) -> Drafter:
@@ -185,7 +210,10 @@ def build_drafter(spec, tokenizer=None, history=None) -> Drafter:
     `history` (a SessionHistory) goes to the hybrid drafter, the only one that reads it."""
     if not isinstance(spec, DrafterSpec):
         spec = parse_spec(spec)
-    return KINDS[spec.kind].build(spec, tokenizer, history)
+    kind = KINDS[spec.kind]
+    if kind.tokenizer and tokenizer is None:
+        raise DrafterSpecError(f"{kind.name} needs the verifier's tokenizer")
+    return kind.builder()(spec, tokenizer, history)
 
 
 def help_text() -> str:
@@ -199,10 +227,6 @@ def describe() -> list:
 
 
 # ---- the drafters ---------------------------------------------------------------------
-
-def _int(spec, default):
-    return int(spec.arg) if spec.arg else default
-
 
 def _olifant_model(path, tokenizer):
     from olifant_mlx.draftmodel.igtree import IGTree
@@ -222,26 +246,6 @@ def _build_olifant(spec, tokenizer, history):
     from olifant_mlx.drafters.olifant import OlifantDrafter
 
     return OlifantDrafter(_olifant_model(spec.arg, tokenizer))
-
-
-def _build_ngram(spec, tokenizer, history):
-    from olifant_mlx.drafters.ngram import NgramDrafter
-
-    return NgramDrafter(_int(spec, 4))
-
-
-def _build_ngram_words(spec, tokenizer, history):
-    from olifant_mlx.drafters.ngram import WordNgramDrafter
-
-    if tokenizer is None:
-        raise DrafterSpecError("ngram-words needs the verifier's tokenizer")
-    return WordNgramDrafter(tokenizer, _int(spec, 4))
-
-
-def _build_lookup(spec, tokenizer, history):
-    from olifant_mlx.drafters.lookup import LookupDrafter
-
-    return LookupDrafter(_int(spec, 3))
 
 
 def _build_neural(spec, tokenizer, history):
@@ -342,21 +346,23 @@ def _build_adaptive(spec, tokenizer, history):
 
 for _kind in (
     DrafterKind("auto", "", "the best available: adaptive hybrid over a draft model for the "
-                            "verifier's tokenizer, else over the session's own text", _build_auto),
-    DrafterKind("none", "", "plain decoding: no drafts", _build_none),
+                            "verifier's tokenizer, else over the session's own text", _build_auto,
+                source=False, history=True, own_length=True),
+    DrafterKind("none", "", "plain decoding: no drafts", _build_none, source=False, drafts=False,
+                aliases=("plain", "")),
     DrafterKind("olifant", "file", "the trained IGTree draft model (the paper's drafter)", _build_olifant),
     DrafterKind("ngram", "int", "the session's own token n-grams (default 4), with back-off",
-                _build_ngram, 4),
+                "ngram", 4),
     DrafterKind("ngram-words", "int", "the paper's word-level n-gram baseline (default 4)",
-                _build_ngram_words, 4),
+                "ngram:words_from_spec", 4, tokenizer=True),
     DrafterKind("lookup", "int", "prompt lookup: copy what followed the last N tokens (default 3)",
-                _build_lookup, 3),
+                "lookup", 3),
     DrafterKind("neural", "model", "a small mlx-lm model with the verifier's tokenizer", _build_neural),
     DrafterKind("hybrid", "optfile", "a per-step choice by expected accepted tokens among the "
                                      "session's own text, the IGTree if given and any +SPEC sources",
-                _build_hybrid, more="[+SPEC...]"),
+                _build_hybrid, sources=True, source=False, history=True),
     DrafterKind("adaptive", "spec", "any drafter, its draft length chosen per step by cost",
-                _build_adaptive),
+                _build_adaptive, source=False, own_length=True),
     DrafterKind("rest", "file", "REST: the most frequent continuation of the longest corpus "
                                 "match (a suffix index from build-rest)", _build_rest,
                 magic=INDEX_MAGIC),
@@ -364,7 +370,8 @@ for _kind in (
                                        "corpus tier, from build-rest --ngram-cache)",
                 _build_ngram_cache, magic=NGRAM_MAGIC),
     DrafterKind("library", "name", "a precedent library (`library build`): the adaptive hybrid over "
-                                   "its IGTree, its suffix index and the session's text", _build_library),
+                                   "its IGTree, its suffix index and the session's text", _build_library,
+                history=True),
 ):
     register(_kind)
 
@@ -373,4 +380,4 @@ def uses_history(spec: DrafterSpec) -> bool:
     """Whether a session history would be read by this drafter (the hybrid, or adaptive of it)."""
     while spec.inner is not None:
         spec = spec.inner
-    return spec.kind in ("hybrid", "auto", "library")
+    return KINDS[spec.kind].history
