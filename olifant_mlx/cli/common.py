@@ -3,12 +3,11 @@ validation of everything before any model loads, output tables and summaries."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 
 from olifant_mlx.drafters.registry import help_text
-from olifant_mlx.engine.options import GenerationOptions, options
+from olifant_mlx.engine.options import default_of, options
 
 MODEL_HELP = ("verifier: alias (smollm2-135m, gemma3-270m, qwen2.5-coder-1.5b), GGUF file, MLX folder or hub id "
               "(default: Mistral-7B-v0.1 if cached, else smollm2-135m; $OLIFANT_MODEL)")
@@ -101,9 +100,7 @@ _FLAG_TYPES = {"whole": int, "number": float, "text": str, "texts": str}
 def option_default(name: str):
     """The command line's default of an option: its flag_default, else the field's."""
     o = options()[name]
-    if o.flag_default is not None:
-        return o.flag_default
-    return next(f.default for f in dataclasses.fields(GenerationOptions) if f.name == name)
+    return default_of(name) if o.flag_default is None else o.flag_default
 
 
 def add_generation_args(p, prompt: bool = True) -> None:
@@ -189,6 +186,8 @@ def add_sampling_args(p, temp_help: str) -> None:
 
 def options_from(args):
     """GenerationOptions from the flags (validated: errors before any model loads)."""
+    from olifant_mlx.engine.options import GenerationOptions
+
     values = {}
     for name, o in options().items():
         dest = flag_dest(name) if o.flags else None

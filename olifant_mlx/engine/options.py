@@ -218,6 +218,11 @@ def options() -> dict:
     return _OPTIONS
 
 
+def default_of(name: str):
+    """The field's default."""
+    return next(f.default for f in dataclasses.fields(GenerationOptions) if f.name == name)
+
+
 def flag_of(name: str) -> str | None:
     """The option's flag as an error names it: its long spellings ("--temp/--temperature"),
     or a one-letter name's own short flag ("-k")."""

@@ -81,12 +81,16 @@ def option_fields() -> dict:
             for o in options().values() if o.server}
 
 
-OptionFields = create_model("OptionFields", __base__=Strict, **option_fields())
+def with_option_fields(body: type[Strict]) -> type[Strict]:
+    """A request body with every option field (option_fields()) added to its own."""
+    return create_model(body.__name__.removesuffix("Body") + "Request", __base__=body, __module__=__name__,
+                        **option_fields())
 
 
-class Common(OptionFields):
-    """What completions and chat completions share, OpenAI's fields and ours (and, from
-    OptionFields, every option a request may set: temperature, top_p, top_k, ...)."""
+class Common(Strict):
+    """What completions and chat completions share, OpenAI's fields and ours; the options a
+    request may set (temperature, top_p, top_k, ...) are added from the options
+    (with_option_fields)."""
     model: str | None = None
     max_tokens: int | None = None
     seed: int | None = None
@@ -103,7 +107,7 @@ class Common(OptionFields):
     timeout: FiniteFloat | None = None       # seconds: this request's deadline
 
 
-class ChatRequest(Common):
+class ChatBody(Common):
     messages: list[Message]
     max_completion_tokens: int | None = None
     logprobs: bool | None = None
@@ -114,12 +118,16 @@ class ChatRequest(Common):
     chat_template_kwargs: dict | None = None
 
 
-class CompletionRequest(Common):
+class CompletionBody(Common):
     prompt: str | list[int] | list[str]
     logprobs: int | None = None
     echo: bool | None = None
     suffix: str | None = None
     best_of: int | None = None
+
+
+ChatRequest = with_option_fields(ChatBody)
+CompletionRequest = with_option_fields(CompletionBody)
 
 
 def parse_body(raw: bytes, model: type[Strict]) -> Strict:
