@@ -254,6 +254,17 @@ def test_the_options_table_is_the_dataclass():
         assert default.strip("`") == repr(value), (name, default, value)
 
 
+def test_the_option_attributes_table_is_the_option_type():
+    """Every Option attribute, in order: what a new option may say to the surfaces."""
+    import dataclasses
+
+    from olifant_mlx.engine.options import Option
+
+    rows = doc_table("| `Option` attribute | what it says |")
+    assert [r[0].strip("`") for r in rows] == [f.name for f in dataclasses.fields(Option)], \
+        "docs/architecture.md's Option attributes table and Option's fields differ"
+
+
 # a test module is never imported by another (code or a subprocess's script): what tests share is
 # a fixture in conftest.py or a helper module (tiny_models.py, server_helpers.py, ...)
 TEST_MODULE_IMPORT = re.compile(r"^\s*(?:from\s+(?:tests\.)?test_\w+\s+import\b|import\s+(?:tests\.)?test_\w+"
