@@ -98,7 +98,8 @@ def test_libraries_never_import_the_cli_or_the_ui():
         # and only the serve command uses it
         if m.startswith("olifant_mlx.server"):
             assert all(t == "olifant_mlx" or t.startswith(("olifant_mlx.server", "olifant_mlx.engine.session",
-                                                            "olifant_mlx.engine.options", "olifant_mlx.engine.loop", "olifant_mlx.engine.cache",
+                                                            "olifant_mlx.engine.options", "olifant_mlx.engine.loop",
+                                                            "olifant_mlx.engine.cache",
                                                             "olifant_mlx.drafters", "olifant_mlx.teardown"))
                        for t in ts), (m, ts)
         elif any(t.startswith("olifant_mlx.server") for t in ts):

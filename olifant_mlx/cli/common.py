@@ -11,7 +11,7 @@ from olifant_mlx.engine.options import default_of, options
 
 MODEL_HELP = ("verifier: alias (smollm2-135m, gemma3-270m, qwen2.5-coder-1.5b), GGUF file, MLX folder or hub id "
               "(default: Mistral-7B-v0.1 if cached, else smollm2-135m; $OLIFANT_MODEL)")
-DEFAULT_K = 8       # engine.options: k's flag_default
+DEFAULT_K = options()["k"].flag_default      # 8: the command line drafts more than the default options
 
 
 def draft_tokens(value: str) -> int:
