@@ -53,8 +53,8 @@ class RuleRunner:
         self.inner, self.name, self.label = inner, inner.name, inner.label
 
     def run(self, prompt, drafter, k, kv, max_tokens):
-        d, self.inner.lead = drafter if isinstance(drafter, tuple) else (drafter, "auto")
-        return self.inner.run(prompt, d, k, kv, max_tokens)
+        d, lead = drafter if isinstance(drafter, tuple) else (drafter, "auto")
+        return self.inner.with_options(lead=lead).run(prompt, d, k, kv, max_tokens)
 
 
 def counts(runner, prompts, drafter, k, max_tokens, lead, ref_tokens=None):

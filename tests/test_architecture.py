@@ -92,12 +92,14 @@ def test_libraries_never_import_the_cli_or_the_ui():
                                          "olifant_mlx.measure")) for t in ts), (m, ts)
         if m.startswith("olifant_mlx.drafters"):
             assert not any(t.startswith(("olifant_mlx.engine", "olifant_mlx.measure")) for t in ts), (m, ts)
-        # the HTTP server stands on the Session alone (no decoding of its own; engine.cache for
-        # the prefix cache it keeps across requests; `teardown` is its worker thread's clean end),
+        # the HTTP server stands on the Session alone (no decoding of its own; engine.options for
+        # the options' metadata its request fields are made from; engine.cache for the prefix
+        # cache it keeps across requests; `teardown` is its worker thread's clean end),
         # and only the serve command uses it
         if m.startswith("olifant_mlx.server"):
             assert all(t == "olifant_mlx" or t.startswith(("olifant_mlx.server", "olifant_mlx.engine.session",
-                                                            "olifant_mlx.engine.loop", "olifant_mlx.engine.cache",
+                                                            "olifant_mlx.engine.options", "olifant_mlx.engine.loop",
+                                                            "olifant_mlx.engine.cache",
                                                             "olifant_mlx.drafters", "olifant_mlx.teardown"))
                        for t in ts), (m, ts)
         elif any(t.startswith("olifant_mlx.server") for t in ts):
@@ -251,6 +253,17 @@ def test_the_options_table_is_the_dataclass():
     for (name, default, _valid), f in zip(rows, fields):
         value = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         assert default.strip("`") == repr(value), (name, default, value)
+
+
+def test_the_option_attributes_table_is_the_option_type():
+    """Every Option attribute, in order: what a new option may say to the surfaces."""
+    import dataclasses
+
+    from olifant_mlx.engine.options import Option
+
+    rows = doc_table("| `Option` attribute | what it says |")
+    assert [r[0].strip("`") for r in rows] == [f.name for f in dataclasses.fields(Option)], \
+        "docs/architecture.md's Option attributes table and Option's fields differ"
 
 
 # a test module is never imported by another (code or a subprocess's script): what tests share is

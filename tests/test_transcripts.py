@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from olifant_mlx.engine import GenerationOptions
 from olifant_mlx.measure.bench import REFERENCE_COST, ModelRunner, read_prompts
 from olifant_mlx.measure.transcripts import (TranscriptRunner, make_transcripts, read_transcript_set,
                                              transcript_file, write_transcript_set)
@@ -80,8 +81,7 @@ def test_transcript_replay_equals_the_live_engine(tmp_path, monkeypatch, smol):
     vid = next(iter(transcripts.values()))["verifier_id"]
     assert all(transcript_file(vid, p, 24).stat().st_mode & 0o777 == 0o600 for p in prompts)
     assert make_transcripts(v, prompts, 24) == transcripts          # the second time: read from the cache
-    live = ModelRunner(v)
-    live.lead_cost = REFERENCE_COST
+    live = ModelRunner(v, options=GenerationOptions(pass_cost=REFERENCE_COST))
     replay = TranscriptRunner(v.identity, transcripts)
     differences = []
     for kv in (True, False):

@@ -18,6 +18,10 @@ from textual.widgets import Checkbox, Input, Label, Select, Static, TabPane
 
 from olifant_mlx.drafters.registry import KINDS, DrafterSpec, parse_spec
 from olifant_mlx.engine import GenerationOptions
+from olifant_mlx.engine.options import options
+
+SECTIONS = {"generation": "generation",       # the option rows' sections, in order, and headings
+            "sampling": "sampling (temperature 0 is greedy: drafting never changes the text)"}
 
 PLACEHOLDERS = {"PATH": "draft model file (.olif): see the Models tab",
                 "N": "N (optional)", "MODEL": "a small mlx-lm model (alias, folder or hub id)",
@@ -75,11 +79,65 @@ def _whole(value: str, what: str, optional: bool = False):
         raise ValueError(f"{what} must be a whole number, got {value!r}") from None
 
 
-def _number(value: str, what: str) -> float:
+def _number(value: str, what: str, optional: bool = False) -> float | None:
+    if optional and not value.strip():
+        return None
     try:
         return float(value.strip())
     except ValueError:
         raise ValueError(f"{what} must be a number, got {value.strip()!r}") from None
+
+
+def option_rows() -> dict:
+    """{section: [field name, ...]} of the options with a TUI row (`Option.tui`), in field
+    order but for a row placed after another (`tui_after`); sections in SECTIONS' order, then
+    any other, in field order."""
+    names = [n for n, o in options().items() if o.tui]
+    for name in [n for n in names if options()[n].tui_after]:
+        names.remove(name)
+        names.insert(names.index(options()[name].tui_after) + 1, name)
+    rows = {section: [] for section in SECTIONS}
+    for name in names:
+        rows.setdefault(options()[name].tui_section, []).append(name)
+    return rows
+
+
+def row_id(name: str) -> str:
+    return options()[name].tui_id or "set-" + name.replace("_", "-")
+
+
+def option_widget(name: str, value):
+    """An option's settings widget: a checkbox (flag), a select (choice) or an input."""
+    o = options()[name]
+    if o.kind == "flag":
+        return Checkbox(o.tui_hint, value, id=row_id(name), compact=True)
+    if o.kind == "choice":
+        return Select([(str(c), c) for c in o.choices], value=Select.BLANK if value is None else value,
+                      allow_blank=o.optional,
+                      id=row_id(name), compact=True)
+    text = "" if value is None else f"{value:g}" if o.kind == "number" else \
+        ", ".join(value) if o.kind == "texts" else str(value)
+    integer = o.kind == "whole" and not o.optional
+    return Input(text, type="integer" if integer else "text", placeholder=o.tui_hint, id=row_id(name),
+                 compact=True)
+
+
+def read_option(name: str, widget):
+    """An option's value from its widget (ValueError naming it when it is not one); its range
+    is checked where the options are made."""
+    o = options()[name]
+    if o.kind == "flag":
+        return widget.value
+    if o.kind == "choice":
+        return None if widget.is_blank() else widget.value
+    text = widget.value
+    if o.kind == "whole":
+        return _whole(text, o.what, o.optional)
+    if o.kind == "number":
+        return _number(text, o.what, o.optional)
+    if o.kind == "texts":
+        return tuple(t.strip() for t in text.split(",") if t.strip())
+    return text.strip() or (None if o.optional else "")
 
 
 class SettingsTab(TabPane):
@@ -110,19 +168,11 @@ class SettingsTab(TabPane):
             yield from row("draft length", Checkbox("adaptive: up to k, chosen per pass "
                                                     "(off: k every pass)", length == "adaptive",
                                                     id="set-adaptive", compact=True))
-            yield from row("k", Input(str(o.k), type="integer", id="set-k", compact=True))
-            yield from row("max tokens", Input(str(o.max_tokens), type="integer", id="set-max-tokens",
-                                               compact=True))
-            yield from row("KV cache", Checkbox("on (off: the uncached regime)", o.kv_cache,
-                                                id="set-kv", compact=True))
-            yield from row("max KV size", Input("" if o.max_kv_size is None else str(o.max_kv_size),
-                                                placeholder="blank: the whole context",
-                                                id="set-max-kv", compact=True))
-            yield Static("sampling (temperature 0 is greedy: drafting never changes the text)",
-                         classes="heading")
-            yield from row("temperature", Input(f"{o.temperature:g}", id="set-temp", compact=True))
-            yield from row("top-p", Input(f"{o.top_p:g}", id="set-top-p", compact=True))
-            yield from row("seed", Input(str(o.seed), type="integer", id="set-seed", compact=True))
+            for section, names in option_rows().items():
+                if section != "generation":
+                    yield Static(SECTIONS.get(section, section), classes="heading")
+                for name in names:
+                    yield from row(options()[name].tui, option_widget(name, getattr(o, name)))
             yield Static("conversations", classes="heading")
             yield from row("system prompt", Input(system, placeholder="none", id="set-system",
                                                   compact=True))
@@ -164,13 +214,9 @@ class SettingsTab(TabPane):
             store = self.value("set-store").strip()
             if not store:
                 raise ValueError("keeping conversations is on: give the path of the file")
-        options = self.base.replace(
-            k=_whole(self.value("set-k"), "k"), max_tokens=_whole(self.value("set-max-tokens"), "max tokens"),
-            kv_cache=self.query_one("#set-kv", Checkbox).value,
-            max_kv_size=_whole(self.value("set-max-kv"), "max KV size", optional=True),
-            temperature=_number(self.value("set-temp"), "temperature"),
-            top_p=_number(self.value("set-top-p"), "top-p"), seed=_whole(self.value("set-seed"), "seed"),
-            history=history)
+        values = {name: read_option(name, self.query_one(f"#{row_id(name)}"))
+                  for names in option_rows().values() for name in names}
+        options = self.base.replace(**values, history=history)
         from olifant_mlx.drafters import uses_history
 
         if history and not uses_history(draft):

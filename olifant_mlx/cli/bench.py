@@ -109,8 +109,9 @@ def cmd_bench(args) -> int:
     if reference and getattr(args, "shard", None) is not None:
         raise ValueError(f"--verifier {args.verifier} runs no verifier: there is nothing to shard")
     verifier = None
+    curve, options = _start_from_curve(args.curve, reference) if args.curve else (None, None)
     if args.verifier == "transcript":
-        runner, verifier = _transcript_runner(args, model_spec, texts, max_tokens, stored)
+        runner, verifier = _transcript_runner(args, model_spec, texts, max_tokens, stored, options)
         ours = runner.tokenizer
     elif reference:
         refs = _pairs(args.reference, "--reference")
@@ -122,14 +123,13 @@ def cmd_bench(args) -> int:
         for t, corpus in refs.items():
             _check_corpus(t, corpus)
             conts.update(continuations_of(texts[t], corpus))
-        runner = ReferenceRunner(ours, conts)
+        runner = ReferenceRunner(ours, conts, options)
     else:
         verifier = load_verifier(model_spec, shard=getattr(args, "shard", None))
         ours = verifier.identity
-        runner = ModelRunner(verifier, open_meter(args.energy))
+        runner = ModelRunner(verifier, open_meter(args.energy), options)
     name, label = runner.name, runner.label
     drafters = {sname: Strategy(build_drafter(spec, ours), spec_identity(spec)) for sname, spec in specs.items()}
-    curve = _start_from_curve(args.curve, runner, drafters) if args.curve else None
     curve_path = args.curve
     plain_mlx = [n for n, b in baselines.items() if not b.draft]   # the reference, run once
     if reference and baselines:
@@ -207,22 +207,19 @@ def cmd_bench(args) -> int:
     return 0
 
 
-def _start_from_curve(path, runner, drafters) -> dict:
-    """--curve FILE: the stored cost curve; the lead rule and every cost-aware drafter (the
-    adaptive one) start from it instead of the prior (a live verifier's passes refine it; a
-    simulated one plans with the curve's fit alone)."""
-    from olifant_mlx.measure.bench import FixedCost
+def _start_from_curve(path, reference: bool) -> tuple:
+    """--curve FILE: (the stored cost curve, the options every run starts from): the lead rule
+    and every cost-aware drafter (the adaptive one) start from the curve instead of the prior
+    (a live verifier's passes refine it; a simulated one plans with the curve's fit alone).
+    Read before any model loads."""
+    from olifant_mlx.engine import GenerationOptions
+    from olifant_mlx.measure.bench import FixedCost, reference_options
     from olifant_mlx.measure.curves import fit, load_curve, seeded_pass_cost
 
     curve = load_curve(path)
-    if hasattr(runner, "lead_cost"):               # a live verifier
-        runner.lead_cost = seeded_pass_cost(curve)
-        for s in drafters.values():
-            if hasattr(getattr(s.drafter, "cost", None), "observe"):
-                s.drafter.cost = seeded_pass_cost(curve)
-    else:
-        runner.cost = FixedCost(*fit(curve))
-    return curve
+    if reference:
+        return curve, reference_options(FixedCost(*fit(curve)))
+    return curve, GenerationOptions(pass_cost=seeded_pass_cost(curve), draft_cost=seeded_pass_cost(curve))
 
 
 def _stored_transcripts(args) -> dict:
@@ -236,7 +233,7 @@ def _stored_transcripts(args) -> dict:
     return {t["prompt"]: t for t in read_transcript_set(args.transcripts)}
 
 
-def _transcript_runner(args, model_spec, texts, max_tokens, stored):
+def _transcript_runner(args, model_spec, texts, max_tokens, stored, options=None):
     """(TranscriptRunner, the verifier if one was loaded): stored transcripts (--transcripts),
     else the verifier's own, generated once into the cache (resumable) and optionally written
     as one file (--transcripts-out)."""
@@ -267,7 +264,7 @@ def _transcript_runner(args, model_spec, texts, max_tokens, stored):
         transcripts = make_transcripts(verifier, prompts, max_tokens)
     if args.transcripts_out:
         write_transcript_set(args.transcripts_out, transcripts, texts)
-    return TranscriptRunner(ours, transcripts), verifier
+    return TranscriptRunner(ours, transcripts, options), verifier
 
 
 def add_bench(b):

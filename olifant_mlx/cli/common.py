@@ -7,22 +7,26 @@ import json
 import sys
 
 from olifant_mlx.drafters.registry import help_text
+from olifant_mlx.engine.options import default_of, options
 
 MODEL_HELP = ("verifier: alias (smollm2-135m, gemma3-270m, qwen2.5-coder-1.5b), GGUF file, MLX folder or hub id "
               "(default: Mistral-7B-v0.1 if cached, else smollm2-135m; $OLIFANT_MODEL)")
-DEFAULT_K = 8
+DEFAULT_K = options()["k"].flag_default      # 8: the command line drafts more than the default options
 
 
 def draft_tokens(value: str) -> int:
-    """argparse type of -k: a whole number of draft tokens, 0..MAX_K (a usage error otherwise)."""
-    from olifant_mlx.engine.loop import MAX_K
+    """argparse type of a -k that is no generation option (bench's, train's, demo's): k as
+    the options check it (a usage error otherwise)."""
+    from olifant_mlx.engine.options import OptionsError, check_option
 
     try:
         k = int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"k must be a whole number, got {value!r}") from None
-    if not 0 <= k <= MAX_K:
-        raise argparse.ArgumentTypeError(f"k must be between 0 and {MAX_K}, got {k}")
+    try:
+        check_option("k", k)
+    except OptionsError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
     return k
 
 
@@ -67,6 +71,38 @@ def add_weights_arg(p) -> None:
                         "q4 on macOS, fp32 elsewhere, the fastest measured; $OLIFANT_GGUF_WEIGHTS)")
 
 
+def flag_dest(name: str) -> str:
+    """The argparse attribute an option's flag sets: the field's name where a flag spells it
+    (-k, --temperature), else argparse's own (--no-kv-cache: no_kv_cache)."""
+    o = options()[name]
+    spelled = {f.lstrip("-").replace("-", "_") for f in o.flags}
+    return name if name in spelled else next(f for f in o.flags if f.startswith("--"))[2:].replace("-", "_")
+
+
+def add_option_args(p, names, **helps) -> None:
+    """The flags of these GenerationOptions fields, made from their `Option`s: spellings, type,
+    default, metavar and help (`helps`: a command's own help for a field). Values are converted
+    here and checked once, where the options are made (`options_from`)."""
+    for name in names:
+        o, default = options()[name], option_default(name)
+        kw = dict(dest=flag_dest(name), help=helps.get(name, o.help))
+        if o.kind == "flag":
+            kw.update(action="store_true")
+        else:
+            kw.update(type=type(o.choices[0]) if o.kind == "choice" else _FLAG_TYPES[o.kind],
+                      default=default, metavar=o.metavar, nargs="+" if o.kind == "texts" else None)
+        p.add_argument(*o.flags, **{k: v for k, v in kw.items() if v is not None or k == "help"})
+
+
+_FLAG_TYPES = {"whole": int, "number": float, "text": str, "texts": str}
+
+
+def option_default(name: str):
+    """The command line's default of an option: its flag_default, else the field's."""
+    o = options()[name]
+    return default_of(name) if o.flag_default is None else o.flag_default
+
+
 def add_generation_args(p, prompt: bool = True) -> None:
     """The flags of generate, chat, demo and serve-like commands, spelled as in mlx-lm."""
     p.add_argument("--model", help=MODEL_HELP)
@@ -74,11 +110,9 @@ def add_generation_args(p, prompt: bool = True) -> None:
     p.add_argument("--draft", default="auto", help=draft_help())
     p.add_argument("--draft-model", metavar="MODEL",
                    help="a small mlx-lm draft model (mlx-lm's flag): the same as --draft neural:MODEL")
-    p.add_argument("-k", "--num-draft-tokens", dest="k", type=draft_tokens, default=DEFAULT_K,
-                   help=f"draft tokens per step, 0..64 (the maximum for adaptive drafters; default {DEFAULT_K})")
-    p.add_argument("--no-kv-cache", action="store_true", help="uncached regime: the whole sequence each step")
-    p.add_argument("--max-kv-size", type=int, help="a sliding KV window of this many tokens (rotating cache)")
-    add_kv_quantization_args(p)
+    names = [name for name, o in options().items() if o.flags]
+    before_prompt = names[:names.index("max_tokens")]          # -k .. --quantized-kv-start
+    add_option_args(p, before_prompt)
     if prompt:
         p.add_argument("-p", "--prompt", default="hello",
                        help="the prompt ('-' reads stdin; default 'hello'): an instruction for an "
@@ -88,21 +122,7 @@ def add_generation_args(p, prompt: bool = True) -> None:
                    help="use the prompt as raw text, without the verifier's chat template")
     p.add_argument("--chat-template-config", metavar="JSON",
                    help="extra arguments for the chat template, as a JSON object")
-    p.add_argument("-m", "--max-tokens", type=int, default=256, help="tokens to generate at most (default 256)")
-    add_sampling_args(p, "sampling temperature (0 = greedy, the default)")
-    p.add_argument("--seed", type=int, default=0,
-                   help="sampling seed: same seed, same text, with or without drafting")
-    p.add_argument("--repetition-penalty", type=float, help="penalise repeated tokens (> 1)")
-    p.add_argument("--repetition-context-size", type=int, default=20)
-    p.add_argument("--extra-eos-token", nargs="+", default=(), metavar="TOKEN",
-                   help="tokens that also end the generation")
-    p.add_argument("--stop", nargs="+", default=(), metavar="TEXT",
-                   help="text that ends the generation (not shown)")
-    p.add_argument("--truncate", action="store_true",
-                   help="a prompt too long for the verifier's context keeps its last tokens")
-    p.add_argument("--history", metavar="FILE",
-                   help="opt-in: a hybrid drafter also drafts from earlier sessions kept in FILE, "
-                        "and this session's prompt and output are appended to it (local, mode 0600)")
+    add_option_args(p, [n for n in names if n not in before_prompt])    # -m .. and any new option
     p.add_argument("--energy", metavar="BACKEND", help=energy_help())
 
 
@@ -158,37 +178,25 @@ def add_prompt_cache_args(p) -> None:
                         "continues the cached one, whose tokens are not read again")
 
 
-def add_kv_quantization_args(p) -> None:
-    """mlx-lm's KV quantization flags (generate, chat, cache-prompt)."""
-    p.add_argument("--kv-bits", type=int, metavar="BITS",
-                   help="quantize the KV cache to this many bits (2-8; mlx-lm's QuantizedKVCache; "
-                        "default: not quantized)")
-    p.add_argument("--kv-group-size", type=int, default=64, help="group size of the KV quantization (default 64)")
-    p.add_argument("--quantized-kv-start", type=int, default=5000,
-                   help="with --kv-bits, quantize once the cache holds this many tokens (default 5000)")
-
-
 def add_sampling_args(p, temp_help: str) -> None:
-    """--temp, --top-p, --min-p, --top-k (mlx-lm's spellings)."""
-    p.add_argument("--temp", "--temperature", dest="temperature", type=float, default=0.0, help=temp_help)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--min-p", type=float, default=0.0)
-    p.add_argument("--top-k", type=int, default=0)
+    """--temp, --top-p, --min-p, --top-k (mlx-lm's spellings), as a command other than
+    generate says them (serve: a request's defaults)."""
+    add_option_args(p, ("temperature", "top_p", "min_p", "top_k"), temperature=temp_help)
 
 
 def options_from(args):
     """GenerationOptions from the flags (validated: errors before any model loads)."""
-    from olifant_mlx.engine import GenerationOptions
+    from olifant_mlx.engine.options import GenerationOptions
 
-    return GenerationOptions(k=args.k, max_tokens=args.max_tokens, kv_cache=not args.no_kv_cache,
-                             max_kv_size=args.max_kv_size, kv_bits=args.kv_bits,
-                             kv_group_size=args.kv_group_size, quantized_kv_start=args.quantized_kv_start,
-                             temperature=args.temperature,
-                             top_p=args.top_p, seed=args.seed, top_k=args.top_k, min_p=args.min_p,
-                             repetition_penalty=args.repetition_penalty,
-                             repetition_context_size=args.repetition_context_size,
-                             stop=tuple(args.stop), extra_eos_tokens=tuple(args.extra_eos_token),
-                             truncate=args.truncate, history=args.history)
+    values = {}
+    for name, o in options().items():
+        dest = flag_dest(name) if o.flags else None
+        if dest is None or not hasattr(args, dest):
+            continue
+        value = getattr(args, dest)
+        values[name] = (not value if o.negated else value) if o.kind == "flag" else \
+            tuple(value) if o.kind == "texts" else value
+    return GenerationOptions(**values)
 
 
 def template_kwargs(args) -> dict:

@@ -56,6 +56,8 @@ class Option:
     tui_section: str = "generation"   # ... under this heading ...
     tui_id: str | None = None         # ... its widget's id (default set-NAME)
     tui_hint: str = ""                # a checkbox's text, or an empty input's placeholder
+    tui_after: str | None = None      # the option whose row this one follows (default: field order)
+    flag_default: object = None       # the command line's own default, where it differs (k: 8)
     ranks: bool = True                # sent to a sharded verifier's other ranks
 
 
@@ -113,7 +115,9 @@ class GenerationOptions:
     """Everything that shapes one generation, checked here and nowhere else. The field order
     is the command line's."""
     k: int = option(3, what="k", low=0, high=MAX_K, note=" of draft tokens per step",
-                    flags=("-k", "--num-draft-tokens"), server="num_draft_tokens", tui="k")
+                    flags=("-k", "--num-draft-tokens"), flag_default=8,
+                    help="draft tokens per step, 0..64 (the maximum for adaptive drafters; default 8)",
+                    server="num_draft_tokens", tui="k")
     kv_cache: bool = option(True, what="the KV cache", kind="flag", flags=("--no-kv-cache",), negated=True,
                             help="uncached regime: the whole sequence each step", tui="KV cache",
                             tui_id="set-kv", tui_hint="on (off: the uncached regime)")
@@ -132,9 +136,11 @@ class GenerationOptions:
                                      help="with --kv-bits, quantize once the cache holds this many tokens "
                                           "(default 5000)")
     max_tokens: int = option(256, what="max tokens", low=0, flags=("-m", "--max-tokens"),
-                             tui="max tokens")
+                             help="tokens to generate at most (default 256)", tui="max tokens", tui_after="k")
     temperature: float = option(0.0, what="temperature", kind="number", low=0, note=" (0 is greedy)",
-                                flags=("--temp", "--temperature"), server="temperature", server_high=2,
+                                flags=("--temp", "--temperature"),
+                                help="sampling temperature (0 = greedy, the default)",
+                                server="temperature", server_high=2,
                                 tui="temperature", tui_section="sampling", tui_id="set-temp")
     top_p: float = option(1.0, what="top-p", kind="number", low=0, high=1, low_open=True, flags=("--top-p",),
                           server="top_p", tui="top-p", tui_section="sampling")
@@ -210,6 +216,11 @@ def options() -> dict:
     if not _OPTIONS:
         _OPTIONS.update((f.name, f.metadata["option"]) for f in dataclasses.fields(GenerationOptions))
     return _OPTIONS
+
+
+def default_of(name: str):
+    """The field's default."""
+    return next(f.default for f in dataclasses.fields(GenerationOptions) if f.name == name)
 
 
 def flag_of(name: str) -> str | None:

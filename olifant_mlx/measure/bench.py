@@ -14,6 +14,7 @@ per 100 tokens are always recorded, labelled as compute, never as energy.
 """
 from __future__ import annotations
 
+import copy
 import csv
 import hashlib
 import json
@@ -225,16 +226,24 @@ def baseline(spec: str) -> MlxLm | None:
 
 class ModelRunner:
     """Generations on a loaded verifier, through the Session API (energy from `meter`); an
-    `MlxLm` strategy runs mlx-lm's stream_generate on the same verifier instead."""
+    `MlxLm` strategy runs mlx-lm's stream_generate on the same verifier instead. `options`:
+    what every run starts from (its lead rule, pass_cost and draft_cost); each run sets k,
+    max_tokens and the regime. By default the lead rule plans with one pass-cost curve fitted
+    over every run (the verifier's speed outlives one generation)."""
 
-    def __init__(self, verifier, meter=None, lead="auto"):
+    def __init__(self, verifier, meter=None, options: GenerationOptions | None = None):
         self.verifier = verifier
         self.name = verifier.name
         self.identity = verifier_identity(verifier)
         self.meter = meter
         self.label = meter.info.label if meter is not None else "not measured"
-        self.lead = lead
-        self.lead_cost = PassCost()       # the verifier's pass cost, for every run's LeadRule
+        self.options = options or GenerationOptions(pass_cost=PassCost())
+
+    def with_options(self, **changes):
+        """The same runner, its runs starting from options with these changes (lead=False)."""
+        other = copy.copy(self)
+        other.options = self.options.replace(**changes)
+        return other
 
     def prompt_id(self, prompt) -> str:
         return digest(prompt)
@@ -250,8 +259,7 @@ class ModelRunner:
             tokens, st = drafter.load(self.verifier.identity.digest).run(self.verifier, ids, k, max_tokens)
             energy = self.meter.between(start, self.meter.mark()) if self.meter is not None else None
             return tokens, st, energy, time.process_time() - cpu0
-        options = GenerationOptions(k=k, max_tokens=max_tokens, kv_cache=kv, lead=self.lead,
-                                    pass_cost=self.lead_cost)
+        options = self.options.replace(k=k, max_tokens=max_tokens, kv_cache=kv)
         session = Session(self.verifier, drafter, options, self.meter)
         cpu0 = time.process_time()
         r = session.generate(prompt)
@@ -280,20 +288,27 @@ class FixedCost:
 REFERENCE_COST = FixedCost(1.0, 0.075)
 
 
+def reference_options(cost) -> GenerationOptions:
+    """What a reference or transcript run starts from: the lead rule and a cost-aware drafter
+    planning with `cost`, a modelled verifier's."""
+    return GenerationOptions(pass_cost=cost, draft_cost=cost)
+
+
 class ReferenceRunner:
     """`--verifier reference`: each held-out document's real continuation plays the
     verifier's output, through the same engine loop (olifant_mlx.engine.reference). Nothing
-    is timed as a verifier, so rows carry no compute and no energy. A cost-aware drafter (one
-    with a `cost` model, the adaptive drafter) plans with `cost`, a real verifier's cost curve,
-    since the stand-in's own pass times are no verifier's."""
+    is timed as a verifier, so rows carry no compute and no energy. The lead rule and a
+    cost-aware drafter (the adaptive one) plan with a real verifier's cost curve, the options'
+    pass_cost and draft_cost (REFERENCE_COST by default), since the stand-in's own pass times
+    are no verifier's."""
     name = "reference"
     label = reference.LABEL
-    lead = "auto"       # True: always lead; False: the engine's older KV rule (see Session.lead)
+    with_options = ModelRunner.with_options
 
-    def __init__(self, tokenizer, continuations: dict, cost=REFERENCE_COST):
+    def __init__(self, tokenizer, continuations: dict, options: GenerationOptions | None = None):
         self.tokenizer = tokenizer          # our Tokenizer (encode without BOS)
         self.continuations = continuations  # prompt text -> the document's continuation text
-        self.cost = cost
+        self.options = options or reference_options(REFERENCE_COST)
         self.identity = digest("reference", tokenizer.name, tokenizer.vocab_size,
                                getattr(tokenizer, "digest", b"").hex())
 
@@ -311,9 +326,7 @@ class ReferenceRunner:
         after prompt `ids` (a transcript replays with its verifier's EOS and BOS ids)."""
         verifier = reference.ReferenceVerifier(self.tokenizer, ids, truth)
         verifier.eos_ids, verifier.bos_id = tuple(eos_ids), bos_id
-        # the lead rule and a cost-aware drafter plan with the modelled verifier's cost
-        options = GenerationOptions(k=k, max_tokens=len(truth), kv_cache=kv, lead=self.lead,
-                                    pass_cost=self.cost, draft_cost=self.cost)
+        options = self.options.replace(k=k, max_tokens=len(truth), kv_cache=kv)
         session = Session(verifier, drafter, options)
         r = session.generate(ids)
         st = r.stats            # the stand-in verifier's time is no verifier's: only drafting counts

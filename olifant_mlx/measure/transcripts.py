@@ -20,7 +20,7 @@ from pathlib import Path
 
 from olifant_mlx.engine import GenerationOptions, Session
 from olifant_mlx.files import cache_dir, read_regular, write_atomic
-from olifant_mlx.measure.bench import REFERENCE_COST, ReferenceRunner, digest, verifier_identity
+from olifant_mlx.measure.bench import ReferenceRunner, digest, verifier_identity
 
 FORMAT = 1
 LABEL = "simulated verifier: its own greedy transcript"
@@ -83,8 +83,8 @@ class TranscriptRunner(ReferenceRunner):
     replayed through the engine's loop (ReferenceRunner.replay); no time is a verifier's."""
     label = LABEL
 
-    def __init__(self, tokenizer, transcripts: dict, cost=REFERENCE_COST):
-        super().__init__(tokenizer, {}, cost)
+    def __init__(self, tokenizer, transcripts: dict, options=None):
+        super().__init__(tokenizer, {}, options)
         self.transcripts = transcripts
         first = next(iter(transcripts.values()), {})
         self.name = f"transcript:{first.get('verifier', '?')}"

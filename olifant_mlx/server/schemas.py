@@ -11,9 +11,11 @@ import secrets
 import time
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict, FiniteFloat, ValidationError
+from typing import Literal
 
-from olifant_mlx.engine.loop import MAX_K
+from pydantic import BaseModel, ConfigDict, FiniteFloat, ValidationError, create_model
+
+from olifant_mlx.engine.options import check_option, options
 from olifant_mlx.engine.session import Chat, GenerationOptions, OptionsError
 from olifant_mlx.server.config import Limits
 from olifant_mlx.server.queue import ModelInfo
@@ -69,12 +71,28 @@ class Message(Strict):
     name: str | None = None
 
 
+FIELD_TYPES = {"whole": int, "number": FiniteFloat, "flag": bool, "text": str, "texts": list[str]}
+
+
+def option_fields() -> dict:
+    """{request field: (type, None)} of every GenerationOptions field with a `server` field
+    (top_p, num_draft_tokens, ...): made from the options, so a new one is a request field."""
+    return {o.server: ((Literal[o.choices] if o.kind == "choice" else FIELD_TYPES[o.kind]) | None, None)
+            for o in options().values() if o.server}
+
+
+def with_option_fields(body: type[Strict]) -> type[Strict]:
+    """A request body with every option field (option_fields()) added to its own."""
+    return create_model(body.__name__.removesuffix("Body") + "Request", __base__=body, __module__=__name__,
+                        **option_fields())
+
+
 class Common(Strict):
-    """What completions and chat completions share, OpenAI's fields and ours."""
+    """What completions and chat completions share, OpenAI's fields and ours; the options a
+    request may set (temperature, top_p, top_k, ...) are added from the options
+    (with_option_fields)."""
     model: str | None = None
     max_tokens: int | None = None
-    temperature: FiniteFloat | None = None
-    top_p: FiniteFloat | None = None
     seed: int | None = None
     stop: str | list[str] | None = None
     stream: bool | None = None
@@ -85,15 +103,11 @@ class Common(Strict):
     logit_bias: dict | None = None
     user: str | None = None
     # ours, as mlx-lm's server spells them where it has them
-    top_k: int | None = None
-    min_p: FiniteFloat | None = None
-    repetition_penalty: FiniteFloat | None = None
     draft: str | None = None                 # a configured drafter's name, or "none"
-    num_draft_tokens: int | None = None      # k: draft tokens per pass (the maximum, adaptive)
     timeout: FiniteFloat | None = None       # seconds: this request's deadline
 
 
-class ChatRequest(Common):
+class ChatBody(Common):
     messages: list[Message]
     max_completion_tokens: int | None = None
     logprobs: bool | None = None
@@ -104,12 +118,16 @@ class ChatRequest(Common):
     chat_template_kwargs: dict | None = None
 
 
-class CompletionRequest(Common):
+class CompletionBody(Common):
     prompt: str | list[int] | list[str]
     logprobs: int | None = None
     echo: bool | None = None
     suffix: str | None = None
     best_of: int | None = None
+
+
+ChatRequest = with_option_fields(ChatBody)
+CompletionRequest = with_option_fields(CompletionBody)
 
 
 def parse_body(raw: bytes, model: type[Strict]) -> Strict:
@@ -278,16 +296,9 @@ def _plan(req, kind, prompt, max_tokens, max_param, info, defaults, limits, prom
     if any(not s or len(s) > limits.max_stop_chars for s in stops):
         raise ApiError(400, f"stop: every stop sequence must have 1 to {limits.max_stop_chars} "
                             f"characters", "stop", "invalid_value")
-    _range(req.temperature, "temperature", 0, 2)
-    _range(req.top_p, "top_p", 0, 1, low_open=True)
-    _range(req.min_p, "min_p", 0, 1, high_open=True)
-    _range(req.repetition_penalty, "repetition_penalty", 0, 10, low_open=True)
-    if req.top_k is not None and req.top_k < 0:
-        raise ApiError(400, "top_k must be >= 0 (0 is off)", "top_k", "invalid_value")
+    changes = request_options(req)
     if req.seed is not None and not -INT64 <= req.seed < INT64:
         raise ApiError(400, "seed must be a 64-bit whole number", "seed", "invalid_value")
-    if req.num_draft_tokens is not None and not 0 <= req.num_draft_tokens <= MAX_K:
-        raise ApiError(400, f"num_draft_tokens must be from 0 to {MAX_K}", "num_draft_tokens", "invalid_value")
     drafter = _drafter(req.draft, info)
     timeout = limits.timeout_s
     if req.timeout is not None:
@@ -295,16 +306,11 @@ def _plan(req, kind, prompt, max_tokens, max_param, info, defaults, limits, prom
             raise ApiError(400, f"timeout must be a number of seconds in (0, {limits.timeout_s:g}]",
                            "timeout", "invalid_value")
         timeout = float(req.timeout)
-    temperature = defaults.temperature if req.temperature is None else float(req.temperature)
+    temperature = changes.get("temperature", defaults.temperature)
     seed = req.seed
     if seed is None:        # OpenAI: no seed, a fresh draw each time (greedy ignores it)
         seed = secrets.randbits(62) if temperature > 0 else defaults.seed
-    changes = dict(max_tokens=max_tokens or limits.default_max_tokens, temperature=temperature,
-                   seed=seed, stop=tuple(stops))
-    for name, value in (("top_p", req.top_p), ("top_k", req.top_k), ("min_p", req.min_p),
-                        ("k", req.num_draft_tokens), ("repetition_penalty", req.repetition_penalty)):
-        if value is not None:
-            changes[name] = value
+    changes.update(max_tokens=max_tokens or limits.default_max_tokens, seed=seed, stop=tuple(stops))
     try:
         options = defaults.replace(**changes)
     except OptionsError as e:
@@ -317,14 +323,21 @@ def _plan(req, kind, prompt, max_tokens, max_param, info, defaults, limits, prom
                 timeout, info.id, prompt_param)
 
 
-def _range(value, name, lo, hi, low_open=False, high_open=False):
-    if value is None:
-        return
-    bad = value < lo or value > hi or (low_open and value == lo) or (high_open and value == hi)
-    if bad:
-        lo_b, hi_b = "(" if low_open else "[", ")" if high_open else "]"
-        raise ApiError(400, f"{name} must be in {lo_b}{lo:g}, {hi:g}{hi_b}, got {value:g}", name,
-                       "invalid_value")
+def request_options(req) -> dict:
+    """{option: value} of the option fields a request set, each checked as the options check
+    it (within the server's own limit, `server_high`): ApiError(400) naming the field."""
+    changes = {}
+    for name, o in options().items():
+        value = getattr(req, o.server) if o.server else None
+        if value is None:
+            continue
+        value = float(value) if o.kind == "number" else tuple(value) if o.kind == "texts" else value
+        try:
+            check_option(name, value, o.server_high)
+        except OptionsError as e:
+            raise ApiError(400, f"{o.server}: {e}", o.server, "invalid_value") from None
+        changes[name] = value
+    return changes
 
 
 def _drafter(name, info: ModelInfo) -> str:
