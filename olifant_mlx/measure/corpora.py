@@ -3,12 +3,20 @@ retrieval benchmarks (the suffix index, the IGTree and C timings all read the sa
 benchmark tasks' corpora (paths under the shared `corpora/` folder) and their draft models."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import numpy as np
 
 from olifant_mlx.files import atomic_writer
+
+def shared_dir() -> Path:
+    """The shared material (corpora, prompts): $OLIFANT_SHARED, else `shared/` beside the checkout
+    (where the tests and the benchmark scripts look)."""
+    env = os.environ.get("OLIFANT_SHARED")
+    return Path(env) if env else Path(__file__).resolve().parents[3] / "shared"
+
 
 TRAIN = {"legal": "legal/eurlexsum.train.txt.xz", "medical": "medical/sumpubmed.train.txt.xz",
          "general": "general/general.train.txt.xz"}
