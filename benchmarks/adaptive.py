@@ -26,12 +26,9 @@ import os
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from olifant_mlx.drafters import build_drafter  # noqa: E402
-from olifant_mlx.draftmodel.train import train  # noqa: E402
-from olifant_mlx.measure.bench import (  # noqa: E402
+from olifant_mlx.drafters import build_drafter
+from olifant_mlx.draftmodel.train import train
+from olifant_mlx.measure.bench import (
     ModelRunner,
     aggregate,
     alternating_rounds,
@@ -40,7 +37,9 @@ from olifant_mlx.measure.bench import (  # noqa: E402
     sweep,
     write_tables,
 )
-from olifant_mlx.verifier import load_verifier  # noqa: E402
+from olifant_mlx.verifier import load_verifier
+
+ROOT = Path(__file__).resolve().parent.parent
 
 SHARED = Path(os.environ.get("OLIFANT_SHARED", ROOT.parent / "shared"))
 C = SHARED / "corpora"

@@ -9,14 +9,12 @@ Each domain trains on its train split and is scored on its validation split
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from olifant_mlx.verifier import load_tokenizer
+from olifant_mlx.draftmodel.train import train
 
-from olifant_mlx.verifier import load_tokenizer  # noqa: E402
-from olifant_mlx.draftmodel.train import train  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 SHARED = Path(os.environ.get("OLIFANT_SHARED", ROOT.parent / "shared"))
 DOMAINS = {

@@ -12,16 +12,14 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from olifant_mlx.energy import EnergyUnavailable, open_meter
+from olifant_mlx.energy.rapl import materialise
 
-from olifant_mlx.energy import EnergyUnavailable, open_meter  # noqa: E402
-from olifant_mlx.energy.rapl import materialise  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 FIXTURES = Path(os.environ.get("OLIFANT_SHARED", ROOT.parent / "shared")) / "fixtures" / "energy"
 

@@ -27,21 +27,18 @@ from pathlib import Path
 
 import numpy as np
 
+from olifant_mlx.draftmodel.corpus import iter_documents, tokenized_batches, windows
+from olifant_mlx.draftmodel.igtree import IGTree
+from olifant_mlx.measure.processes import run_measured
+from olifant_mlx.verifier import load_tokenizer
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from child_process import run_measured  # noqa: E402
-
-from olifant_mlx.draftmodel.corpus import iter_documents, tokenized_batches, windows  # noqa: E402
-from olifant_mlx.draftmodel.igtree import IGTree  # noqa: E402
-from olifant_mlx.verifier import load_tokenizer  # noqa: E402
 
 SHARED = Path(os.environ.get("OLIFANT_SHARED", ROOT.parent / "shared"))
 
 
 def run_child(cmd, stdout_path=None):
-    """Run cmd measured (child_process.run_measured); return (exit status, wall s, CPU s
+    """Run cmd measured (measure.processes.run_measured); return (exit status, wall s, CPU s
     user+sys, peak RSS MB, stderr)."""
     if stdout_path:
         with open(stdout_path, "wb") as f:

@@ -24,20 +24,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from olifant_mlx.drafters import build_drafter  # noqa: E402
-from olifant_mlx.measure.bench import (ModelRunner, ReferenceRunner, alternating_rounds,  # noqa: E402
+from olifant_mlx.drafters import build_drafter
+from olifant_mlx.measure.bench import (ModelRunner, ReferenceRunner, alternating_rounds,
                                        continuations_of, read_prompts)
-from olifant_mlx.verifier import load_tokenizer, load_verifier  # noqa: E402
-from peers import SHARED, TRAIN, VALID, draft_model  # noqa: E402  (benchmarks/peers.py)
+from olifant_mlx.measure.corpora import TRAIN, VALID, task_draft_model
+from olifant_mlx.verifier import load_tokenizer, load_verifier
 
+ROOT = Path(__file__).resolve().parent.parent
+
+SHARED = Path(os.environ.get("OLIFANT_SHARED", ROOT.parent / "shared"))
 C = SHARED / "corpora"
+MODELS = ROOT / "benchmarks" / "out" / "models"      # shared with peers.py
 RULES = {"held": False, "led": True, "auto": "auto"}     # rule name -> Session.lead
 
 
@@ -147,7 +149,7 @@ def main():
         v = load_verifier(name)
         runner = RuleRunner(ModelRunner(v))
         runner.run("Warm-up text.", None, 0, True, 4)
-        path = draft_model(args.task, v.identity, v.name)
+        path = task_draft_model(args.task, v.identity, v.name, C, MODELS)
         ds = {d: build_drafter(specs(path)[d], v.identity) for d in args.drafters}
         ps = prompts[: args.prompts]
         res = {d: {} for d in ds}
@@ -168,11 +170,11 @@ def main():
         result["verifiers"][v.name] = res
         (out / "lead.json").write_text(json.dumps(result, indent=2) + "\n")
     if args.reference_prompts:
-        tok = load_tokenizer(args.verifiers[0])
+        tok = load_tokenizer(args.verifiers[0], C, MODELS)
         ps = prompts[: args.reference_prompts]
         conts = continuations_of(ps, str(C / VALID[args.task]))
         runner = RuleRunner(ReferenceRunner(tok, conts))
-        path = draft_model(args.task, tok, args.verifiers[0])
+        path = task_draft_model(args.task, tok, args.verifiers[0], C, MODELS)
         for d in args.drafters:
             drafter = build_drafter(specs(path)[d], tok)
             result["reference"][d] = {rule: counts(runner, ps, drafter, args.k, args.reference_tokens,

@@ -35,22 +35,17 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from olifant_mlx.drafters import build_drafter  # noqa: E402
-from olifant_mlx.draftmodel.train import train  # noqa: E402
-from olifant_mlx.measure.bench import (ModelRunner, ReferenceRunner, aggregate,  # noqa: E402
+from olifant_mlx.drafters import build_drafter
+from olifant_mlx.measure.bench import (ModelRunner, ReferenceRunner, aggregate,
                                        alternating_rounds, baseline, continuations_of, load_rows,
                                        read_prompts, sweep)
-from olifant_mlx.verifier import load_verifier  # noqa: E402
+from olifant_mlx.measure.corpora import TRAIN, VALID, task_draft_model
+from olifant_mlx.verifier import load_verifier
+
+ROOT = Path(__file__).resolve().parent.parent
 
 SHARED = Path(os.environ.get("OLIFANT_SHARED", ROOT.parent / "shared"))
 C = SHARED / "corpora"
-TRAIN = {"legal": "legal/eurlexsum.train.txt.xz", "medical": "medical/sumpubmed.train.txt.xz",
-         "general": "general/general.train.txt.xz"}
-VALID = {"legal": "legal/eurlexsum.valid.txt.xz", "medical": "medical/sumpubmed.valid.txt.xz",
-         "general": "general/wikitext103.valid.txt.xz"}
 MODELS = ROOT / "benchmarks" / "out" / "models"
 DEFAULTS = {"olifant": "olifant:{model}", "lookup": "lookup", "ngram": "ngram",
             "hybrid": "hybrid:{model}", "adaptive-hybrid": "adaptive:hybrid:{model}",
@@ -61,12 +56,7 @@ QUICK = dict(tasks=["legal", "medical", "general"], regimes=["kv"], ks=[5], kv_p
 
 
 def draft_model(task, tokenizer, verifier) -> Path:
-    path = MODELS / f"{task}.{verifier}.olif"
-    if not path.is_file():
-        print(f"training the {task} draft model for {verifier} ...", file=sys.stderr)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        train([str(C / TRAIN[task])], tokenizer, path)
-    return path
+    return task_draft_model(task, tokenizer, verifier, C, MODELS)
 
 
 def build(specs, tokenizer, digest, reference):

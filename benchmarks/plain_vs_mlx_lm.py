@@ -6,34 +6,23 @@
 Both generate plainly (greedy, KV cache) from the same dev prompts on the same loaded verifier,
 in the same process, alternating which goes first (`bench.alternating_rounds`; outputs must be
 identical). Reported: mlx-lm seconds / ours per round (above 1: ours faster), with min, median
-and max over the rounds. Time is from the call to the last token, prefill included.
+and max over the rounds (`measure.experiments.mlx_lm_ratios`, which `bench --experiment
+plain_vs_mlx_lm` runs too). Time is from the call to the last token, prefill included.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import statistics
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from olifant_mlx.measure.bench import MlxLm, ModelRunner, read_prompts
+from olifant_mlx.measure.experiments import mlx_lm_ratios
+from olifant_mlx.verifier import load_verifier
 
-from olifant_mlx.measure.bench import MlxLm, ModelRunner, alternating_rounds, read_prompts  # noqa: E402
-from olifant_mlx.verifier import load_verifier  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 SHARED = Path(os.environ.get("OLIFANT_SHARED", ROOT.parent / "shared"))
-
-
-def ratios(runner, prompts, rounds, max_tokens, ours=("ours", None, 0)):
-    """mlx-lm seconds / ours per round, with their min, median and max."""
-    runners = [ours, ("mlx-lm", MlxLm(), 0)]
-    secs = alternating_rounds(runner, prompts, runners, rounds, max_tokens, True)
-    rs = [s["mlx-lm"] / s[ours[0]] for s in secs]
-    return {"rounds": [round(r, 4) for r in rs], "min": round(min(rs), 4),
-            "median": round(statistics.median(rs), 4), "max": round(max(rs), 4),
-            "seconds": [{k: round(v, 3) for k, v in s.items()} for s in secs]}
 
 
 def main():
@@ -51,7 +40,7 @@ def main():
     runner.run("Warm-up text.", None, 0, True, 4)
     runner.run("Warm-up text.", MlxLm(), 0, True, 4)
     result = {"verifier": v.name, "task": args.task, "prompts": len(prompts),
-              "max_tokens": args.max_tokens, **ratios(runner, prompts, args.rounds, args.max_tokens)}
+              "max_tokens": args.max_tokens, **mlx_lm_ratios(runner, prompts, args.rounds, args.max_tokens)}
     print(json.dumps(result))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

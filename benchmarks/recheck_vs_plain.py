@@ -14,15 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from olifant_mlx.drafters import build_drafter
+from olifant_mlx.measure.bench import ModelRunner, alternating_rounds, read_prompts
+from olifant_mlx.verifier import load_verifier
 
-from olifant_mlx.drafters import build_drafter  # noqa: E402
-from olifant_mlx.measure.bench import ModelRunner, alternating_rounds, read_prompts  # noqa: E402
-from olifant_mlx.verifier import load_verifier  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 SHARED = Path(os.environ.get("OLIFANT_SHARED", ROOT.parent / "shared"))
 

@@ -23,33 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
+from olifant_mlx.measure.corpora import tokens_of
+
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "corpora"
-
-
-def tokens_of(spec, tok, cache: Path, max_tokens=None, max_docs=None):
-    """(tokens uint32, doc_starts uint64) of a corpus, cached as .npz."""
-    from olifant_mlx.draftmodel.corpus import iter_documents, tokenized_batches
-
-    if cache.exists():
-        z = np.load(cache)
-        return z["tokens"], z["starts"]
-    parts, starts, n = [], [], 0
-    docs = iter_documents(str(spec))
-    if max_docs:
-        docs = (d for i, d in zip(range(max_docs), docs))
-    for t, s in tokenized_batches(docs, tok):
-        if max_tokens is not None and n + t.size > max_tokens:
-            room = max_tokens - n
-            t, s = t[:room], s[s < room]
-        parts.append(t)
-        starts.append(s + n)
-        n += t.size
-        if max_tokens is not None and n >= max_tokens:
-            break
-    tokens, doc_starts = np.concatenate(parts), np.concatenate(starts).astype(np.uint64)
-    np.savez(cache, tokens=tokens, starts=doc_starts)
-    return tokens, doc_starts
 
 
 def timed(fn):

@@ -11,18 +11,16 @@ writes benchmarks/out/scaling.json.
 import argparse
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from olifant_mlx.drafters import OlifantDrafter
+from olifant_mlx.draftmodel.igtree import IGTree
+from olifant_mlx.draftmodel.train import train
+from olifant_mlx.measure.bench import ReferenceRunner, aggregate, continuations_of, read_prompts, sweep
+from olifant_mlx.verifier import load_tokenizer
 
-from olifant_mlx.drafters import OlifantDrafter  # noqa: E402
-from olifant_mlx.draftmodel.igtree import IGTree  # noqa: E402
-from olifant_mlx.draftmodel.train import train  # noqa: E402
-from olifant_mlx.measure.bench import ReferenceRunner, aggregate, continuations_of, read_prompts, sweep  # noqa: E402
-from olifant_mlx.verifier import load_tokenizer  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 SHARED = Path(os.environ.get("OLIFANT_SHARED", ROOT.parent / "shared"))
 C = SHARED / "corpora"

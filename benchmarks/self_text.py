@@ -35,7 +35,6 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "corpora"
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
 def split_prompts(path, every):
@@ -169,7 +168,7 @@ def evaluate(args, tok, out: Path) -> dict:
     from olifant_mlx.drafters import build_drafter
     from olifant_mlx.measure.bench import ModelRunner, ReferenceRunner, aggregate, continuations_of, sweep
     from olifant_mlx.verifier import load_verifier
-    from retrieval_peers import tokens_of
+    from olifant_mlx.measure.corpora import tokens_of
 
     _, held = split_prompts(args.prompts, args.every)
     held = held[:args.n_held_out]

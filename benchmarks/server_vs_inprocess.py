@@ -43,7 +43,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 ARMS = ("inproc", "server", "json", "control")
 SERVER_ARMS = ("server", "json")

@@ -35,10 +35,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import olifant_mlx.mlx_setup  # noqa: F401  (OpenBLAS before MLX)
 
-import olifant_mlx.mlx_setup  # noqa: E402,F401  (OpenBLAS before MLX)
+ROOT = Path(__file__).resolve().parent.parent
 
 PROMPT = ("THE SOFTWARE IS PROVIDED \"AS IS\", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED, "
           "INCLUDING BUT NOT LIMITED TO")

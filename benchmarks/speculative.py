@@ -18,14 +18,13 @@ import os
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from olifant_mlx.drafters import LookupDrafter, NgramDrafter, OlifantDrafter
+from olifant_mlx.draftmodel.igtree import IGTree
+from olifant_mlx.draftmodel.train import train
+from olifant_mlx.measure.bench import ModelRunner, _fmt, aggregate, sweep, write_tables
+from olifant_mlx.verifier import load_verifier
 
-from olifant_mlx.drafters import LookupDrafter, NgramDrafter, OlifantDrafter  # noqa: E402
-from olifant_mlx.draftmodel.igtree import IGTree  # noqa: E402
-from olifant_mlx.draftmodel.train import train  # noqa: E402
-from olifant_mlx.measure.bench import ModelRunner, _fmt, aggregate, sweep, write_tables  # noqa: E402
-from olifant_mlx.verifier import load_verifier  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 SHARED = Path(os.environ.get("OLIFANT_SHARED", ROOT.parent / "shared"))
 OUT = ROOT / "benchmarks" / "out"

@@ -9,18 +9,16 @@ Reports instances, nodes, build time, file size and the process's peak RSS (the 
 """
 import argparse
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from olifant_mlx.draftmodel.corpus import iter_documents, tokenized_batches
+from olifant_mlx.draftmodel.igtree import Builder
+from olifant_mlx.verifier import load_tokenizer
+from olifant_mlx.draftmodel.train import peak_rss_mb
 
-from olifant_mlx.draftmodel.corpus import iter_documents, tokenized_batches  # noqa: E402
-from olifant_mlx.draftmodel.igtree import Builder  # noqa: E402
-from olifant_mlx.verifier import load_tokenizer  # noqa: E402
-from olifant_mlx.draftmodel.train import peak_rss_mb  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 SHARED = Path(os.environ.get("OLIFANT_SHARED", ROOT.parent / "shared"))
 

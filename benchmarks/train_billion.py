@@ -33,14 +33,11 @@ from pathlib import Path
 
 import numpy as np
 
+from olifant_mlx.draftmodel.corpus import iter_documents
+from olifant_mlx.files import write_atomic
+from olifant_mlx.measure.processes import load1, run_child
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from train_pipeline import child, load1  # noqa: E402
-
-from olifant_mlx.draftmodel.corpus import iter_documents  # noqa: E402
-from olifant_mlx.files import write_atomic  # noqa: E402
 
 SHARED = Path(os.environ.get("OLIFANT_SHARED", ROOT.parent / "shared"))
 WORD = re.compile(r"[^\S\n]*(\S+|\n)")       # words and line breaks; other whitespace is dropped
@@ -180,7 +177,7 @@ def train_size(corpus: Path, tokens: int, args) -> dict:
     if args.workers is not None:
         argv += ["--workers", str(args.workers)]
     before = load1()
-    stdout, usage = child(argv)
+    stdout, usage = run_child(argv)
     s = json.loads(stdout)
     size = out.stat().st_size
     if not args.keep:

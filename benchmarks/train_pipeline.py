@@ -23,10 +23,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from olifant_mlx.measure.processes import load1, run_child
 
-from child_process import run_measured  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 SHARED = Path(os.environ.get("OLIFANT_SHARED", ROOT.parent / "shared"))
 DEFAULT_CORPUS = SHARED / "corpora/legal/eurlexsum.train.txt.xz"
@@ -92,25 +91,6 @@ print(json.dumps(out))
 """
 
 
-def load1() -> float:
-    return round(os.getloadavg()[0], 2)
-
-
-def child(argv, tree=None) -> tuple:
-    """Run argv in a fresh process (importing olifant_mlx from `tree` if given): stdout and its
-    wall, CPU and peak RSS (its own, child_process.run_measured)."""
-    env = dict(os.environ)
-    cwd = None
-    if tree:
-        env["PYTHONPATH"] = str(tree)
-        cwd = tempfile.gettempdir()        # not the checkout: -m would import it first
-    m = run_measured(argv, env=env, cwd=cwd)
-    if m["code"]:
-        raise RuntimeError(f"{argv[:4]} failed: {m['stderr'].decode()[-2000:]}")
-    return m["stdout"].decode(), {"wall_s": round(m["wall_s"], 2), "cpu_s": round(m["cpu_s"], 2),
-                                  "peak_rss_mb": round(m["peak_rss_mb"])}
-
-
 def train_run(corpus, tokenizer, workers=None, tree=None) -> dict:
     with tempfile.TemporaryDirectory() as d:
         argv = [sys.executable, "-m", "olifant_mlx", "train", "--corpus", str(corpus), "--tokenizer",
@@ -118,7 +98,7 @@ def train_run(corpus, tokenizer, workers=None, tree=None) -> dict:
         if workers is not None:
             argv += ["--workers", str(workers)]
         before = load1()
-        out, usage = child(argv, tree)
+        out, usage = run_child(argv, tree)
     s = json.loads(out)
     tokens = s.get("tokens", s["instances"])
     keep = ("read_tokenize_s", "read_s", "tokenize_s", "feed_s", "build_s", "load_s")
@@ -149,13 +129,13 @@ def main():
             print(json.dumps(result["runs"][-1]), flush=True)
     if not args.no_phases:
         for tree in ([args.baseline] if args.baseline else []) + [None]:
-            out, usage = child([sys.executable, "-c", PHASES, args.corpus, args.tokenizer], tree)
+            out, usage = run_child([sys.executable, "-c", PHASES, args.corpus, args.tokenizer], tree)
             result["phases"].append({"tree": tree or "this checkout", **json.loads(out), **usage,
                                      "load1_after": load1()})
             print(json.dumps(result["phases"][-1]), flush=True)
     if args.tokenise_only:
         w = max(args.workers)
-        out, usage = child([sys.executable, "-c", TOKENISE, args.corpus, args.tokenizer, str(w)])
+        out, usage = run_child([sys.executable, "-c", TOKENISE, args.corpus, args.tokenizer, str(w)])
         result["tokenise_only"] = {**json.loads(out), "load1_after": load1()}
         print(json.dumps(result["tokenise_only"]), flush=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

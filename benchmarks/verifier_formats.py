@@ -19,12 +19,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 PROMPT = "Write a Python function that returns the sum of two numbers."
 CHILD = """
 import json, sys, time
-sys.path.insert(0, sys.argv[3])
 from olifant_mlx.mlx_setup import mx
 import mlx.nn as nn, mlx_lm
 from olifant_mlx.engine import generate
@@ -37,7 +35,7 @@ if fmt == "q4":
 mx.eval(model.parameters())
 ids = tok.encode(PROMPT)
 t = time.perf_counter()
-out, _ = generate(model, ids, max_tokens=int(sys.argv[4]))
+out, _ = generate(model, ids, max_tokens=int(sys.argv[3]))
 dt = time.perf_counter() - t
 print(json.dumps({"tokens": len(out), "seconds": dt, "ids": out}))
 """.replace("PROMPT", repr(PROMPT))
@@ -58,7 +56,7 @@ def main():
         load = os.getloadavg()[0]
         t = time.perf_counter()
         try:
-            r = subprocess.run([sys.executable, "-c", CHILD, folder, fmt, str(ROOT), str(args.tokens)],
+            r = subprocess.run([sys.executable, "-c", CHILD, folder, fmt, str(args.tokens)],
                                capture_output=True, text=True, timeout=args.limit)
             res = json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else {"error": r.stderr[-300:]}
         except subprocess.TimeoutExpired:

@@ -18,14 +18,13 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from olifant_mlx.engine import generate
+from olifant_mlx.engine.cache import make_cache, prefill
+from olifant_mlx.mlx_setup import mx
+from olifant_mlx.verifier.aliases import alias_gguf
+from olifant_mlx.verifier.gguf_import import convert_gguf
 
-from olifant_mlx.engine import generate  # noqa: E402
-from olifant_mlx.engine.cache import make_cache, prefill  # noqa: E402
-from olifant_mlx.mlx_setup import mx  # noqa: E402
-from olifant_mlx.verifier.aliases import alias_gguf  # noqa: E402
-from olifant_mlx.verifier.gguf_import import convert_gguf  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 TEXT = ("THE SOFTWARE IS PROVIDED \"AS IS\", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED, "
         "INCLUDING BUT NOT LIMITED TO THE WARRANTIES OF MERCHANTABILITY, FITNESS FOR A PARTICULAR "

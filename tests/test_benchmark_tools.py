@@ -1,12 +1,38 @@
-"""The measuring tools under benchmarks/ that published numbers depend on."""
+"""The scripts under benchmarks/ and the measuring tools that published numbers depend on."""
+import json
+import re
+import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+from olifant_mlx.measure.processes import run_measured
 
-from child_process import run_measured  # noqa: E402
-
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 GROW = "import sys; x = bytearray({mb} << 20); x[::4096] = b'y' * len(x[::4096]); print('ok'); sys.exit(3)"
+
+# Each script's --help, run in one interpreter (an mlx import costs seconds), without the
+# script's folder on sys.path: a script that imports a sibling fails here.
+HELP_ALL = """
+import contextlib, io, json, runpy, sys
+failed = {}
+for path in sys.argv[1:]:
+    sys.argv = [path, "--help"]
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            runpy.run_path(path, run_name="__main__")
+        failed[path] = "ran without exiting"
+    except SystemExit as e:
+        if e.code not in (0, None) or "usage:" not in out.getvalue():
+            failed[path] = f"exit {e.code}: {out.getvalue()[-300:]}"
+    except Exception as e:
+        failed[path] = f"{type(e).__name__}: {e}"
+print(json.dumps(failed))
+"""
+
+
+def scripts():
+    return sorted(BENCHMARKS.glob("*.py"))
 
 
 def test_a_childs_peak_rss_is_its_own_not_its_parents():
@@ -19,3 +45,35 @@ def test_a_childs_peak_rss_is_its_own_not_its_parents():
     assert 60 <= m["peak_rss_mb"] < 200, m["peak_rss_mb"]
     assert m["cpu_s"] > 0
     del held
+
+
+def test_no_benchmark_edits_sys_path():
+    """Benchmarks import the installed package (`pip install -e .`) and share code through it."""
+    edits = [f"{p.name}:{n}" for p in scripts()
+             for n, line in enumerate(p.read_text().splitlines(), 1) if re.search(r"\bsys\.path\b", line)]
+    assert len(scripts()) >= 20
+    assert not edits, edits
+
+
+def test_every_benchmark_answers_help(tmp_path):
+    """From a folder outside the checkout, so that they import the installed package."""
+    r = subprocess.run([sys.executable, "-c", HELP_ALL, *map(str, scripts())], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == {}
+
+
+def test_tokens_of_caps_the_corpus_and_caches_it_privately(tmp_path):
+    from olifant_mlx.measure.corpora import tokens_of
+    from olifant_mlx.verifier import load_tokenizer
+
+    tok = load_tokenizer("smollm2-135m")
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("one two three four five\n\nsix seven eight\n\nnine ten\n")
+    cache = tmp_path / "c.npz"
+    tokens, starts = tokens_of(corpus, tok, cache, max_tokens=6)
+    assert tokens.size == 6 and starts[0] == 0 and all(s < 6 for s in starts)
+    assert cache.stat().st_mode & 0o777 == 0o600
+    corpus.write_text("changed\n")                # read from the cache, not the corpus
+    again, again_starts = tokens_of(corpus, tok, cache, max_tokens=6)
+    assert again.tolist() == tokens.tolist() and again_starts.tolist() == starts.tolist()

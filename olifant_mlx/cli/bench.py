@@ -46,6 +46,17 @@ def _check_corpus(task, corpus):
 
 
 def cmd_bench(args) -> int:
+    if args.list_experiments:
+        from olifant_mlx.measure.experiments import listing
+
+        print(listing())
+        return 0
+    if args.experiment:
+        from olifant_mlx.measure.experiments import configure
+
+        experiment = configure(args.experiment, args, args.bench_defaults)
+        if experiment.run:
+            return experiment.run(args)
     if args.report:
         from olifant_mlx.measure.report import write_report
 
@@ -315,6 +326,12 @@ def add_bench(b):
     add_sharding_args(b)
     b.add_argument("--report", metavar="FILE", help="measure nothing: write FILE (docs/results.md) from the "
                    "committed JSON of the runs named in results/index.json beside it")
+    b.add_argument("--experiment", metavar="NAME", help="a named configuration (bench --list-experiments): "
+                   "it sets the options this command line leaves at their defaults")
+    b.add_argument("--list-experiments", action="store_true", help="list the experiments and the flags they set")
+    b.add_argument("--rounds", type=whole_number(1), help="with --experiment plain_vs_mlx_lm: rounds of "
+                   "alternating order (default 5)")
+    b.set_defaults(bench_defaults=vars(b.parse_args([])))     # what --experiment may set
     b.set_defaults(func=sharded_command(cmd_bench, handlers={"calibrate": _calibrate}))
 
 

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 LAUNCHER = """
@@ -45,3 +46,23 @@ def run_measured(cmd, env=None, cwd=None, stdout=subprocess.PIPE) -> dict:
         raise RuntimeError(f"the launcher of {list(cmd)[:4]} failed: {err.decode()[-2000:]}")
     code, cpu, rss = json.loads(measured)
     return {"code": code, "wall_s": wall, "cpu_s": cpu, "peak_rss_mb": rss, "stdout": out, "stderr": err}
+
+
+def load1() -> float:
+    """The 1-minute load average, to print beside a timing."""
+    return round(os.getloadavg()[0], 2)
+
+
+def run_child(argv, tree=None) -> tuple:
+    """Run argv in a fresh process (importing olifant_mlx from the checkout `tree` if given, to
+    compare against another version): its stdout and its own wall, CPU and peak RSS."""
+    env = dict(os.environ)
+    cwd = None
+    if tree:
+        env["PYTHONPATH"] = str(tree)
+        cwd = tempfile.gettempdir()        # not the checkout: -m would import it first
+    m = run_measured(argv, env=env, cwd=cwd)
+    if m["code"]:
+        raise RuntimeError(f"{argv[:4]} failed: {m['stderr'].decode()[-2000:]}")
+    return m["stdout"].decode(), {"wall_s": round(m["wall_s"], 2), "cpu_s": round(m["cpu_s"], 2),
+                                  "peak_rss_mb": round(m["peak_rss_mb"])}
