@@ -267,3 +267,54 @@ def test_session_without_a_library(legal):
     session, prompt = reference_session(legal, legal["fresh"][8][:20], sources="nothere")
     with pytest.raises(OptionsError, match="no library 'nothere'"):
         session.generate(prompt)
+
+
+# ---- the real verifier (slow): SmolLM2's generations, and the command line --------------------
+
+@pytest.mark.slow
+def test_smollm2_generations_with_the_library_drafter_exact(legal, smol):
+    from olifant_mlx.engine import GenerationOptions, Session
+
+    li, brute = legal["li"], Brute(legal["li"])
+    session = Session(smol, "library:legal", GenerationOptions(max_tokens=48))
+    assert session.sources_library() == "legal"
+    copied = 0
+    for k in (3, 10, 17, 24, 31):           # a document's opening: the drafter copies from it
+        row = li.indexed[k]
+        prompt = [int(t) for t in li.stream[row["start"]:row["start"] + 40]]
+        result = session.generate(prompt)
+        out = [int(t) for t in result.tokens]
+        check_exact(legal, brute, out, result.sources)
+        copied += sum(s.tokens for s in result.sources)
+    assert copied > 0
+
+
+@pytest.mark.slow
+def test_generate_json_stream_shows_sources_and_warns(legal, smol, tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from olifant_mlx.engine import GenerationOptions, Session
+
+    prompt = "Article 1\nThis Regulation lays down rules concerning"
+    own = Session(smol, "none", GenerationOptions(max_tokens=40)).generate(prompt)
+    folder = tmp_path / "echo"
+    folder.mkdir()
+    (folder / "echo.txt").write_text(prompt + own.text + "\n")       # the text it is about to write
+    library.build("echo", folder, legal["tok"])
+    r = subprocess.run([sys.executable, "-m", "olifant_mlx", "generate", "--model", "smollm2-135m",
+                        "--draft", "none", "--ignore-chat-template", "-p", prompt, "-m", "40",
+                        "--sources", "echo", "--max-verbatim", "20", "--json-stream"],
+                       capture_output=True, text=True, env=dict(os.environ), timeout=600)
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    events = [x for x in lines if x.get("type") == "source"]
+    final = lines[-1]
+    assert final["tokens"] == own.tokens and events and final["sources"] == [
+        {k: v for k, v in e.items() if k != "type"} for e in events]
+    assert all(p["path"] == "echo.txt" for e in events for p in e["places"])
+    assert max(e["tokens"] for e in events) > 20
+    assert "copies" in r.stderr and "from echo.txt" in r.stderr
+    assert own.text.strip()[:30] not in r.stderr            # the guard names the place, not the text

@@ -136,6 +136,10 @@ def report(session, prompt, text, tokens, last, args) -> None:
         sys.stderr.write("note: " + empty_answer_hint(session, prompt) + "\n")
     if not getattr(args, "quiet", False):
         sys.stderr.write("\n".join(summary_lines(stats, session, last.energy, args.stats)) + "\n")
+        if last.sources:        # where, not what: the spans' text stays in --json
+            docs = sorted({p.path for s in last.sources for p in s.places[:1]})
+            sys.stderr.write(f"sources: {len(last.sources)} verbatim span(s), the longest "
+                             f"{max(s.tokens for s in last.sources)} tokens, from {', '.join(docs)}\n")
 
 
 def cmd_generate(args) -> int:
