@@ -101,10 +101,10 @@ def spliced(legal, rng, lengths):
     return out + fresh[at:at + 10]
 
 
-def check_exact(legal, brute, out, sources):
+def check_exact(legal, brute, out, sources, n=N):
     li = legal["li"]
     ms = [brute.match(out, i) for i in range(len(out))]
-    want = [(i, i + m) for i, (m, _) in enumerate(ms) if m >= N and (i == 0 or m >= ms[i - 1][0])]
+    want = [(i, i + m) for i, (m, _) in enumerate(ms) if m >= n and (i == 0 or m >= ms[i - 1][0])]
     assert [(s.start, s.end) for s in sources] == want
     for s in sources:
         assert s.tokens == s.end - s.start and s.count == len(ms[s.start][1]) and s.places
@@ -113,8 +113,8 @@ def check_exact(legal, brute, out, sources):
             got = li.stream[row["start"] + p.offset:row["start"] + p.offset + s.tokens]
             assert got.tolist() == out[s.start:s.end] and p.path == row["path"]
             assert row["paragraphs"][p.paragraph - 1] <= p.offset
-    for i, (m, _) in enumerate(ms):   # no verbatim span >= N missed
-        if m >= N:
+    for i, (m, _) in enumerate(ms):   # no verbatim span >= n missed
+        if m >= n:
             assert any(s.start <= i and i + m <= s.end for s in sources), (i, m)
     return ms
 
@@ -276,7 +276,8 @@ def test_smollm2_generations_with_the_library_drafter_exact(legal, smol):
     from olifant_mlx.engine import GenerationOptions, Session
 
     li, brute = legal["li"], Brute(legal["li"])
-    session = Session(smol, "library:legal", GenerationOptions(max_tokens=48))
+    # spans of 4 or more: SmolLM2 rarely copies 12 tokens of an act, but often a legal phrase
+    session = Session(smol, "library:legal", GenerationOptions(max_tokens=48, min_source_tokens=4))
     assert session.sources_library() == "legal"
     copied = 0
     for k in (3, 10, 17, 24, 31):           # a document's opening: the drafter copies from it
@@ -284,7 +285,7 @@ def test_smollm2_generations_with_the_library_drafter_exact(legal, smol):
         prompt = [int(t) for t in li.stream[row["start"]:row["start"] + 40]]
         result = session.generate(prompt)
         out = [int(t) for t in result.tokens]
-        check_exact(legal, brute, out, result.sources)
+        check_exact(legal, brute, out, result.sources, n=4)
         copied += sum(s.tokens for s in result.sources)
     assert copied > 0
 
