@@ -182,7 +182,7 @@ class GenerationOptions:
                                       help="the verbatim guard: warn (or stop) when the output copies more "
                                            "than N consecutive tokens from one library document")
     verbatim_action: str = option("warn", what="the verbatim action", kind="choice", choices=VERBATIM_ACTIONS,
-                                  flags=("--verbatim-action",), ranks=False,
+                                  flags=("--verbatim-action",), metavar="warn|stop", ranks=False,
                                   help="what the guard does: warn (one line on stderr) or stop (the "
                                        "generation ends there, finish reason 'verbatim'; default warn)")
     matter: str | None = option(None, what="the matter", kind="text", optional=True, flags=("--matter",),
