@@ -238,6 +238,10 @@ def prepare(args):
         check_draft_model(spec.model_file, args.model)
     if getattr(args, "prompt_cache_file", None):
         check_prompt_file(args.prompt_cache_file, args.model, options)
+    if options.sources:
+        from olifant_mlx.library import load
+
+        load(options.sources)           # a LibraryError (a ValueError) names it before any weights load
     meter = open_meter(getattr(args, "energy", None))
     return options, spec, meter
 
