@@ -268,18 +268,43 @@ def _build_hybrid(spec, tokenizer, history):
 
 
 def resolve_auto(tokenizer, dirs=None) -> DrafterSpec:
-    """What `auto` means for a verifier's tokenizer: the biggest precedent library built for
-    it, else the adaptive hybrid over the draft model trained for it on the most instances
-    (./models, the cache), else the adaptive hybrid over the session's own text."""
-    from olifant_mlx.catalog import best_draft_model
+    """What `auto` means for a verifier's tokenizer: the adaptive hybrid over every corpus
+    source found for it — the IGTree trained on the most instances (./models, the cache, the
+    biggest precedent library's), the suffix indexes (the library's, one built beside that
+    IGTree: same name, .sfx) — and the session's own text; with none, the session's text alone."""
+    from olifant_mlx.catalog import best_draft_model, draft_model_dirs
     from olifant_mlx.library import best_library
 
-    lib = best_library(tokenizer) if tokenizer is not None else None
-    if lib is not None:
-        return library_spec(lib)
-    entry = best_draft_model(tokenizer, dirs) if tokenizer is not None else None
-    inner = DrafterSpec("hybrid", str(entry.path) if entry else "")
+    if tokenizer is None:
+        return DrafterSpec("adaptive", inner=DrafterSpec("hybrid"))
+    lib = best_library(tokenizer)
+    folders = list(dirs if dirs is not None else draft_model_dirs()) + ([lib.path] if lib else [])
+    entry = best_draft_model(tokenizer, folders)
+    indexes = [lib.index_path] if lib is not None else []
+    if entry is not None:
+        indexes.append(entry.path.with_suffix(".sfx"))
+    rests, seen = [], set()
+    for path in indexes:
+        if path.resolve() not in seen and _fits(path, tokenizer):
+            seen.add(path.resolve())
+            rests.append(DrafterSpec("rest", str(path)))
+    inner = DrafterSpec("hybrid", str(entry.path) if entry else "", sources=tuple(rests))
     return DrafterSpec("adaptive", inner=inner)
+
+
+def _fits(path, tokenizer) -> bool:
+    """A suffix index built for this tokenizer (a missing, foreign or damaged file is skipped:
+    auto uses what it finds)."""
+    from olifant_mlx.draftmodel.igtree import IGTreeError, TokenizerMismatch
+    from olifant_mlx.draftmodel.open import check_model_tokenizer
+    from olifant_mlx.draftmodel.suffix import SuffixError, SuffixIndex
+
+    try:
+        _check_model_file(str(path), INDEX_MAGIC)
+        obj = check_model_tokenizer(path, tokenizer.name, tokenizer.vocab_size, tokenizer.digest)
+    except (DrafterSpecError, TokenizerMismatch, IGTreeError, SuffixError, OSError, ValueError):
+        return False
+    return isinstance(obj, SuffixIndex)
 
 
 def _build_auto(spec, tokenizer, history):
@@ -341,8 +366,9 @@ def _build_adaptive(spec, tokenizer, history):
 
 
 for _kind in (
-    DrafterKind("auto", "", "the best available: adaptive hybrid over a draft model for the "
-                            "verifier's tokenizer, else over the session's own text", _build_auto),
+    DrafterKind("auto", "", "the best available: adaptive hybrid over every corpus source for the "
+                            "verifier's tokenizer (draft model, suffix indexes) and the session's "
+                            "own text, drafting only where it beats plain decoding", _build_auto),
     DrafterKind("none", "", "plain decoding: no drafts", _build_none),
     DrafterKind("olifant", "file", "the trained IGTree draft model (the paper's drafter)", _build_olifant),
     DrafterKind("ngram", "int", "the session's own token n-grams (default 4), with back-off",
