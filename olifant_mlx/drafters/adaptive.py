@@ -333,6 +333,7 @@ class AdaptiveDrafter(DrafterBase):
         self.signals = []
         self.led = False
         self.lengths = []                 # kept draft length per step, for inspection
+        self.consulted = False            # a stopped generation's last pass has no outcome
 
     def draft_scored(self, context, k):
         self.consulted = self.guard is None or self.guard.drafting()
