@@ -201,3 +201,18 @@ def test_auto_on_smollm2_equals_plain_where_drafting_pays_and_where_it_cannot(sm
     r = hostile.generate(prompt)
     assert r.tokens == plain.tokens
     assert hostile.drafter.guard.pauses >= 1 and hostile.drafter.lengths.count(0) >= 30
+
+
+def test_what_a_pass_would_have_cost_plain():
+    """KV: one 1-token pass per emitted token; uncached: one pass over the context (the pass's
+    tokens less its drafts) per token; what it spent: its pass under the cost, plus the drafter."""
+    from olifant_mlx.drafters.adaptive import plain_and_spent
+
+    cost = FixedCost(1.0, 0.5)
+    kw = dict(index=0, verifier_token=None, fast_path=False, draft_s=0.0, verify_s=0.0, step_s=0.0)
+    kv = Step(drafted=[1, 2, 3], accepted=3, emitted=[1, 2, 3], forward_tokens=3, **kw)
+    assert plain_and_spent(kv, cost, True, 0.25) == (3 * 1.5, 2.5 + 0.25)
+    uncached = Step(drafted=[1, 2], accepted=1, emitted=[1, 5], forward_tokens=12, **kw)
+    assert plain_and_spent(uncached, cost, False, 0.0) == (2 * 6.0, 7.0)
+    last = Step(drafted=[], accepted=0, emitted=[4], forward_tokens=0, **kw)     # no pass: cut at the end
+    assert plain_and_spent(last, cost, True, 0.0) == (1.5, 0.0)
