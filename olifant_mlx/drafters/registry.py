@@ -280,15 +280,12 @@ def resolve_auto(tokenizer, dirs=None) -> DrafterSpec:
     lib = best_library(tokenizer)
     folders = list(dirs if dirs is not None else draft_model_dirs()) + ([lib.path] if lib else [])
     entry = best_draft_model(tokenizer, folders)
-    indexes = [lib.index_path] if lib is not None else []
-    if entry is not None:
-        indexes.append(entry.path.with_suffix(".sfx"))
-    rests, seen = [], set()
-    for path in indexes:
-        if path.resolve() not in seen and _fits(path, tokenizer):
-            seen.add(path.resolve())
-            rests.append(DrafterSpec("rest", str(path)))
-    inner = DrafterSpec("hybrid", str(entry.path) if entry else "", sources=tuple(rests))
+    indexes = [lib.index_path] if lib is not None else []     # the library was built for it
+    beside = entry.path.with_suffix(".sfx") if entry is not None else None
+    if beside is not None and beside.resolve() not in {p.resolve() for p in indexes} and _fits(beside, tokenizer):
+        indexes.append(beside)
+    rests = tuple(DrafterSpec("rest", str(path)) for path in indexes)
+    inner = DrafterSpec("hybrid", str(entry.path) if entry else "", sources=rests)
     return DrafterSpec("adaptive", inner=inner)
 
 
