@@ -270,22 +270,24 @@ def _build_hybrid(spec, tokenizer, history):
 def resolve_auto(tokenizer, dirs=None) -> DrafterSpec:
     """What `auto` means for a verifier's tokenizer: the adaptive hybrid over every corpus
     source found for it — the IGTree trained on the most instances (./models, the cache, the
-    biggest precedent library's), the suffix indexes (the library's, one built beside that
-    IGTree: same name, .sfx) — and the session's own text; with none, the session's text alone."""
-    from olifant_mlx.catalog import best_draft_model, draft_model_dirs
+    biggest precedent library's), the suffix indexes (the library's, and any built beside an
+    IGTree for it: same name, .sfx; the biggest IGTree's first) — and the session's own text;
+    with none, the session's text alone."""
+    from olifant_mlx.catalog import draft_model_dirs, draft_models
     from olifant_mlx.library import best_library
 
     if tokenizer is None:
         return DrafterSpec("adaptive", inner=DrafterSpec("hybrid"))
     lib = best_library(tokenizer)
     folders = list(dirs if dirs is not None else draft_model_dirs()) + ([lib.path] if lib else [])
-    entry = best_draft_model(tokenizer, folders)
+    fitting = sorted((e for e in draft_models(folders) if e.fits(tokenizer)), key=lambda e: -e.instances)
     indexes = [lib.index_path] if lib is not None else []     # the library was built for it
-    beside = entry.path.with_suffix(".sfx") if entry is not None else None
-    if beside is not None and beside.resolve() not in {p.resolve() for p in indexes} and _fits(beside, tokenizer):
-        indexes.append(beside)
+    for e in fitting:
+        beside = e.path.with_suffix(".sfx")
+        if beside.resolve() not in {p.resolve() for p in indexes} and _fits(beside, tokenizer):
+            indexes.append(beside)
     rests = tuple(DrafterSpec("rest", str(path)) for path in indexes)
-    inner = DrafterSpec("hybrid", str(entry.path) if entry else "", sources=rests)
+    inner = DrafterSpec("hybrid", str(fitting[0].path) if fitting else "", sources=rests)
     return DrafterSpec("adaptive", inner=inner)
 
 
