@@ -7,7 +7,8 @@
 A single sweep cell near 1.0x cannot tell "slower than plain" from noise on a shared machine;
 this runs plain and the drafter on each dev prompt of the task, alternating which goes first,
 for several rounds, checks the outputs are identical, and reports plain seconds / drafter
-seconds per round.
+seconds per round. `auto` is resolved first (the spec it chose is in the result, with the load
+average and, for an adaptive drafter, how often its guard paused drafting).
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import json
 import os
 from pathlib import Path
 
-from olifant_mlx.drafters import build_drafter
+from olifant_mlx.drafters import build_drafter, parse_spec, resolve_auto
 from olifant_mlx.measure.bench import ModelRunner, alternating_rounds, read_prompts
 from olifant_mlx.verifier import load_verifier
 
@@ -39,7 +40,9 @@ def main():
     args = ap.parse_args()
     verifier = load_verifier(args.verifier)
     name = verifier.name
-    drafter = build_drafter(args.draft, verifier.identity)
+    spec = parse_spec(args.draft)
+    spec = resolve_auto(verifier.identity) if spec.kind == "auto" else spec    # what auto chose here
+    drafter = build_drafter(spec, verifier.identity)
     runner = ModelRunner(verifier)
     prompts = read_prompts(str(SHARED / "corpora" / args.task / "prompts.dev.jsonl"))[: args.prompts]
     runner.run("Warm-up text.", None, 0, True, 4)
@@ -52,7 +55,11 @@ def main():
     result = {"verifier": name, "task": args.task, "draft": args.draft, "k": args.k,
               "regime": "uncached" if args.no_kv_cache else "kv", "prompts": len(prompts),
               "max_tokens": args.max_tokens, "rounds": [round(x, 3) for x in ratios],
-              "mean": round(sum(ratios) / len(ratios), 3)}
+              "mean": round(sum(ratios) / len(ratios), 3), "spec": spec.text,
+              "load_average": os.getloadavg()[0]}
+    guard = getattr(drafter, "guard", None)
+    if guard is not None:       # the adaptive drafter's never-below-plain guard
+        result["guard"] = {"pauses": guard.pauses, "probes": guard.probes, "plain_passes": guard.off_passes}
     print(json.dumps(result))
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")

@@ -26,8 +26,18 @@ next, as the verifier and the kind of text outlive a prompt: a short generation 
 spends its first passes relearning that a source is weak, and since counts halve every
 `half_life` passes a new kind of text takes over within a few dozen. The draft is unchanged,
 only shortened: output stays exactly the verifier's.
+
+Never below plain (`PlainGuard`): choosing j above leaves out what consulting the drafter costs
+(its own time, every pass) and trusts the estimates. So the drafter also keeps the running
+gain of the passes it drafted: the plain time of the tokens they emitted (one 1-token pass each
+under the cost fit; uncached, one pass over the context) over what they cost (the fit's time of
+the passes they fed, plus the drafter's measured time). When that gain stays below 1 for
+`patience` passes, it stops consulting the drafter (a plain pass, as k = 0) and probes again
+after `wait` plain passes, doubling the wait (up to `max_wait`) each time a probe fails too.
 """
 from __future__ import annotations
+
+import time
 
 from olifant_mlx.drafters.base import Draft, DrafterBase, Signal
 
@@ -225,6 +235,71 @@ class CandidateLearner:
         self.acceptance.tick()
 
 
+class PlainGuard:
+    """Whether drafting is worth consulting the drafter at all (see the module docstring).
+    `observe(plain_s, spent_s)` per pass that drafted: the plain time of the tokens it emitted
+    and what it cost; the running gain is their recency-weighted sums' ratio (half-life
+    `half_life` passes). Below 1 for `patience` passes in a row: off for `wait` plain passes,
+    then a probe of `patience` passes on fresh sums; each time it goes off again the wait
+    doubles up to `max_wait`, and a probe whose gain ends at 1 or more resets it. The state
+    outlives a generation, like the estimates (the verifier and its costs do)."""
+
+    def __init__(self, patience: int = 4, wait: int = 8, max_wait: int = 256, half_life: float = 16.0):
+        if patience < 1 or wait < 1 or max_wait < wait:
+            raise ValueError(f"need patience >= 1 and 1 <= wait <= max_wait, got {patience}, {wait}, {max_wait}")
+        self.patience, self.first_wait, self.max_wait = patience, wait, max_wait
+        self.decay = 0.5 ** (1.0 / half_life)
+        self.wait = wait              # plain passes before the next probe, the next time it goes off
+        self.off_left = 0             # plain passes left before the next probe (0: drafting)
+        self.paused = False           # off, or about to probe
+        self.bad = 0                  # passes in a row with the running gain below 1
+        self.trial = 0                # passes left of a probe
+        self.plain_s = self.spent_s = 0.0
+        self.off_passes = self.probes = self.pauses = 0   # for inspection and the docs
+
+    @property
+    def gain(self) -> float | None:
+        """Plain time over drafting time of the recent drafting passes (None before any)."""
+        return self.plain_s / self.spent_s if self.spent_s > 0 else None
+
+    def drafting(self) -> bool:
+        """Whether this pass may consult the drafter; call once per pass."""
+        if self.off_left > 0:
+            self.off_left -= 1
+            self.off_passes += 1
+            return False
+        if self.paused:               # a probe starts: judged on its own passes
+            self.paused = False
+            self.plain_s = self.spent_s = 0.0
+            self.bad, self.trial = 0, self.patience
+            self.probes += 1
+        return True
+
+    def observe(self, plain_s: float, spent_s: float) -> None:
+        self.plain_s = self.plain_s * self.decay + plain_s
+        self.spent_s = self.spent_s * self.decay + spent_s
+        below = self.plain_s < self.spent_s
+        self.bad = self.bad + 1 if below else 0
+        if self.bad >= self.patience:
+            self.off_left, self.paused, self.bad, self.trial = self.wait, True, 0, 0
+            self.wait = min(2 * self.wait, self.max_wait)
+            self.pauses += 1
+            return
+        if self.trial:
+            self.trial -= 1
+            if self.trial == 0 and not below:
+                self.wait = self.first_wait        # the probe paid: a later pause is short again
+
+
+def plain_and_spent(step, cost, kv_cache: bool, overhead_s: float) -> tuple:
+    """(what plain decoding would have spent on the tokens the step emitted, what the step
+    spent): under the cost model, plus the drafter's time `overhead_s`. Plain emits one token
+    per pass: KV a 1-token pass, uncached a pass over the context (the step's without drafts)."""
+    fed = step.forward_tokens
+    plain = cost(1) if kv_cache else cost(max(fed - len(step.drafted), 1))
+    return len(step.emitted) * plain, (cost(fed) if fed > 0 else 0.0) + overhead_s
+
+
 class AdaptiveDrafter(DrafterBase):
     """Any drafter, with a per-step draft length chosen as above, at most the requested k.
     The engine reports each verifier pass through `observe(step, kv_cache)`; a step whose
@@ -235,7 +310,7 @@ class AdaptiveDrafter(DrafterBase):
     plans_led_passes = True       # j = 0 for a led pass is its own choice, per candidate
 
     def __init__(self, inner, prior: float = 0.5, half_life: float = 48.0,
-                 rel_slope: float = 0.1):
+                 rel_slope: float = 0.1, guard: PlainGuard | bool | None = None):
         self.inner = inner
         self.name = f"adaptive-{inner.name}"
         self.wants_bos = inner.wants_bos
@@ -246,6 +321,10 @@ class AdaptiveDrafter(DrafterBase):
         self.pass_times = PassTimes()
         self.kv_cache = True              # until the engine says otherwise
         self.led = False                  # the next pass is led by a correction
+        # never below plain: stop consulting the drafter where it does not pay (None: always)
+        self.guard = PlainGuard() if guard is None else guard or None
+        self.consulted = False            # this pass asked the inner drafter
+        self.learn_s = 0.0                # the last observe's own time: drafting's cost too
 
     def start(self, prompt):
         self.inner.start(prompt)
@@ -254,8 +333,14 @@ class AdaptiveDrafter(DrafterBase):
         self.signals = []
         self.led = False
         self.lengths = []                 # kept draft length per step, for inspection
+        self.consulted = False            # a stopped generation's last pass has no outcome
 
     def draft_scored(self, context, k):
+        self.consulted = self.guard is None or self.guard.drafting()
+        if not self.consulted:            # paused: a plain pass, without the drafter's time
+            self.learner.offered, self.signals = [], []
+            self.lengths.append(0)
+            return Draft([], [])
         # a drafter with several candidates (the hybrid) lets the estimates choose among them
         best, tokens, signals, j = -1.0, [], [], 0
         offered = self.inner.candidates(context, k)
@@ -274,11 +359,19 @@ class AdaptiveDrafter(DrafterBase):
         return Draft(tokens[:j], self.signals)
 
     def observe(self, step, kv_cache: bool):
+        t = time.perf_counter()
         self.kv_cache = kv_cache
         self.led = kv_cache and step.next_led
         self.pass_times.observe(self.cost, step)
+        # a led pass pays for the correction of the drafted pass before it
+        if self.guard is not None and (self.consulted or (step.led and not self.guard.paused)):
+            overhead = getattr(self.cost, "draft_s", None)      # a fixed cost may fix it too
+            overhead = step.draft_s + self.learn_s if overhead is None else overhead
+            self.guard.observe(*plain_and_spent(step, self.cost, kv_cache, overhead))
+        self.consulted = False
         self.learner.learn(step)
         self.inner.observe(step, kv_cache)
+        self.learn_s = time.perf_counter() - t
 
     def accept(self, tokens):
         self.inner.accept(tokens)

@@ -272,18 +272,42 @@ def _build_hybrid(spec, tokenizer, history):
 
 
 def resolve_auto(tokenizer, dirs=None) -> DrafterSpec:
-    """What `auto` means for a verifier's tokenizer: the biggest precedent library built for
-    it, else the adaptive hybrid over the draft model trained for it on the most instances
-    (./models, the cache), else the adaptive hybrid over the session's own text."""
-    from olifant_mlx.catalog import best_draft_model
+    """What `auto` means for a verifier's tokenizer: the adaptive hybrid over every corpus
+    source found for it — the IGTree trained on the most instances (./models, the cache, the
+    biggest precedent library's), the suffix indexes (the library's, and any built beside an
+    IGTree for it: same name, .sfx; the biggest IGTree's first) — and the session's own text;
+    with none, the session's text alone."""
+    from olifant_mlx.catalog import draft_model_dirs, draft_models
     from olifant_mlx.library import best_library
 
-    lib = best_library(tokenizer) if tokenizer is not None else None
-    if lib is not None:
-        return library_spec(lib)
-    entry = best_draft_model(tokenizer, dirs) if tokenizer is not None else None
-    inner = DrafterSpec("hybrid", str(entry.path) if entry else "")
+    if tokenizer is None:
+        return DrafterSpec("adaptive", inner=DrafterSpec("hybrid"))
+    lib = best_library(tokenizer)
+    folders = list(dirs if dirs is not None else draft_model_dirs()) + ([lib.path] if lib else [])
+    fitting = sorted((e for e in draft_models(folders) if e.fits(tokenizer)), key=lambda e: -e.instances)
+    indexes = [lib.index_path] if lib is not None else []     # the library was built for it
+    for e in fitting:
+        beside = e.path.with_suffix(".sfx")
+        if beside.resolve() not in {p.resolve() for p in indexes} and _fits(beside, tokenizer):
+            indexes.append(beside)
+    rests = tuple(DrafterSpec("rest", str(path)) for path in indexes)
+    inner = DrafterSpec("hybrid", str(fitting[0].path) if fitting else "", sources=rests)
     return DrafterSpec("adaptive", inner=inner)
+
+
+def _fits(path, tokenizer) -> bool:
+    """A suffix index built for this tokenizer (a missing, foreign or damaged file is skipped:
+    auto uses what it finds)."""
+    from olifant_mlx.draftmodel.igtree import IGTreeError, TokenizerMismatch
+    from olifant_mlx.draftmodel.open import check_model_tokenizer
+    from olifant_mlx.draftmodel.suffix import SuffixError, SuffixIndex
+
+    try:
+        _check_model_file(str(path), INDEX_MAGIC)
+        obj = check_model_tokenizer(path, tokenizer.name, tokenizer.vocab_size, tokenizer.digest)
+    except (DrafterSpecError, TokenizerMismatch, IGTreeError, SuffixError, OSError, ValueError):
+        return False
+    return isinstance(obj, SuffixIndex)
 
 
 def _build_auto(spec, tokenizer, history):
@@ -345,8 +369,9 @@ def _build_adaptive(spec, tokenizer, history):
 
 
 for _kind in (
-    DrafterKind("auto", "", "the best available: adaptive hybrid over a draft model for the "
-                            "verifier's tokenizer, else over the session's own text", _build_auto,
+    DrafterKind("auto", "", "the best available: adaptive hybrid over every corpus source for the "
+                            "verifier's tokenizer (draft model, suffix indexes) and the session's "
+                            "own text, drafting only where it beats plain decoding", _build_auto,
                 source=False, history=True, own_length=True),
     DrafterKind("none", "", "plain decoding: no drafts", _build_none, source=False, drafts=False,
                 aliases=("plain", "")),

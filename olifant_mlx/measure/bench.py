@@ -268,10 +268,12 @@ class ModelRunner:
 
 class FixedCost:
     """A verifier's pass time as a + b * tokens, fixed: what a cost-aware drafter plans with
-    when the passes it sees are not a real verifier's (reference-text mode)."""
+    when the passes it sees are not a real verifier's (reference-text mode). `draft_s`: the
+    drafter's time per pass the adaptive drafter's PlainGuard counts (None: the measured one;
+    a cost in units of a pass, not seconds, sets 0 so that plans do not depend on timing)."""
 
-    def __init__(self, a: float = 1.0, b: float = 0.075):
-        self.a, self.b = a, b
+    def __init__(self, a: float = 1.0, b: float = 0.075, draft_s: float | None = None):
+        self.a, self.b, self.draft_s = a, b, draft_s
 
     def observe(self, tokens, seconds):
         pass
@@ -285,7 +287,7 @@ class FixedCost:
 
 # SmolLM2-135M on this project's CPU: a KV pass of 9 new tokens costs 1.65 one-token passes
 # (docs/bench-reference/calibration.json), about 1 + 0.075 per extra token
-REFERENCE_COST = FixedCost(1.0, 0.075)
+REFERENCE_COST = FixedCost(1.0, 0.075, draft_s=0.0)   # a unit pass, not seconds
 
 
 def reference_options(cost) -> GenerationOptions:
