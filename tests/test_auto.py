@@ -9,7 +9,7 @@ from olifant_mlx.drafters import Draft, NoDrafter, Signal, build_drafter, resolv
 from olifant_mlx.drafters.adaptive import AdaptiveDrafter, PlainGuard
 from olifant_mlx.draftmodel.igtree import Builder
 from olifant_mlx.draftmodel.suffix import Corpus
-from olifant_mlx.engine import Step
+from olifant_mlx.engine import GenerationOptions, Step
 from olifant_mlx.measure.bench import FixedCost
 
 
@@ -169,7 +169,8 @@ def test_auto_on_a_drafting_hostile_transcript_is_within_2_percent_of_plain(tmp_
     prompt, tokens = hostile_transcript(192)
     cost = FixedCost(0.005, 0.0004)
     runner = TranscriptRunner(Ident(), {"p": {"prompt_ids": prompt, "tokens": tokens, "verifier": "v",
-                                              "verifier_id": "x"}}, cost)
+                                              "verifier_id": "x"}},
+                              GenerationOptions(pass_cost=cost))
     curve = {"kv": {64: {1: cost(1), 9: cost(9)}}}
 
     def row(drafter):
@@ -190,7 +191,7 @@ def test_auto_on_smollm2_equals_plain_where_drafting_pays_and_where_it_cannot(sm
     """The real verifier: auto (over whatever sources this machine has) emits plain's tokens
     with its own fitted cost (drafting), and under a cost where drafting cannot pay (the
     drafter's time a whole second a pass: it pauses after a few passes)."""
-    from olifant_mlx.engine import GenerationOptions, Session
+    from olifant_mlx.engine import Session
 
     prompt = "The licensee shall keep the licensed software and the licensed software shall"
     plain = Session(smol, "none", GenerationOptions(k=0, max_tokens=40, kv_cache=kv)).generate(prompt)
