@@ -12,6 +12,7 @@ class Chunk(Message):
     segments: list            # [(text, provenance)]
     stats: object             # a copy of the running Stats
     elapsed: float
+    sources: list = field(default_factory=list)   # newly found copied spans (tui/copied.py)
 
 
 @dataclass

@@ -23,7 +23,10 @@ from olifant_mlx.teardown import release_streams
 
 log = logging.getLogger("olifant_mlx.server")
 
-FINISH = {"eos": "stop", "stop": "stop", "max_tokens": "length", "stopped": "length"}
+# the verbatim guard's stop (--verbatim-action stop) is OpenAI's "content_filter": the output
+# was cut by a rule, not by its end or its length
+FINISH = {"eos": "stop", "stop": "stop", "max_tokens": "length", "stopped": "length",
+          "verbatim": "content_filter"}
 
 
 class QueueClosed(Exception):
@@ -49,8 +52,9 @@ class Delta:
 
 @dataclass(frozen=True)
 class Finished:
-    finish_reason: str          # OpenAI's: "stop" | "length"
+    finish_reason: str          # OpenAI's: "stop" | "length" | "content_filter"
     usage: dict
+    sources: list | None = None     # Source.as_dict() of each copied span; None: no library asked
 
 
 @dataclass(frozen=True)
@@ -283,6 +287,7 @@ class GenerationQueue:
                 if r.text:
                     job.emit(Delta(r.text))
                 last = r
+            sources = response_sources(last, opts)
         except Exception as e:
             # the type and where, never the message (it could quote the prompt)
             log.error("generation failed: %s", type(e).__name__)
@@ -293,12 +298,20 @@ class GenerationQueue:
         stop = job.reason if stats.stop_reason == "stopped" else stats.stop_reason
         self._record(job, stop, stats.tokens, stats.steps)
         job.emit(Finished(FINISH.get(stats.stop_reason, "stop"),
-                          usage(stats, last.energy, len(ids), name, stop, queue_s, info.meter_label)))
+                          usage(stats, last.energy, len(ids), name, stop, queue_s, info.meter_label), sources))
 
     def _record(self, job, stop_reason, tokens, passes):
         with self._cv:
             self.counts[stop_reason] += 1
             self.recent.append(Record(job.id, stop_reason, tokens, passes, job.cancelled_at_pass))
+
+
+def response_sources(last, opts) -> list | None:
+    """The copied spans of a generation, as JSON (Source.as_dict()), from the Session's tracker
+    (its last Response); None when no library was asked for (the field is then left out)."""
+    if getattr(opts, "sources", None) is None:
+        return None
+    return [s.as_dict() for s in (getattr(last, "sources", None) or ())]
 
 
 def prompt_cache(limits):

@@ -91,6 +91,13 @@ class Common(Strict):
     draft: str | None = None                 # a configured drafter's name, or "none"
     num_draft_tokens: int | None = None      # k: draft tokens per pass (the maximum, adaptive)
     timeout: FiniteFloat | None = None       # seconds: this request's deadline
+    # provenance (engine.options; docs/provenance.md): the library whose copied spans the answer
+    # lists in `sources`, and the verbatim guard
+    sources: str | None = None
+    min_source_tokens: int | None = None
+    max_verbatim: int | None = None
+    verbatim_action: str | None = None
+    matter: str | None = None
 
 
 class ChatRequest(Common):
@@ -301,8 +308,13 @@ def _plan(req, kind, prompt, max_tokens, max_param, info, defaults, limits, prom
         seed = secrets.randbits(62) if temperature > 0 else defaults.seed
     changes = dict(max_tokens=max_tokens or limits.default_max_tokens, temperature=temperature,
                    seed=seed, stop=tuple(stops))
+    if req.sources is not None:
+        _library(req.sources)
     for name, value in (("top_p", req.top_p), ("top_k", req.top_k), ("min_p", req.min_p),
-                        ("k", req.num_draft_tokens), ("repetition_penalty", req.repetition_penalty)):
+                        ("k", req.num_draft_tokens), ("repetition_penalty", req.repetition_penalty),
+                        ("sources", req.sources), ("min_source_tokens", req.min_source_tokens),
+                        ("max_verbatim", req.max_verbatim), ("verbatim_action", req.verbatim_action),
+                        ("matter", req.matter)):
         if value is not None:
             changes[name] = value
     try:
@@ -325,6 +337,20 @@ def _range(value, name, lo, hi, low_open=False, high_open=False):
         lo_b, hi_b = "(" if low_open else "[", ")" if high_open else "]"
         raise ApiError(400, f"{name} must be in {lo_b}{lo:g}, {hi:g}{hi_b}, got {value:g}", name,
                        "invalid_value")
+
+
+def _library(name: str) -> None:
+    """A library a request names for its sources: by name only, and one this server has."""
+    from olifant_mlx import library
+
+    try:
+        library.check_name(name)
+    except library.LibraryError:
+        raise ApiError(400, "sources: a library is named by its name (letters, digits, '.', '_', "
+                            "'-'), never by a path", "sources", "invalid_library") from None
+    if not (library.libraries_dir() / name / "library.json").is_file():
+        raise ApiError(400, f"sources: no library named {name[:64]!r} on this server", "sources",
+                       "library_not_found")
 
 
 def _drafter(name, info: ModelInfo) -> str:
@@ -360,13 +386,13 @@ class Responder:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.plan.model,
                 "system_fingerprint": self.fingerprint}
 
-    def whole(self, text: str, finish_reason: str, usage: dict) -> dict:
+    def whole(self, text: str, finish_reason: str, usage: dict, sources: list | None = None) -> dict:
         if self.plan.kind == "chat":
             choice = {"index": 0, "message": {"role": "assistant", "content": text},
                       "logprobs": None, "finish_reason": finish_reason}
         else:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
-        return {**self._head(self.object), "choices": [choice], "usage": usage}
+        return with_sources({**self._head(self.object), "choices": [choice], "usage": usage}, sources)
 
     def chunk(self, text: str | None, finish_reason: str | None = None, first: bool = False) -> dict:
         if self.plan.kind == "chat":
@@ -382,6 +408,13 @@ class Responder:
             out["usage"] = None
         return out
 
-    def usage_chunk(self, usage: dict) -> dict:
+    def usage_chunk(self, usage: dict, sources: list | None = None) -> dict:
         obj = "chat.completion.chunk" if self.plan.kind == "chat" else "text_completion"
-        return {**self._head(obj), "choices": [], "usage": usage}
+        return with_sources({**self._head(obj), "choices": [], "usage": usage}, sources)
+
+
+def with_sources(body: dict, sources: list | None) -> dict:
+    """The answer with our `sources` extension beside `usage` when a library was asked for."""
+    if sources is not None:
+        body["sources"] = sources
+    return body
