@@ -81,7 +81,8 @@ class Results:
         if conv is None:
             return
         running = [s for j in self.jobs.values() if j.conv is conv and j.kind == "document" for s in j.sources]
-        self.query_one(SourcesTab).show(conv.sources() + running, self._decode())
+        for pane in self.query(SourcesTab):       # none when the registry has no Sources pane
+            pane.show(conv.sources() + running, self._decode())
 
     def _decode(self):
         """The verifier's tokenizer's decode, for the passages (None until one is known)."""

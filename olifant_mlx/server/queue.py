@@ -280,14 +280,15 @@ class GenerationQueue:
         queue_s = time.monotonic() - job.created
         job.emit(Started(len(ids), queue_s))
         name, drafter = job.drafter, drafters[job.drafter]
-        last = None
+        last, found = None, []
         try:
             for r in session.stream(ids, opts, drafter, should_stop=job.should_stop, cache=self.prompt_cache):
                 job.passes += 1
                 if r.text:
                     job.emit(Delta(r.text))
+                found += getattr(r, "sources", None) or ()
                 last = r
-            sources = response_sources(last, opts)
+            sources = response_sources(found, opts)
         except Exception as e:
             # the type and where, never the message (it could quote the prompt)
             log.error("generation failed: %s", type(e).__name__)
@@ -306,12 +307,14 @@ class GenerationQueue:
             self.recent.append(Record(job.id, stop_reason, tokens, passes, job.cancelled_at_pass))
 
 
-def response_sources(last, opts) -> list | None:
-    """The copied spans of a generation, as JSON (Source.as_dict()), from the Session's tracker
-    (its last Response); None when no library was asked for (the field is then left out)."""
+def response_sources(found, opts) -> list | None:
+    """The copied spans of a generation, as JSON (Source.as_dict()), each once, in order, from
+    what the Session's tracker put on its Responses; None when no library was asked for (the
+    field is then left out)."""
     if getattr(opts, "sources", None) is None:
         return None
-    return [s.as_dict() for s in (getattr(last, "sources", None) or ())]
+    spans = {(s.start, s.end): s for s in found}
+    return [spans[k].as_dict() for k in sorted(spans)]
 
 
 def prompt_cache(limits):
