@@ -41,7 +41,7 @@ def precedents(tmp_path, monkeypatch):
     n = len(COPIED)      # the library's tokens are bytes (the output's, in the real case, the same)
     return {"start": 0, "end": n, "tokens": n, "text": COPIED,
             "places": [{"document": row["id"], "path": row["path"], "title": row["title"],
-                        "matter": None, "page": 1, "paragraph": 1, "token": offset}]}
+                        "matter": None, "page": 1, "paragraph": 1, "offset": offset}]}
 
 
 class SourcedSession(FakeSession):
@@ -148,7 +148,7 @@ def test_the_sources_tab_says_what_it_is_for_when_empty():
 SOURCE = {"start": 2, "end": 16, "tokens": 14, "text": "shall keep confidential all information",
           "library": "contracts", "chars": [4, 43],
           "places": [{"document": 3, "path": "nda/mutual.docx", "title": "Mutual NDA", "matter": "acme",
-                      "page": 2, "paragraph": 4, "token": 120}]}
+                      "page": 2, "paragraph": 4, "offset": 120}]}
 
 
 def chat_with_sources():

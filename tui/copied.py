@@ -12,6 +12,7 @@ from rich.text import Text
 
 COPIED_CSS = "{name} > .prov--copied {{ color: $text-accent; text-style: reverse; }}\n"
 LABEL = "copied from library"
+LEGEND = "copied"             # the legend's word for it (the legend is one line at 80 columns)
 
 
 def char_spans(sources, text: str, tokens, decode=None) -> list:

@@ -23,7 +23,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Static, TextArea
 
-from olifant_mlx.tui.copied import COPIED_CSS, LABEL, Copied
+from olifant_mlx.tui.copied import COPIED_CSS, LEGEND as COPIED, Copied
 
 KINDS = ("accepted", "correction", "bonus", "plain")
 LEGEND = {"accepted": "accepted draft", "correction": "correction", "bonus": "bonus",
@@ -86,7 +86,7 @@ class Legend(Copied, Provenance, Static):
             for kind in KINDS:
                 t.append(LEGEND[kind], style=self.prov_style(kind) or "")
                 t.append("  ")
-            t.append(LABEL, style=self.copied_style() or "")
+            t.append(COPIED, style=self.copied_style() or "")
             t.append(f"  F10: {MARK_NAMES[self.marks]}", style="dim")
         unline_spaces(t)
         self.update(t)

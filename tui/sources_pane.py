@@ -21,10 +21,8 @@ EMPTY = ("No copied spans yet. With a library for provenance (Settings: sources,
 
 
 def token_offset(place: dict) -> int | None:
-    for key in ("token", "offset", "token_offset"):
-        if isinstance(place.get(key), int):
-            return place[key]
-    return None
+    """Where the span starts in its document, in tokens (Place.offset)."""
+    return place["offset"] if isinstance(place.get("offset"), int) else None
 
 
 class Passages:
