@@ -9,7 +9,8 @@ import json
 import numpy as np
 import pytest
 from textual.widgets import DataTable, TabbedContent
-from tui_fakes import FAKE_IDENTITY, ByteTokenizer, FakeSession, FakeVerifier, Identity, settle, static_text
+from tui_fakes import (FAKE_IDENTITY, ByteTokenizer, FakeSession, FakeVerifier, Identity, settle, static_text,
+                       wait_for)
 
 from olifant_mlx import library
 from olifant_mlx.tui.app import OlifantApp
@@ -78,6 +79,7 @@ def test_a_copied_span_is_marked_listed_and_its_passage_shown(precedents):
         async with app.run_test(size=(120, 36)) as pilot:
             app.chat_tab.composer.text = "give the warranties"
             await pilot.press("ctrl+g")
+            await wait_for(pilot, lambda: app.current["chat"].turns[-1].stats)   # the answer ended
             await settle(pilot, app)
             turn = app.current["chat"].turns[-1]
             assert turn.content.startswith(COPIED)
@@ -112,8 +114,10 @@ def test_the_document_keeps_its_copied_mark_through_edits(precedents):
         app = sourced_app(precedents, mode="document", prompt="Start.")
         async with app.run_test(size=(120, 36)) as pilot:
             await pilot.press("ctrl+g")
+            await wait_for(pilot, lambda: app.current["document"].runs)     # the continuation ended
             await settle(pilot, app)
             ed = app.doc_tab.editor
+            assert COPIED in ed.text, repr(ed.text)
             start = ed.text.index(COPIED)
             assert ed.copied == [(start, start + len(COPIED))]
             conv = app.current["document"]
