@@ -522,6 +522,9 @@ struct sfx_index {
     const uint32_t *sa;
     const uint32_t *bucket;     /* V + 1 entries: suffixes starting with id v are
                                    sa[bucket[v] .. bucket[v+1]) (bucket[V] = n_sa) */
+    uint32_t *doc_start;        /* n_docs text positions, ascending: where each document
+                                   starts (derived from the text at load; not in the file) */
+    uint64_t n_docs;
 };
 
 static sfx_status index_counts(const file_header *h, uint64_t *expected, uint32_t *n_sec,
@@ -548,8 +551,7 @@ static inline uint32_t text_at(const sfx_index *x, uint64_t i) {
     return x->t16 ? x->t16[i] : x->t32[i];
 }
 
-static sfx_status index_parse(void *obj, uint32_t flags, sfx_error *err) {
-    sfx_index *x = obj;
+static sfx_status index_check(sfx_index *x, uint32_t flags, sfx_error *err) {
     sfx_status st = parse_header(&x->im, MAGIC_INDEX, "suffix index", index_counts, flags, err);
     if (st) return st;
     const file_header *h = &x->im.h;
@@ -582,6 +584,26 @@ static sfx_status index_parse(void *obj, uint32_t flags, sfx_error *err) {
     for (uint32_t v = 0; v < x->V; v++)
         if (x->bucket[v + 1] < x->bucket[v])
             return fail(err, SFX_ERR_CORRUPT, "bucket index of id %u is out of order", v);
+    return SFX_OK;
+}
+
+/* The checks, then the document start table (allocated last: a failed check leaves nothing
+ * for open_object to free but the image). */
+static sfx_status index_parse(void *obj, uint32_t flags, sfx_error *err) {
+    sfx_index *x = obj;
+    sfx_status st = index_check(x, flags, err);
+    if (st) return st;
+    x->n_docs = x->im.h.count[2];
+    x->doc_start = malloc((size_t)x->n_docs * sizeof *x->doc_start);
+    if (!x->doc_start)
+        return fail(err, SFX_ERR_NOMEM, "cannot allocate %llu document starts",
+                    (unsigned long long)x->n_docs);
+    uint64_t d = 0, start = 0;
+    for (uint64_t i = 0; i < x->n_text; i++)
+        if (text_at(x, i) == x->V) {        /* counted and bounded by index_check */
+            x->doc_start[d++] = (uint32_t)start;
+            start = i + 1;
+        }
     return SFX_OK;
 }
 
@@ -672,6 +694,7 @@ sfx_status sfx_index_load(const char *path, uint32_t flags, sfx_index **out, sfx
 
 void sfx_index_free(sfx_index *x) {
     if (!x) return;
+    free(x->doc_start);
     image_release(&x->im);
     free(x);
 }
@@ -917,6 +940,134 @@ size_t sfx_index_draft(const sfx_index *x, const uint32_t *context, size_t n, si
         m++;
     }
     return got;
+}
+
+/* ---- matching statistics ------------------------------------------------------------ */
+
+/* How many of p[d..m) the suffix at text position pos matches from offset d on: returns
+ * d + that many, and in *c the order of the suffix against p (< 0, 0: p[0..m) is a prefix of
+ * it, > 0). A suffix that ends sorts first. */
+static inline size_t lcp_from(const sfx_index *x, uint64_t pos, const uint32_t *p, size_t d,
+                              size_t m, int *c) {
+    size_t j = d;
+    for (; j < m; j++) {
+        uint64_t q = pos + j;
+        if (q >= x->n_text) {
+            *c = -1;
+            return j;
+        }
+        uint32_t t = text_at(x, q);
+        if (t != p[j]) {
+            *c = t < p[j] ? -1 : 1;
+            return j;
+        }
+    }
+    *c = 0;
+    return j;
+}
+
+/* First i in [a, b) whose suffix is >= p[0..m) (upper: > p, as a prefix), all of [a, b)
+ * sharing p[0..d). Manber & Myers' accelerant: the suffixes between two that share l and r
+ * ids with p share min(l, r), so each comparison starts there. */
+static uint64_t search(const sfx_index *x, const uint32_t *p, size_t d, size_t m, uint64_t a,
+                       uint64_t b, int upper) {
+    size_t l = d, r = d;
+    while (a < b) {
+        uint64_t mid = a + (b - a) / 2;
+        int c;
+        size_t k = lcp_from(x, x->sa[mid], p, l < r ? l : r, m, &c);
+        if (c < 0 || (upper && c == 0)) {
+            a = mid + 1;
+            l = k;
+        } else {
+            b = mid;
+            r = k;
+        }
+    }
+    return a;
+}
+
+sfx_status sfx_index_matching_stats(const sfx_index *x, const uint32_t *out, size_t n,
+                                    uint32_t max_length, sfx_stat *stats, sfx_error *err) {
+    clear_error(err);
+    if (!x) return fail(err, SFX_ERR_ARG, "NULL index");
+    if (n && (!out || !stats)) return fail(err, SFX_ERR_ARG, "NULL out or stats for %zu ids", n);
+    uint64_t lo = 0, hi = 0;
+    size_t L = 0;                   /* out[i..i+L) occurs, in suffixes [lo, hi) */
+    for (size_t i = 0; i < n; i++) {
+        /* ms[i] >= ms[i-1] - 1: out[i..i+L-1) occurs; find its interval afresh */
+        if (L > 1) {
+            L--;
+            uint32_t t = out[i];
+            uint64_t a = x->bucket[t], b = x->bucket[t + 1];
+            lo = search(x, out + i, 1, L, a, b, 0);
+            hi = search(x, out + i, 1, L, lo, b, 1);
+            if (lo >= hi) L = 0;    /* only in an index whose suffixes are out of order (a
+                                       file loaded without checksums): start afresh */
+        } else {
+            L = 0;
+        }
+        while (i + L < n && (max_length == 0 || L < max_length) && out[i + L] < x->V) {
+            uint32_t t = out[i + L];
+            uint64_t a, b;
+            if (L == 0) {
+                a = x->bucket[t];
+                b = x->bucket[t + 1];
+            } else {                /* [lo, hi) share out[i..i+L): sorted by the id at L */
+                a = bound(x, lo, hi, L, t, 0);
+                b = bound(x, a, hi, L, t, 1);
+            }
+            if (a >= b) break;
+            lo = a;
+            hi = b;
+            L++;
+        }
+        if (L == 0) lo = hi = 0;
+        stats[i].length = (uint32_t)L;
+        stats[i].reserved = 0;
+        stats[i].lo = lo;
+        stats[i].hi = hi;
+        stats[i].position = L ? x->sa[lo] : 0;
+    }
+    return SFX_OK;
+}
+
+static void place_of(const sfx_index *x, uint64_t pos, sfx_place *out) {
+    uint64_t a = 0, b = x->n_docs;  /* the last document starting at or before pos */
+    while (b - a > 1) {
+        uint64_t mid = a + (b - a) / 2;
+        if (x->doc_start[mid] <= pos) a = mid;
+        else b = mid;
+    }
+    out->position = pos;
+    out->document = a;
+    out->offset = pos - x->doc_start[a];
+}
+
+sfx_status sfx_index_places(const sfx_index *x, uint64_t lo, uint64_t hi, size_t max,
+                            sfx_place *places, size_t *n_places, sfx_error *err) {
+    clear_error(err);
+    if (n_places) *n_places = 0;
+    if (!x || !n_places) return fail(err, SFX_ERR_ARG, "NULL index or n_places");
+    if (lo > hi || hi > x->n_sa)
+        return fail(err, SFX_ERR_ARG, "interval [%llu, %llu) is not within the %llu suffixes",
+                    (unsigned long long)lo, (unsigned long long)hi, (unsigned long long)x->n_sa);
+    size_t k = hi - lo < max ? (size_t)(hi - lo) : max;
+    if (k && !places) return fail(err, SFX_ERR_ARG, "NULL places for %zu entries", k);
+    for (size_t j = 0; j < k; j++) place_of(x, x->sa[lo + j], &places[j]);
+    *n_places = k;
+    return SFX_OK;
+}
+
+sfx_status sfx_index_locate(const sfx_index *x, uint64_t position, sfx_place *place,
+                            sfx_error *err) {
+    clear_error(err);
+    if (!x || !place) return fail(err, SFX_ERR_ARG, "NULL index or place");
+    if (position >= x->n_text || text_at(x, position) == x->V)
+        return fail(err, SFX_ERR_ARG, "text position %llu is %s", (unsigned long long)position,
+                    position >= x->n_text ? "beyond the text" : "a separator");
+    place_of(x, position, place);
+    return SFX_OK;
 }
 
 /* ---- the static n-gram cache --------------------------------------------------------- */

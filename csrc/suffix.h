@@ -177,6 +177,47 @@ size_t sfx_index_draft(const sfx_index *x, const uint32_t *context, size_t n,
                        uint32_t min_count, double min_share,
                        uint32_t *tokens, sfx_answer *answers);
 
+/* ---- Matching statistics (provenance) ------------------------------------- */
+
+typedef struct {
+    uint32_t length;        /* the longest prefix of out[i..] that occurs in the corpus
+                               (0: out[i] occurs nowhere, or is >= vocab_size) */
+    uint32_t reserved;      /* 0 */
+    uint64_t lo, hi;        /* its suffix-array interval: the hi - lo occurrences are
+                               suffixes lo .. hi-1 (lo = hi = 0 when length is 0) */
+    uint64_t position;      /* one occurrence: the text position of suffix lo */
+} sfx_stat;
+
+/* The matching statistics of out (n ids) against the corpus, in one pass:
+ * stats[i] for every output position i. Matches never cross a document
+ * boundary (the separator) and never include an id >= vocab_size; at most
+ * max_length ids each (0 = no limit). Cost: n narrowings of an interval by
+ * one id plus n interval searches of the previous match less its first id
+ * (an accelerated binary search: about length + log(corpus) id reads each).
+ * SFX_ERR_ARG for a NULL index, or a NULL out or stats with n > 0. */
+sfx_status sfx_index_matching_stats(const sfx_index *x, const uint32_t *out, size_t n,
+                                    uint32_t max_length, sfx_stat *stats, sfx_error *err);
+
+typedef struct {
+    uint64_t position;      /* text position (each document followed by a separator) */
+    uint64_t document;      /* the document: its index among the non-empty documents,
+                               in the order they were added */
+    uint64_t offset;        /* the token offset in that document */
+} sfx_place;
+
+/* The places of suffixes lo .. hi-1 (an interval from sfx_index_matching_stats,
+ * or [lo, lo+1) for one suffix), in suffix-array order, at most max of them:
+ * writes min(hi - lo, max) entries and stores that number in *n_places.
+ * SFX_ERR_ARG unless lo <= hi <= the number of suffixes, or for NULL
+ * pointers where entries are due. */
+sfx_status sfx_index_places(const sfx_index *x, uint64_t lo, uint64_t hi, size_t max,
+                            sfx_place *places, size_t *n_places, sfx_error *err);
+
+/* The place of a text position (the document holding it and the offset in
+ * it). SFX_ERR_ARG unless position < n_text and not a separator. */
+sfx_status sfx_index_locate(const sfx_index *x, uint64_t position, sfx_place *place,
+                            sfx_error *err);
+
 /* ---- The static n-gram cache (llama.cpp's llama-lookup static tier) -------- */
 
 typedef struct sfx_ngram sfx_ngram;

@@ -139,6 +139,15 @@ static sfx_corpus *make_corpus(T *t, const docs_t *d) {
     return c;
 }
 
+/* The corpus of d (in *c) and its index (NULL, with a failed check, if the build fails). */
+static sfx_index *index_of_docs(T *t, const docs_t *d, sfx_corpus **c) {
+    *c = make_corpus(t, d);
+    sfx_index *x = NULL;
+    sfx_error err;
+    CHECK_STATUS(t, sfx_index_build(*c, &x, NULL, NULL, &err), SFX_OK, &err, "build");
+    return x;
+}
+
 /* ---- file helpers --------------------------------------------------------------- */
 
 #define HEADER_SIZE 512
@@ -218,6 +227,53 @@ static uint8_t *saved_image(T *t, int ngram, size_t *size) {
 
 /* ---- what every loaded structure guarantees ---------------------------------------- */
 
+/* What matching statistics guarantee on any index that loads: lengths within bounds, places
+ * inside the text. On one whose suffixes are in order (sfx_index_verify; a mutant loaded
+ * without checksums need not be) also: each length occurs (its count is the interval's
+ * width), one more id does not, and ms[i+1] >= ms[i] - 1. */
+static void check_stats(T *t, const sfx_index *x, const uint32_t *out, size_t n,
+                        uint32_t max_length) {
+    sfx_index_info info;
+    sfx_index_get_info(x, &info);
+    sfx_stat st[64];
+    sfx_error err;
+    if (n > 64) n = 64;
+    int ordered = sfx_index_verify(x, &err) == SFX_OK;
+    CHECK_STATUS(t, sfx_index_matching_stats(x, out, n, max_length, st, &err), SFX_OK, &err,
+                 "matching_stats");
+    for (size_t i = 0; i < n; i++) {
+        uint32_t L = st[i].length;
+        CHECK(t, i + L <= n && (max_length == 0 || L <= max_length), "length %u at %zu", L, i);
+        CHECK(t, st[i].lo <= st[i].hi && st[i].hi <= info.n_tokens, "interval");
+        if (i + L > n) continue;
+        if (ordered) {
+            CHECK(t, i == 0 || L + 1 >= st[i - 1].length, "ms[%zu] = %u after %u", i, L,
+                  st[i - 1].length);
+            CHECK(t, sfx_index_count(x, out + i, L) == (L ? st[i].hi - st[i].lo : info.n_tokens),
+                  "interval of %u ids at %zu", L, i);
+            int longer = i + L < n && (max_length == 0 || L < max_length);
+            CHECK(t, !longer || sfx_index_count(x, out + i, L + 1) == 0, "%u ids at %zu extend",
+                  L, i);
+        }
+        if (L == 0) {
+            CHECK(t, st[i].lo == 0 && st[i].hi == 0, "empty interval");
+            continue;
+        }
+        sfx_place pl[3];
+        size_t got = 0;
+        CHECK_STATUS(t, sfx_index_places(x, st[i].lo, st[i].hi, 3, pl, &got, &err), SFX_OK, &err,
+                     "places");
+        CHECK(t, got >= 1 && got <= 3 && pl[0].position == st[i].position, "places %zu", got);
+        CHECK(t, got < 1 || pl[0].document < info.n_documents, "document %llu",
+              (unsigned long long)pl[0].document);
+        sfx_place one;
+        sfx_status located = sfx_index_locate(x, st[i].position, &one, &err);
+        if (!ordered) continue;     /* a mutant's suffix may start at a separator: refused */
+        CHECK_STATUS(t, located, SFX_OK, &err, "locate");
+        CHECK(t, one.document == pl[0].document && one.offset == pl[0].offset, "locate agrees");
+    }
+}
+
 static void query_index(T *t, const sfx_index *x) {
     sfx_index_info info;
     sfx_index_get_info(x, &info);
@@ -244,6 +300,7 @@ static void query_index(T *t, const sfx_index *x) {
             CHECK(t, ans[i].total <= info.n_tokens && ans[i].match >= 1, "total/match");
         }
         CHECK(t, sfx_index_count(x, ctx, n) <= info.n_tokens, "count");
+        check_stats(t, x, ctx, n, max_match);
     }
 }
 
@@ -386,10 +443,9 @@ static void test_index_against_naive(T *t) {
             free_docs(&d);
             continue;
         }
-        sfx_corpus *c = make_corpus(t, &d);
-        sfx_index *x = NULL;
+        sfx_corpus *c = NULL;
+        sfx_index *x = index_of_docs(t, &d, &c);
         sfx_error err;
-        CHECK_STATUS(t, sfx_index_build(c, &x, NULL, NULL, &err), SFX_OK, &err, "build");
         if (!x) {
             sfx_corpus_free(c);
             free_docs(&d);
@@ -558,6 +614,115 @@ static void test_sampled_continuations(T *t) {
     sfx_index_free(x);
     sfx_corpus_free(c);
     free_docs(&d);
+}
+
+/* Matching statistics and places against brute force: lengths, counts and every place. */
+static void test_matching_stats_against_naive(T *t) {
+    for (int trial = 0; trial < 20; trial++) {
+        rng_state = 5000 + (uint64_t)trial;
+        docs_t d = make_docs(12, 1 + rnd_below(12), 60, 1 + rnd_below(12));
+        sfx_corpus *c = NULL;
+        sfx_index *x = d.n ? index_of_docs(t, &d, &c) : NULL;    /* no index of nothing */
+        sfx_error err;
+        /* the document start of each non-empty document, in order */
+        uint64_t text_start[64], doc_of[64], nd = 0, pos = 0;
+        for (size_t i = 0; i < d.docs; i++) {
+            size_t len = doc_end(&d, i) - d.starts[i];
+            if (!len) continue;
+            text_start[nd] = pos;
+            doc_of[nd++] = i;
+            pos += len + 1;
+        }
+        for (int q = 0; q < 30 && x; q++) {
+            uint32_t out[80];
+            size_t n = 0;
+            while (n < 70) {        /* corpus passages, fresh ids, unseen ids */
+                if (rnd_below(3) == 0) {
+                    size_t s = rnd_below((uint32_t)d.n), len = 1 + rnd_below(20);
+                    for (size_t j = 0; j < len && s + j < d.n && n < 70; j++) out[n++] = d.tokens[s + j];
+                } else {
+                    out[n++] = rnd_below(10) == 0 ? 12 + rnd_below(3) : rnd_below(12);
+                }
+            }
+            uint32_t max_length = rnd_below(4) ? 0 : 1 + rnd_below(8);
+            sfx_stat st[80];
+            CHECK_STATUS(t, sfx_index_matching_stats(x, out, n, max_length, st, &err), SFX_OK,
+                         &err, "stats");
+            for (size_t i = 0; i < n; i++) {
+                uint32_t L = 0;
+                while (i + L < n && (max_length == 0 || L < max_length) &&
+                       naive_count(&d, out + i, L + 1) > 0)
+                    L++;
+                CHECK(t, st[i].length == L, "ms[%zu] = %u, naive %u", i, st[i].length, L);
+                if (st[i].length != L || L == 0) continue;
+                uint64_t want = naive_count(&d, out + i, L);
+                CHECK(t, st[i].hi - st[i].lo == want, "count %llu, naive %llu",
+                      (unsigned long long)(st[i].hi - st[i].lo), (unsigned long long)want);
+                sfx_place pl[64];
+                size_t got = 0;
+                CHECK_STATUS(t, sfx_index_places(x, st[i].lo, st[i].hi, 64, pl, &got, &err),
+                             SFX_OK, &err, "places");
+                CHECK(t, got == (want < 64 ? want : 64), "%zu places of %llu", got,
+                      (unsigned long long)want);
+                for (size_t j = 0; j < got; j++) {
+                    uint64_t k = pl[j].document;
+                    CHECK(t, k < nd && pl[j].position == text_start[k] + pl[j].offset,
+                          "place %zu: document %llu", j, (unsigned long long)k);
+                    if (k >= nd) continue;
+                    uint64_t s = d.starts[doc_of[k]] + pl[j].offset;
+                    CHECK(t, s + L <= doc_end(&d, doc_of[k]) &&
+                                 memcmp(d.tokens + s, out + i, L * sizeof *out) == 0,
+                          "place %zu does not hold the match", j);
+                }
+            }
+        }
+        sfx_index_free(x);
+        sfx_corpus_free(c);
+        free_docs(&d);
+    }
+}
+
+static void test_matching_stats_errors(T *t) {
+    uint32_t toks[] = {1, 2, 3, 4, 1, 2};     /* the corpus of test_documents_never_cross */
+    uint64_t starts[] = {0, 2, 4};
+    docs_t d = {toks, starts, 6, 3, 8};
+    sfx_corpus *c = NULL;
+    sfx_index *x = index_of_docs(t, &d, &c);
+    sfx_error err;
+    sfx_stat st[4];
+    sfx_place pl[4];
+    size_t got = 99;
+    uint32_t out[] = {1, 2, 3, 4};
+    CHECK_STATUS(t, sfx_index_matching_stats(NULL, out, 4, 0, st, &err), SFX_ERR_ARG, &err,
+                 "NULL index");
+    CHECK_STATUS(t, sfx_index_matching_stats(x, NULL, 4, 0, st, &err), SFX_ERR_ARG, &err,
+                 "NULL out");
+    CHECK_STATUS(t, sfx_index_matching_stats(x, out, 4, 0, NULL, &err), SFX_ERR_ARG, &err,
+                 "NULL stats");
+    CHECK_STATUS(t, sfx_index_matching_stats(x, NULL, 0, 0, NULL, &err), SFX_OK, &err, "n = 0");
+    /* 1 2 | 3 4 | 1 2: "2 3" crosses a document boundary */
+    CHECK_STATUS(t, sfx_index_matching_stats(x, out, 4, 0, st, &err), SFX_OK, &err, "stats");
+    CHECK(t, st[0].length == 2 && st[1].length == 1 && st[2].length == 2 && st[3].length == 1,
+          "lengths %u %u %u %u", st[0].length, st[1].length, st[2].length, st[3].length);
+    CHECK(t, st[0].hi - st[0].lo == 2, "1 2 twice");
+    CHECK_STATUS(t, sfx_index_places(x, st[2].lo, st[2].hi, 4, pl, &got, &err), SFX_OK, &err, "p");
+    CHECK(t, got == 1 && pl[0].document == 1 && pl[0].offset == 0 && pl[0].position == 3,
+          "3 4 is document 1 at 0");
+    CHECK_STATUS(t, sfx_index_places(x, 0, 0, 4, NULL, &got, &err), SFX_OK, &err, "empty");
+    CHECK(t, got == 0, "no places");
+    CHECK_STATUS(t, sfx_index_places(x, 2, 1, 4, pl, &got, &err), SFX_ERR_ARG, &err, "lo > hi");
+    CHECK_STATUS(t, sfx_index_places(x, 0, 7, 4, pl, &got, &err), SFX_ERR_ARG, &err, "hi > n");
+    CHECK_STATUS(t, sfx_index_places(x, 0, 2, 4, NULL, &got, &err), SFX_ERR_ARG, &err, "NULL");
+    CHECK_STATUS(t, sfx_index_places(x, 0, 2, 4, pl, NULL, &err), SFX_ERR_ARG, &err, "NULL n");
+    CHECK_STATUS(t, sfx_index_places(x, 0, 6, 2, pl, &got, &err), SFX_OK, &err, "bounded");
+    CHECK(t, got == 2, "at most max");
+    sfx_place one;
+    CHECK_STATUS(t, sfx_index_locate(x, 2, &one, &err), SFX_ERR_ARG, &err, "a separator");
+    CHECK_STATUS(t, sfx_index_locate(x, 9, &one, &err), SFX_ERR_ARG, &err, "beyond the text");
+    CHECK_STATUS(t, sfx_index_locate(x, 7, &one, &err), SFX_OK, &err, "last document");
+    CHECK(t, one.document == 2 && one.offset == 1, "position 7 is document 2 at 1");
+    sfx_index_free(x);
+    sfx_corpus_free(c);
 }
 
 static void test_documents_never_cross(T *t) {
@@ -1070,6 +1235,8 @@ int main(int argc, char **argv) {
         {"draft_against_naive", test_draft_against_naive},
         {"sampled_continuations", test_sampled_continuations},
         {"documents_never_cross", test_documents_never_cross},
+        {"matching_stats_against_naive", test_matching_stats_against_naive},
+        {"matching_stats_errors", test_matching_stats_errors},
         {"ngram_against_naive", test_ngram_against_naive},
         {"ngram_thresholds", test_ngram_thresholds},
         {"wide_vocabulary", test_wide_vocabulary},

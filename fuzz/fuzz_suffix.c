@@ -5,7 +5,8 @@
  * Each input is a candidate file. It is loaded by both loaders, once with
  * checksums and once with SFX_LOAD_SKIP_CHECKSUM, so that mutated files reach
  * the structural validation instead of stopping at the checksum. A structure
- * that loads is queried (match, count, draft; lookup, next, draft) with
+ * that loads is queried (match, count, draft, matching statistics, places;
+ * lookup, next, draft) with
  * contexts taken from the input bytes and from its own drafts, and every
  * answer is checked against what the loader guarantees. Sanitizers catch
  * out-of-bounds reads; a broken guarantee traps.
@@ -93,6 +94,32 @@ static void query_index(const sfx_index *x, const uint8_t *data, size_t size) {
         /* the drafted text is in distribution: query what it ends with */
         m = sfx_index_match(x, ctx, n + got, 0, &count);
         REQUIRE(m <= n + got && count <= info.n_tokens);
+
+        /* matching statistics of context + draft, and the places they point at */
+        sfx_stat st[48 + 16];
+        sfx_error err;
+        uint32_t max_length = next_byte(&src) % 3 ? 0 : next_byte(&src) % 20;
+        REQUIRE(sfx_index_matching_stats(x, ctx, n + got, max_length, st, &err) == SFX_OK);
+        for (size_t i = 0; i < n + got; i++) {
+            REQUIRE(i + st[i].length <= n + got);
+            REQUIRE(max_length == 0 || st[i].length <= max_length);
+            REQUIRE(st[i].lo <= st[i].hi && st[i].hi <= info.n_tokens);
+            REQUIRE((st[i].length == 0) == (st[i].lo == st[i].hi));
+            REQUIRE(st[i].length == 0 || st[i].position < info.n_text);
+            sfx_place pl[4];
+            size_t np = 99;
+            REQUIRE(sfx_index_places(x, st[i].lo, st[i].hi, 4, pl, &np, &err) == SFX_OK);
+            REQUIRE(np <= 4 && np <= st[i].hi - st[i].lo);
+            for (size_t j = 0; j < np; j++)
+                REQUIRE(pl[j].document < info.n_documents && pl[j].position < info.n_text &&
+                        pl[j].offset <= pl[j].position);
+            sfx_place one;
+            if (st[i].length && sfx_index_locate(x, st[i].position, &one, &err) == SFX_OK)
+                REQUIRE(one.position == st[i].position && one.document < info.n_documents);
+        }
+        size_t np = 0;
+        REQUIRE(sfx_index_places(x, 1, 0, 4, NULL, &np, &err) == SFX_ERR_ARG && np == 0);
+        REQUIRE(sfx_index_places(x, 0, info.n_tokens + 1, 4, NULL, &np, &err) == SFX_ERR_ARG);
     }
 }
 

@@ -5,7 +5,7 @@ A library lives in cache_dir()/libraries/NAME/ and holds
 - `index.sfx`: their suffix index (REST);
 - `tokens.u32`: the corpus token stream (every document's ids, in path order);
 - `documents.json`: the document table — id, path (relative to the folder), title, content
-  hash, the document's token offset and count, its paragraphs' token offsets and pages;
+  hash, matter, the document's token offset and count, its paragraphs' token offsets and pages;
 - `library.json`: the name, folder, tokenizer, and the last build's counts and times.
 Everything but library.json is a function of the files' contents and the tokenizer, so an
 incremental rebuild equals a full one byte for byte. A rebuild re-extracts and re-tokenizes
@@ -32,6 +32,7 @@ FORMAT = 1
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 TEXT_SUFFIXES = (".txt", ".text")
 FILES = ("model.olif", "index.sfx", "tokens.u32", "documents.json", "library.json")
+MATTER_FILE = ".matter"     # its first line names the matter of every document at or below its folder
 
 
 class LibraryError(ValueError):
@@ -71,7 +72,11 @@ class Library:
         return t.get("vocab_size") == tokenizer.vocab_size and t.get("digest") == tokenizer.digest.hex()
 
     def table(self) -> list[dict]:
-        return json.loads((self.path / "documents.json").read_text(encoding="utf-8"))["documents"]
+        """The document table; a library built before matters were recorded reads matter None."""
+        rows = json.loads((self.path / "documents.json").read_text(encoding="utf-8"))["documents"]
+        for row in rows:
+            row.setdefault("matter", None)
+        return rows
 
     def as_dict(self) -> dict:
         return {"name": self.name, "path": str(self.path), **self.meta,
@@ -156,10 +161,13 @@ def build(name: str, folder, tokenizer, window: int = 4, on_file=None) -> dict:
     old, old_tokens = _previous(name, tokenizer)
     report = documents.Report()
     rows, parts, reread, start = [], [], 0, 0
+    matters: dict[Path, str | None] = {}
     for path, why in documents.walk(folder):
+        if path.name == MATTER_FILE:
+            continue                     # a side file naming a matter, not a document
         outcome, row, tokens = _document(path, str(path.relative_to(folder)), why, old, old_tokens, tokenizer)
         if row is not None:
-            row.update(id=len(rows), start=start)
+            row.update(id=len(rows), start=start, matter=matter_of(folder, path, matters))
             rows.append(row)
             parts.append(tokens)
             start += int(tokens.size)
@@ -179,6 +187,28 @@ def build(name: str, folder, tokenizer, window: int = 4, on_file=None) -> dict:
                    read_tokenize_s=round(read_s, 3), build_s=round(time.perf_counter() - t1, 3),
                    rebuild_s=round(time.perf_counter() - t0, 3))
     return summary
+
+
+def matter_of(folder: Path, path: Path, known: dict | None = None) -> str | None:
+    """A document's matter: the first line of the nearest `.matter` file in its folder or one
+    above it (up to the library's folder), else its top folder under the library's folder;
+    None for a document directly in it."""
+    known = {} if known is None else known
+    rel = path.relative_to(folder)
+    for depth in range(len(rel.parts) - 1, -1, -1):
+        d = folder.joinpath(*rel.parts[:depth])
+        if d not in known:
+            known[d] = None
+            side = d / MATTER_FILE
+            if side.is_file() and not side.is_symlink():
+                try:
+                    name = read_regular(side).decode("utf-8", "replace").strip().splitlines()
+                except (OSError, ValueError):
+                    name = []
+                known[d] = name[0].strip() if name and name[0].strip() else None
+        if known[d] is not None:
+            return known[d]
+    return rel.parts[0] if len(rel.parts) > 1 else None
 
 
 def _document(path: Path, rel: str, why, old: dict, old_tokens: np.ndarray, tokenizer):

@@ -37,6 +37,11 @@ LLAMA_STATIC_MIN_PERCENT = 50
 ANSWER_DTYPE = np.dtype([("token", "<u4"), ("match", "<u4"), ("count", "<u4"), ("total", "<u4")])
 NGRAM_ANSWER_DTYPE = np.dtype([("token", "<u4"), ("count", "<u4"), ("total", "<u4"),
                                ("n_next", "<u4")])
+STAT_DTYPE = np.dtype([("length", "<u4"), ("reserved", "<u4"), ("lo", "<u8"), ("hi", "<u8"),
+                       ("position", "<u8")])
+PLACE_DTYPE = np.dtype([("position", "<u8"), ("document", "<u8"), ("offset", "<u8")])
+assert ffi.sizeof("sfx_stat") == STAT_DTYPE.itemsize
+assert ffi.sizeof("sfx_place") == PLACE_DTYPE.itemsize
 assert ffi.sizeof("sfx_answer") == ANSWER_DTYPE.itemsize
 assert ffi.sizeof("sfx_ngram_answer") == NGRAM_ANSWER_DTYPE.itemsize
 
@@ -289,6 +294,34 @@ class SuffixIndex(_RetrievalFile):
 
     def draft(self, context, k: int, **kw) -> list[int]:
         return self.draft_lists(context, k, **kw)[0]
+
+    def matching_stats(self, ids, max_length: int = 0) -> np.ndarray:
+        """For every position i of ids, the longest prefix of ids[i:] in the corpus (within one
+        document): its length, its suffix-array interval [lo, hi) and one occurrence's text
+        position (STAT_DTYPE), in one C pass."""
+        arr, ptr = _context(ids)
+        out = np.zeros(max(arr.size, 1), dtype=STAT_DTYPE)
+        err = ffi.new("sfx_error *")
+        _check(lib.sfx_index_matching_stats(self._h, ptr, arr.size, max_length,
+                                            ffi.cast("sfx_stat *", ffi.from_buffer(out)), err), err)
+        return out[:arr.size]
+
+    def places(self, lo: int, hi: int, limit: int = 5) -> np.ndarray:
+        """The places (text position, document, offset in it; PLACE_DTYPE) of suffixes
+        lo .. hi-1, in suffix-array order, at most `limit` of them."""
+        out = np.zeros(max(limit, 1), dtype=PLACE_DTYPE)
+        n = ffi.new("size_t *")
+        err = ffi.new("sfx_error *")
+        _check(lib.sfx_index_places(self._h, lo, hi, max(limit, 0),
+                                    ffi.cast("sfx_place *", ffi.from_buffer(out)), n, err), err)
+        return out[:n[0]]
+
+    def locate(self, position: int) -> tuple[int, int]:
+        """(document, offset in it) of a text position."""
+        place = ffi.new("sfx_place *")
+        err = ffi.new("sfx_error *")
+        _check(lib.sfx_index_locate(self._h, position, place, err), err)
+        return int(place.document), int(place.offset)
 
     def describe(self) -> dict:
         return self._describe(tokens=self.n_tokens, documents=self.n_documents, text=self.n_text,

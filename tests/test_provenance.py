@@ -1,0 +1,221 @@
+"""Provenance on a legal library built from the shared corpus (EUR-Lex acts, SmolLM2's
+tokenizer, the real C suffix index): every reported span occurs verbatim at every reported
+place, and no verbatim span of >= N ids is missed, both checked by a brute-force search here."""
+from __future__ import annotations
+
+import lzma
+import random
+
+import numpy as np
+import pytest
+from document_fixtures import cache_with_models
+
+from olifant_mlx import library
+from olifant_mlx.provenance import SourceTracker, find_sources, index_of
+from olifant_mlx.verifier import load_tokenizer
+
+N = 12
+DOCS = 48           # library documents, from the validation split
+FRESH = 12          # more documents, not in the library: the "fresh" text
+WORDS = 900         # words kept of each
+
+
+def legal_documents(shared, count):
+    """The first `count` documents of the legal validation split, each cut to WORDS words."""
+    docs, lines = [], []
+    with lzma.open(shared / "corpora" / "legal" / "eurlexsum.valid.txt.xz", "rt", encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                lines.append(line.rstrip("\n"))
+                continue
+            if lines:
+                docs.append(" ".join(" ".join(lines).split()[:WORDS]))
+                lines = []
+            if len(docs) == count:
+                break
+    return docs
+
+
+@pytest.fixture(scope="module")
+def legal(shared, tmp_path_factory):
+    """The library `legal`: documents in matter folders `alpha` and `beta` (one by a .matter
+    file: `gamma`), a few at the top; plus fresh documents' ids and the brute-force corpus."""
+    tok = load_tokenizer("smollm2-135m")
+    root = tmp_path_factory.mktemp("provenance")
+    texts = legal_documents(shared, DOCS + FRESH)
+    folder = root / "acts"
+    for k, text in enumerate(texts[:DOCS]):
+        sub = folder / ("alpha" if k % 3 == 0 else "beta" if k % 3 == 1 else "beta/sealed") \
+            if k >= 3 else folder
+        sub.mkdir(parents=True, exist_ok=True)
+        (sub / f"act{k:03d}.txt").write_text(text + "\n")
+    (folder / "beta" / "sealed" / ".matter").write_text("gamma\n")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OLIFANT_CACHE", str(cache_with_models(root / "cache")))
+        library.build("legal", folder, tok)
+        lib = library.load("legal")
+        li = index_of(lib)
+        yield {"tok": tok, "lib": lib, "li": li, "fresh": [tok.encode(t) for t in texts[DOCS:]]}
+
+
+class Brute:
+    """Every occurrence found by scanning: the library's documents as one array with a -1
+    between documents, and each id's positions."""
+
+    def __init__(self, li):
+        stream = li.stream
+        parts, self.where = [], []
+        for row in li.indexed:
+            parts += [stream[row["start"]:row["start"] + row["tokens"]].astype(np.int64), [-1]]
+            self.where += [(row["id"], j) for j in range(row["tokens"])] + [None]
+        self.text = np.concatenate(parts)
+        order = np.argsort(self.text, kind="stable")
+        ids, first = np.unique(self.text[order], return_index=True)
+        self.at = {int(t): order[a:b] for t, a, b in zip(ids, first, list(first[1:]) + [len(order)])}
+
+    def match(self, out, i):
+        """(length of the longest prefix of out[i:] found, its occurrences)."""
+        cand, length = self.at.get(int(out[i]), np.zeros(0, int)), 0
+        while cand.size:
+            length += 1
+            if i + length == len(out):
+                break
+            nxt = cand[self.text[np.minimum(cand + length, len(self.text) - 1)] == out[i + length]]
+            if not nxt.size:
+                break
+            cand = nxt
+        return length, cand
+
+
+def spliced(legal, rng, lengths):
+    """Fresh text with library passages of the given lengths spliced in."""
+    li, fresh = legal["li"], rng.choice(legal["fresh"])
+    out, at = [], rng.randrange(len(fresh) - 400)
+    for n in lengths:
+        take = rng.randrange(5, 40)
+        out += fresh[at:at + take]
+        at += take
+        row = rng.choice(li.indexed)
+        s = row["start"] + rng.randrange(row["tokens"] - n)
+        out += [int(t) for t in li.stream[s:s + n]]
+    return out + fresh[at:at + 10]
+
+
+def check_exact(legal, brute, out, sources):
+    li = legal["li"]
+    ms = [brute.match(out, i) for i in range(len(out))]
+    want = [(i, i + m) for i, (m, _) in enumerate(ms) if m >= N and (i == 0 or m >= ms[i - 1][0])]
+    assert [(s.start, s.end) for s in sources] == want
+    for s in sources:
+        assert s.tokens == s.end - s.start and s.count == len(ms[s.start][1]) and s.places
+        for p in s.places:   # verbatim at the place given
+            row = li.rows[p.document]
+            got = li.stream[row["start"] + p.offset:row["start"] + p.offset + s.tokens]
+            assert got.tolist() == out[s.start:s.end] and p.path == row["path"]
+            assert row["paragraphs"][p.paragraph - 1] <= p.offset
+    for i, (m, _) in enumerate(ms):   # no verbatim span >= N missed
+        if m >= N:
+            assert any(s.start <= i and i + m <= s.end for s in sources), (i, m)
+    return ms
+
+
+def test_a_hundred_spliced_texts_exact(legal):
+    brute, rng = Brute(legal["li"]), random.Random(7)
+    reported = 0
+    for t in range(100):
+        lengths = [rng.choice([N - 2, N - 1, N, N + 1, rng.randrange(3, 80)]) for _ in range(rng.randrange(1, 6))]
+        out = spliced(legal, rng, lengths)
+        sources = find_sources(legal["lib"], out, min_tokens=N)
+        check_exact(legal, brute, out, sources)
+        reported += len(sources)
+        # the tracker, fed in random chunks, closes the same sources
+        tracker, closed, at = SourceTracker(legal["lib"], min_tokens=N), [], 0
+        while at < len(out):
+            k = rng.randrange(1, 9)
+            closed += tracker.feed(out[at:at + k])
+            at += k
+        closed += tracker.close()
+        assert closed == sources, t
+    assert reported >= 100       # the texts do hold copies
+
+
+def test_sources_name_document_place_and_text(legal):
+    tok, li = legal["tok"], legal["li"]
+    row = li.indexed[5]
+    para = row["paragraphs"][-1] if len(row["paragraphs"]) > 1 else 0
+    s = row["start"] + para + 3
+    copy = [int(t) for t in li.stream[s:s + 30]]
+    out = legal["fresh"][0][:20] + copy + legal["fresh"][1][:20]
+    (src,) = [x for x in find_sources(li, out, tokenizer=tok) if x.tokens >= 30]
+    assert src.text == tok.decode(out[src.start:src.end])
+    offset = s - row["start"] - (20 - src.start)        # where out[src.start] is in the document
+    place = next(p for p in src.places if (p.document, p.offset) == (row["id"], offset))
+    assert place.title == row["title"] and place.matter == row["matter"]
+    assert place.char is not None and li.passage(place, src.tokens, tok) == src.text
+    d = src.as_dict()
+    assert d["places"][0]["path"].endswith(".txt") and d["tokens"] == src.tokens
+
+
+def test_matters_recorded(legal):
+    rows = legal["li"].rows
+    by_path = {r["path"]: r["matter"] for r in rows}
+    assert by_path["act000.txt"] is None
+    assert by_path["alpha/act003.txt"] == "alpha" and by_path["beta/act004.txt"] == "beta"
+    assert by_path["beta/sealed/act005.txt"] == "gamma"
+    assert not any(r["path"].endswith(".matter") for r in rows)
+
+
+def _copy_of(li, document, n, brute):
+    """n ids of a document that occur nowhere else."""
+    row = li.indexed[document]
+    for off in range(0, row["tokens"] - n, 17):
+        ids = [int(t) for t in li.stream[row["start"] + off:row["start"] + off + n]]
+        if len(brute.match(ids, 0)[1]) == 1 and brute.match(ids, 0)[0] == n:
+            return ids
+    raise AssertionError("no unique passage")
+
+
+def test_guard_fires_on_a_copy_and_respects_matters(legal):
+    li, brute = legal["li"], Brute(legal["li"])
+    alpha = next(k for k, r in enumerate(li.indexed) if r["matter"] == "alpha")
+    copy = _copy_of(li, alpha, 60, brute)
+    out = legal["fresh"][2][:30] + copy + legal["fresh"][3][:30]
+
+    def run(matter):
+        tracker = SourceTracker(li, max_verbatim=40, other_matters_of=matter)
+        for i, t in enumerate(out):
+            tracker.feed([t])
+            tripped = tracker.guard_tripped()
+            if tripped is not None:
+                return i, tripped
+        return None, None
+
+    at, src = run(None)
+    assert at is not None and src.tokens == 41 and out[src.start:src.end] == copy[:41]
+    assert src.places[0].document == li.indexed[alpha]["id"]
+    assert run("alpha") == (None, None)          # its own matter's document: no trip
+    at_b, src_b = run("beta")
+    assert at_b == at and src_b.places[0].matter == "alpha"
+
+
+def test_guard_quiet_without_long_copies(legal):
+    brute, rng = Brute(legal["li"]), random.Random(3)
+    for _ in range(10):
+        out = spliced(legal, rng, [rng.randrange(5, 25) for _ in range(4)])
+        longest = max(brute.match(out, i)[0] for i in range(len(out)))
+        tracker = SourceTracker(legal["lib"], max_verbatim=max(longest, 1))
+        for t in out:
+            tracker.feed([t])
+            assert tracker.guard_tripped() is None
+        assert tracker.longest_open <= longest
+
+
+def test_old_libraries_read_matter_none(legal, tmp_path):
+    import json
+    lib = legal["lib"]
+    rows = json.loads((lib.path / "documents.json").read_text())
+    for r in rows["documents"]:
+        r.pop("matter")
+    (tmp_path / "documents.json").write_text(json.dumps(rows))
+    old = library.Library("old", tmp_path, lib.meta)
+    assert all(r["matter"] is None for r in old.table())
