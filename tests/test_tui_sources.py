@@ -53,6 +53,7 @@ class SourcedSession(FakeSession):
         for r in super().stream(prompt, options, drafter, **kw):
             if r.finish_reason:
                 r.sources = list(self.found)
+                r.verbatim = self.found[0]           # as if over max_verbatim
             yield r
 
 
@@ -85,6 +86,8 @@ def test_a_copied_span_is_marked_listed_and_its_passage_shown(precedents):
             assert turn.content.startswith(COPIED)
             assert turn.sources[0]["chars"] == [0, len(COPIED)] and turn.sources[0]["library"] == "precedents"
             assert "1 copied" in str(app.chat_tab.view(1).query_one(".msg-head").render())
+            assert any(f"copies {len(COPIED)} tokens in a row from licence.txt, page 1, paragraph 1"
+                       in n.message for n in app._notifications)      # the verbatim guard's warning
             await pilot.press("ctrl+f")                        # text with its marks, not Markdown
             await pilot.pause()
             flow = app.chat_tab.view(1).query_one(FlowText)

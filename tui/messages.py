@@ -13,6 +13,7 @@ class Chunk(Message):
     stats: object             # a copy of the running Stats
     elapsed: float
     sources: list = field(default_factory=list)   # newly found copied spans (tui/copied.py)
+    verbatim: list = field(default_factory=list)  # runs the verbatim guard reported (Source dicts)
 
 
 @dataclass

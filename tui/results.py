@@ -6,7 +6,7 @@ import time
 
 from olifant_mlx.tui import render
 from olifant_mlx.tui.conversation import Run
-from olifant_mlx.tui.copied import ranges
+from olifant_mlx.tui.copied import ranges, where
 from olifant_mlx.tui.flow import FlowText
 from olifant_mlx.tui.messages import Chunk, CompareDone, Done, Failed, Loaded, Status, TokenizerKnown
 from olifant_mlx.tui.models_tab import ModelsTab
@@ -74,6 +74,11 @@ class Results:
         self._status(job, render.status_line(m.stats, "writing"))
         if m.sources:
             self._show_sources()
+        for run in m.verbatim:               # the verbatim guard: the span and the document
+            place = (run.get("places") or [{}])[0]
+            self.notify(f"the text copies {run.get('tokens')} tokens in a row from "
+                        f"{where(place)} (over max verbatim)", title="verbatim", severity="warning",
+                        timeout=8)
 
     def _show_sources(self) -> None:
         """The Sources pane shows the current conversation's (or document's) copied spans."""

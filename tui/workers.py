@@ -37,6 +37,9 @@ class Job:
 def library_of(opts, session) -> str | None:
     """The library whose copied spans the tracker reports: the options' `sources`, else the
     one a `library:NAME` drafter drafts from (as provenance.py's default)."""
+    named = getattr(session, "sources_library", None)
+    if named is not None:
+        return named(opts)
     name = getattr(opts, "sources", None)
     spec = getattr(session.spec, "text", "") or ""
     if name is None and spec.startswith("library:"):
@@ -50,14 +53,20 @@ class Found:
 
     def __init__(self, library: str | None, decode):
         self.library, self.decode = library, decode
-        self.seen, self.new = set(), []
+        self.seen, self.new, self.trips = set(), [], []
 
-    def add(self, sources) -> None:
+    def add(self, sources, verbatim=None) -> None:
+        if verbatim is not None:
+            self.trips.append(verbatim.as_dict() if hasattr(verbatim, "as_dict") else dict(verbatim))
         for s in sources or ():
             d = s.as_dict() if hasattr(s, "as_dict") else dict(s)
             if (d["start"], d["end"]) not in self.seen:
                 self.seen.add((d["start"], d["end"]))
                 self.new.append({**d, "library": self.library})
+
+    def tripped(self) -> list:
+        trips, self.trips = self.trips, []
+        return trips
 
     def take(self, text: str, tokens) -> list:
         new, self.new = self.new, []
@@ -82,11 +91,11 @@ class Workers:
             tokens.extend(r.tokens)
             text.append(r.text)
             pending.extend(r.segments)
-            found.add(getattr(r, "sources", None))
+            found.add(getattr(r, "sources", None), getattr(r, "verbatim", None))
             now = time.perf_counter()
             if now - last_flush >= FLUSH_S or r.finish_reason:
                 self.post_message(Chunk(run, pending, copy.copy(r.stats), now - job.t0,
-                                        found.take("".join(text), tokens)))
+                                        found.take("".join(text), tokens), found.tripped()))
                 pending, last_flush = [], now
             final = r
         return tokens, "".join(text), final.stats, final.energy, final.finish_reason

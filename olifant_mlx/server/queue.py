@@ -247,7 +247,7 @@ class GenerationQueue:
                 self._service_s = dt if self._service_s is None else 0.8 * self._service_s + 0.2 * dt
 
     def _serve(self, job: Job) -> None:
-        from olifant_mlx.engine.session import ContextError
+        from olifant_mlx.engine.session import ContextError, OptionsError
 
         if job.should_stop():          # it left, or its deadline passed, while it waited
             self._record(job, job.reason, 0, 0)
@@ -288,7 +288,11 @@ class GenerationQueue:
                     job.emit(Delta(r.text))
                 found += getattr(r, "sources", None) or ()
                 last = r
-            sources = response_sources(found, opts)
+            sources = response_sources(found, sources_library(session, opts))
+        except OptionsError as e:        # the sources library is built for another tokenizer
+            self._record(job, "bad_sources", 0, job.passes)
+            job.emit(Failed(400, str(e), "invalid_value", e.option or None))
+            return
         except Exception as e:
             # the type and where, never the message (it could quote the prompt)
             log.error("generation failed: %s", type(e).__name__)
@@ -307,11 +311,18 @@ class GenerationQueue:
             self.recent.append(Record(job.id, stop_reason, tokens, passes, job.cancelled_at_pass))
 
 
-def response_sources(found, opts) -> list | None:
+def sources_library(session, opts) -> str | None:
+    """The library the Session reports provenance from for these options (the request's or
+    the server's `sources`, else the drafter's library), None for none."""
+    named = getattr(session, "sources_library", None)
+    return named(opts) if named is not None else getattr(opts, "sources", None)
+
+
+def response_sources(found, library) -> list | None:
     """The copied spans of a generation, as JSON (Source.as_dict()), each once, in order, from
-    what the Session's tracker put on its Responses; None when no library was asked for (the
-    field is then left out)."""
-    if getattr(opts, "sources", None) is None:
+    what the Session's tracker put on its Responses; None without a library (the field is then
+    left out)."""
+    if library is None:
         return None
     spans = {(s.start, s.end): s for s in found}
     return [spans[k].as_dict() for k in sorted(spans)]
