@@ -219,3 +219,51 @@ def test_old_libraries_read_matter_none(legal, tmp_path):
     (tmp_path / "documents.json").write_text(json.dumps(rows))
     old = library.Library("old", tmp_path, lib.meta)
     assert all(r["matter"] is None for r in old.table())
+
+
+# ---- the engine hook: a Session over the legal library ---------------------------------------
+
+def reference_session(legal, continuation, **opts):
+    from olifant_mlx.engine import GenerationOptions, Session
+    from olifant_mlx.engine.reference import ReferenceVerifier
+
+    prompt = legal["fresh"][5][:16]
+    verifier = ReferenceVerifier(legal["tok"], prompt, continuation)
+    return Session(verifier, "none", GenerationOptions(max_tokens=len(continuation), **opts)), prompt
+
+
+def test_session_reports_sources_and_the_guard_stops(legal):
+    li, brute = legal["li"], Brute(legal["li"])
+    alpha = next(k for k, r in enumerate(li.indexed) if r["matter"] == "alpha")
+    copy = _copy_of(li, alpha, 50, brute)
+    cont = legal["fresh"][6][:40] + copy + legal["fresh"][7][:40]
+    session, prompt = reference_session(legal, cont, sources="legal")
+    result = session.generate(prompt)
+    assert result.finish_reason == "max_tokens" and result.tokens == cont
+    assert [(s.start, s.end) for s in result.sources] == [(s.start, s.end) for s in find_sources(li, cont)]
+    assert any(s.tokens >= 50 and s.places[0].document == li.indexed[alpha]["id"] for s in result.sources)
+    # warn: the run is reported once, the text goes on
+    session, prompt = reference_session(legal, cont, sources="legal", max_verbatim=30)
+    trips = [r.verbatim for r in session.stream(prompt) if r.verbatim is not None]
+    assert len(trips) == 1 and trips[0].tokens > 30
+    # stop: the generation ends in the pass that went past the limit
+    session, prompt = reference_session(legal, cont, sources="legal", max_verbatim=30, verbatim_action="stop")
+    result = session.generate(prompt)
+    assert result.finish_reason == "verbatim" and 40 + 30 < len(result.tokens) <= 40 + 32
+    # another matter's copy stops it, its own matter's does not
+    session, prompt = reference_session(legal, cont, sources="legal", max_verbatim=30,
+                                        verbatim_action="stop", matter="alpha")
+    assert session.generate(prompt).finish_reason == "max_tokens"
+
+
+def test_session_without_a_library(legal):
+    from olifant_mlx.engine.options import OptionsError
+
+    session, prompt = reference_session(legal, legal["fresh"][8][:20])
+    assert session.tracker() is None and session.generate(prompt).sources == []
+    session, prompt = reference_session(legal, legal["fresh"][8][:20], max_verbatim=5)
+    with pytest.raises(OptionsError, match="--max-verbatim needs a library"):
+        session.generate(prompt)
+    session, prompt = reference_session(legal, legal["fresh"][8][:20], sources="nothere")
+    with pytest.raises(OptionsError, match="no library 'nothere'"):
+        session.generate(prompt)

@@ -104,6 +104,22 @@ def add_generation_args(p, prompt: bool = True) -> None:
                    help="opt-in: a hybrid drafter also drafts from earlier sessions kept in FILE, "
                         "and this session's prompt and output are appended to it (local, mode 0600)")
     p.add_argument("--energy", metavar="BACKEND", help=energy_help())
+    add_provenance_args(p)
+
+
+PROVENANCE_OPTIONS = ("sources", "min_source_tokens", "max_verbatim", "verbatim_action", "matter")
+
+
+def add_provenance_args(p) -> None:
+    """--sources, --min-source-tokens, --max-verbatim, --verbatim-action, --matter: made from
+    their Option metadata (engine/options.py)."""
+    from olifant_mlx.engine.options import GenerationOptions, options
+
+    defaults = GenerationOptions()
+    for name in PROVENANCE_OPTIONS:
+        o = options()[name]
+        kw = {"choices": o.choices} if o.kind == "choice" else {"type": int} if o.kind == "whole" else {}
+        p.add_argument(*o.flags, dest=name, default=getattr(defaults, name), metavar=o.metavar, help=o.help, **kw)
 
 
 # ---- mlx-lm's flags, with mlx-lm's meanings (docs/mlx-lm-parity.md) -------------------------
@@ -188,7 +204,8 @@ def options_from(args):
                              repetition_penalty=args.repetition_penalty,
                              repetition_context_size=args.repetition_context_size,
                              stop=tuple(args.stop), extra_eos_tokens=tuple(args.extra_eos_token),
-                             truncate=args.truncate, history=args.history)
+                             truncate=args.truncate, history=args.history,
+                             **{name: getattr(args, name) for name in PROVENANCE_OPTIONS})
 
 
 def template_kwargs(args) -> dict:
@@ -230,6 +247,10 @@ def prepare(args):
         check_draft_model(spec.model_file, args.model)
     if getattr(args, "prompt_cache_file", None):
         check_prompt_file(args.prompt_cache_file, args.model, options)
+    if options.sources:
+        from olifant_mlx.library import load
+
+        load(options.sources)           # a LibraryError (a ValueError) names it before any weights load
     meter = open_meter(getattr(args, "energy", None))
     return options, spec, meter
 

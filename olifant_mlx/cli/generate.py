@@ -69,6 +69,7 @@ def stream_answer(session, prompt, options, args, out=None, cache=None):
     quiet_text = getattr(args, "json", False)
     bar = PrefillBar(sys.stderr.isatty() and not ndjson)
     text, tokens, last = [], [], None
+    sources = []
     try:
         for r in session.stream(prompt, options, on_prefill=bar, cache=cache):
             bar.close()
@@ -77,17 +78,43 @@ def stream_answer(session, prompt, options, args, out=None, cache=None):
                 sys.stderr.write(note + "\n")
             text.append(r.text)
             tokens.extend(r.tokens)
+            if r.verbatim is not None:
+                warn_verbatim(r.verbatim, options)
             if ndjson:
                 print_json({"text": r.text, "tokens": r.tokens,
                             "provenance": [kind for _, kind in r.segments],
                             "finish_reason": r.finish_reason}, stream=out)
+                for src in r.sources:
+                    print_json({"type": "source", **src.as_dict()}, stream=out)
             elif not quiet_text and r.text:
                 out.write(r.text)
                 out.flush()
+            sources.extend(r.sources)
             last = r
     finally:
         bar.close()
+    last.sources = sources          # every source of the generation, for report() and chat
     return "".join(text), tokens, last
+
+
+def warn_verbatim(src, options) -> None:
+    """The guard's one line on stderr: the document and the span's length (never its text)."""
+    place = src.places[0]
+    where = f"{place.path}" + (f", page {place.page}" if place.page else "") + f", paragraph {place.paragraph}"
+    action = "generation stopped" if options.verbatim_action == "stop" else "warning"
+    sys.stderr.write(f"{action}: the output copies {src.tokens} consecutive tokens (more than "
+                     f"--max-verbatim {options.max_verbatim}) from {where}\n")
+
+
+def source_lines(sources) -> list[str]:
+    """The sources of a reply, one line each: span, length and where (chat prints them)."""
+    lines = []
+    for s in sources:
+        p = s.places[0]
+        more = f" (+{s.count - 1} more)" if s.count > 1 else ""
+        page = f" p. {p.page}" if p.page else ""
+        lines.append(f"  tokens {s.start}-{s.end} ({s.tokens}): {p.path}{page} ¶{p.paragraph}{more}")
+    return lines
 
 
 def report(session, prompt, text, tokens, last, args) -> None:
@@ -98,7 +125,8 @@ def report(session, prompt, text, tokens, last, args) -> None:
     if getattr(args, "json", False) or getattr(args, "json_stream", False):
         energy = last.energy.as_dict(stats.tokens) if last.energy is not None else None
         print_json({"text": text, "tokens": tokens, "finish_reason": last.finish_reason,
-                    "stats": stats.as_dict(), "energy": energy})
+                    "stats": stats.as_dict(), "energy": energy,
+                    "sources": [s.as_dict() for s in last.sources]})
     elif text and not text.endswith("\n"):
         sys.stdout.write("\n")
     sys.stdout.flush()
@@ -242,6 +270,9 @@ def cmd_chat(args) -> int:
         sys.stdout.write("\n")
         sys.stdout.flush()
         chat = chat.then("assistant", (args.prefill_response or "") + text)
+        if last.sources:
+            sys.stderr.write(f"[sources: {len(last.sources)} verbatim span(s) from the library]\n"
+                             + "\n".join(source_lines(last.sources)) + "\n")
         s = last.stats
         if not args.verbose:         # mlx-lm's --verbose False: the answers only
             continue

@@ -20,6 +20,7 @@ MAX_K = 64
 KV_BITS = (2, 3, 4, 5, 6, 8)            # what mx.quantize takes
 KV_GROUP_SIZES = (32, 64, 128)
 LEAD_RULES = ("auto", True, False)
+VERBATIM_ACTIONS = ("warn", "stop")
 
 
 class OptionsError(ValueError):
@@ -161,6 +162,27 @@ class GenerationOptions:
                                  help="opt-in: a hybrid drafter also drafts from earlier sessions kept in "
                                       "FILE, and this session's prompt and output are appended to it "
                                       "(local, mode 0600)")
+    # provenance (olifant_mlx.provenance): the spans of the output found verbatim in a library
+    sources: str | None = option(None, what="the sources library", kind="text", optional=True,
+                                 flags=("--sources",), metavar="NAME", ranks=False,
+                                 help="report the spans of the output found verbatim in library NAME "
+                                      "(with any drafter; default: the library --draft library:NAME or "
+                                      "auto drafts from)")
+    min_source_tokens: int = option(12, what="the minimum source length", low=1, note=" of tokens",
+                                    flags=("--min-source-tokens",), metavar="N", ranks=False,
+                                    help="report verbatim spans of at least N tokens (default 12)")
+    max_verbatim: int | None = option(None, what="max verbatim", low=1, optional=True,
+                                      flags=("--max-verbatim",), metavar="N", ranks=False,
+                                      help="the verbatim guard: warn (or stop) when the output copies more "
+                                           "than N consecutive tokens from one library document")
+    verbatim_action: str = option("warn", what="the verbatim action", kind="choice", choices=VERBATIM_ACTIONS,
+                                  flags=("--verbatim-action",), ranks=False,
+                                  help="what the guard does: warn (one line on stderr) or stop (the "
+                                       "generation ends there, finish reason 'verbatim'; default warn)")
+    matter: str | None = option(None, what="the matter", kind="text", optional=True, flags=("--matter",),
+                                metavar="NAME", ranks=False,
+                                help="the matter this text is for: the guard counts only documents of "
+                                     "other matters")
     # the KV rule after a correction (engine.loop.LeadRule): "auto" decides per pass, True
     # always leads, False holds the correction back (the older rule, for measuring) ...
     lead: object = option("auto", what="the lead rule", kind="choice", choices=LEAD_RULES)

@@ -124,8 +124,11 @@ class StopScanner:
 @dataclass
 class Response:
     """One verifier pass, as text. The last one of a generation has `finish_reason` set
-    ("eos", "max_tokens", "stop" for a stop sequence, or "stopped" when asked to) and, when
-    the session has a meter, the `energy`."""
+    ("eos", "max_tokens", "stop" for a stop sequence, "verbatim" when the verbatim guard
+    stopped it, or "stopped" when asked to) and, when the session has a meter, the `energy`.
+    With a sources library (options.sources, or the drafter's library): `sources`, the
+    provenance.Source spans this pass closed (the last response: all still open), and
+    `verbatim`, the Source of a run that has just gone past options.max_verbatim (once a run)."""
     text: str                       # new text since the previous response
     segments: list                  # [(text, provenance)] making up `text`
     tokens: list                    # token ids emitted by this pass
@@ -133,6 +136,8 @@ class Response:
     stats: Stats                    # running totals (the same object throughout)
     finish_reason: str | None = None
     energy: object = None           # an energy Window (final response, with a meter)
+    sources: list = dataclasses.field(default_factory=list)
+    verbatim: object = None         # a provenance.Source: the guard tripped in this pass
 
 
 @dataclass
@@ -142,6 +147,7 @@ class Result:
     stats: Stats
     finish_reason: str
     energy: object = None
+    sources: list = dataclasses.field(default_factory=list)     # every provenance.Source, by start
 
 
 class Session:
@@ -194,6 +200,41 @@ class Session:
             self.spec = None
         self.drafter = as_drafter(drafter)
         return self.drafter
+
+    def sources_library(self, opts: GenerationOptions | None = None) -> str | None:
+        """The library the output's provenance is reported from: options.sources, else the
+        library the drafter drafts from (`library:NAME`, or what `auto` chose), else None."""
+        opts = opts or self.options
+        if opts.sources:
+            return opts.sources
+        from olifant_mlx.provenance import library_of_spec
+
+        return library_of_spec(self.spec)
+
+    def tracker(self, opts: GenerationOptions | None = None):
+        """A provenance.SourceTracker for one generation with these options, or None (no
+        library). OptionsError for a library missing or built for another tokenizer."""
+        opts = opts or self.options
+        name = self.sources_library(opts)
+        if name is None:
+            if opts.max_verbatim is not None:
+                raise OptionsError("--max-verbatim needs a library to compare with: --sources NAME "
+                                   "or --draft library:NAME", "max_verbatim")
+            return None
+        from olifant_mlx.library import LibraryError
+        from olifant_mlx.provenance import SourceTracker, index_of
+
+        try:
+            index = index_of(name)
+        except LibraryError as e:
+            raise OptionsError(f"--sources {name}: {e}", "sources") from None
+        ident = self.verifier.identity
+        if not index.library.fits(ident):
+            raise OptionsError(f"--sources {name}: the library was built for another tokenizer than "
+                               f"{self.verifier.name}'s: rebuild it with --model {self.verifier.name}",
+                               "sources")
+        return SourceTracker(index, opts.min_source_tokens, opts.max_verbatim, opts.matter,
+                             tokenizer=ident if hasattr(ident, "decode") else None)
 
     def prompt_for(self, text: str, system_prompt: str | None = None,
                    chat_template: bool = True, template_kwargs=None):
@@ -275,6 +316,8 @@ class Session:
         meter = self.meter
         start = meter.mark() if meter is not None else None
         tokens = []
+        tracker = self.tracker(opts)
+        guarded = -1                    # the open run the guard last reported (once a run)
         steps = self._steps(ids, drafter, opts, stats, on_prefill, eos, cache)
         last = None
         lead = continuation and not isinstance(prompt, Chat)    # the first text: check its space
@@ -289,7 +332,17 @@ class Session:
             if lead and segments:
                 lead = False
                 segments = self._keep_leading_space(ids, tokens, segments)
+            found, trip = [], None
+            if tracker is not None:
+                found = tracker.feed(step.emitted)
+                trip = tracker.guard_tripped()
+                if trip is not None and tracker.open_start == guarded:
+                    trip = None
+                elif trip is not None:
+                    guarded = tracker.open_start
             reason = step.stop_reason or None
+            if reason is None and trip is not None and opts.verbatim_action == "stop":
+                reason = stats.stop_reason = "verbatim"
             if reason is None and should_stop is not None and should_stop():
                 reason = stats.stop_reason = "stopped"
             if reason is not None:
@@ -304,8 +357,10 @@ class Session:
                 segments += stops.flush()
             if reason is not None:
                 last = self._finish(ids, tokens, stats, drafter, start)
+                if tracker is not None:
+                    found += tracker.close()
             yield Response("".join(s for s, _ in segments), segments, list(step.emitted), step,
-                           stats, reason, last)
+                           stats, reason, last, found, trip)
             if reason is not None:
                 steps.close()
                 return
@@ -353,9 +408,10 @@ class Session:
     def generate(self, prompt, options: GenerationOptions | None = None, drafter=None,
                  should_stop=None, cache=None) -> Result:
         """The whole generation at once."""
-        text, tokens, last = [], [], None
+        text, tokens, last, sources = [], [], None, []
         for r in self.stream(prompt, options, drafter, should_stop, cache=cache):
             text.append(r.text)
             tokens.extend(r.tokens)
+            sources += r.sources
             last = r
-        return Result("".join(text), tokens, last.stats, last.finish_reason, last.energy)
+        return Result("".join(text), tokens, last.stats, last.finish_reason, last.energy, sources)
