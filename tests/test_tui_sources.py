@@ -116,6 +116,7 @@ def test_the_document_keeps_its_copied_mark_through_edits(precedents):
     async def go():
         app = sourced_app(precedents, mode="document", prompt="Start.")
         async with app.run_test(size=(120, 36)) as pilot:
+            await pilot.pause(0.2)          # the app shows its document first (after a refresh)
             await pilot.press("ctrl+g")
             await wait_for(pilot, lambda: app.current["document"].runs)     # the continuation ended
             await settle(pilot, app)
