@@ -308,8 +308,6 @@ def _plan(req, kind, prompt, max_tokens, max_param, info, defaults, limits, prom
         seed = secrets.randbits(62) if temperature > 0 else defaults.seed
     changes = dict(max_tokens=max_tokens or limits.default_max_tokens, temperature=temperature,
                    seed=seed, stop=tuple(stops))
-    if req.sources is not None:
-        _library(req.sources)
     for name, value in (("top_p", req.top_p), ("top_k", req.top_k), ("min_p", req.min_p),
                         ("k", req.num_draft_tokens), ("repetition_penalty", req.repetition_penalty),
                         ("sources", req.sources), ("min_source_tokens", req.min_source_tokens),
@@ -337,20 +335,6 @@ def _range(value, name, lo, hi, low_open=False, high_open=False):
         lo_b, hi_b = "(" if low_open else "[", ")" if high_open else "]"
         raise ApiError(400, f"{name} must be in {lo_b}{lo:g}, {hi:g}{hi_b}, got {value:g}", name,
                        "invalid_value")
-
-
-def _library(name: str) -> None:
-    """A library a request names for its sources: by name only, and one this server has."""
-    from olifant_mlx import library
-
-    try:
-        library.check_name(name)
-    except library.LibraryError:
-        raise ApiError(400, "sources: a library is named by its name (letters, digits, '.', '_', "
-                            "'-'), never by a path", "sources", "invalid_library") from None
-    if not (library.libraries_dir() / name / "library.json").is_file():
-        raise ApiError(400, f"sources: no library named {name[:64]!r} on this server", "sources",
-                       "library_not_found")
 
 
 def _drafter(name, info: ModelInfo) -> str:
