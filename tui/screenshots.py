@@ -133,6 +133,7 @@ async def shoot_sources(out: Path, size, max_tokens: int) -> list[Path]:
                      mode="document", model_dirs=[])
     tag, shots = f"{size[0]}x{size[1]}", []
     async with app.run_test(size=size) as pilot:
+        await pilot.pause(1.0)          # the app shows its document first (after a refresh)
         await pilot.press("ctrl+g")
         t0 = time.monotonic()
         while not app.current["document"].runs and time.monotonic() - t0 < 600:   # until it ends
