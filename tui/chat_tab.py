@@ -10,6 +10,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Markdown, Static, TabPane, TextArea
 
+from olifant_mlx.tui.copied import ranges
 from olifant_mlx.tui.flow import FlowText, Legend
 
 EMPTY = ("Write a message below and press ctrl+g. The verifier answers through its chat template; "
@@ -36,7 +37,9 @@ class MessageView(Vertical):
             yield Markdown(self.turn.content, classes="msg-body")
         else:
             segments = self.turn.segments if self.turn.role == "assistant" else [(self.turn.content, "")]
-            yield FlowText(segments, classes="msg-body")
+            flow = FlowText(segments, classes="msg-body")
+            flow.copied = ranges(self.turn.sources) if self.turn.role == "assistant" else []
+            yield flow
 
     def header(self) -> str:
         t = self.turn
@@ -53,6 +56,8 @@ class MessageView(Vertical):
                 parts.append(t.finish_reason.replace("_", " "))
         if t.seed is not None:
             parts.append(f"seed {t.seed}")
+        if t.role == "assistant" and t.sources:
+            parts.append(f"{len(t.sources)} copied (^L Sources)")
         if t.drafter:
             parts.append(f"drafter {t.drafter}")
         if t.verifier:
@@ -85,6 +90,13 @@ class MessageView(Vertical):
     def set_marks(self, mode: str) -> None:
         for w in self.query(FlowText):
             w.set_marks(mode)
+
+    def show_copied(self) -> None:
+        """The answer's copied spans marked (as the tracker finds them) and counted."""
+        for w in self.query(FlowText):
+            w.set_copied(ranges(self.turn.sources))
+        for head in self.query(".msg-head"):
+            head.update(self.header())
 
 
 class ChatTab(TabPane):
@@ -166,6 +178,11 @@ class ChatTab(TabPane):
         self.query_one(Legend).set_marks(mode)
         for v in self.views():
             v.set_marks(mode)
+
+    def show_copied(self, index: int) -> None:
+        view = self.view(index)
+        if view is not None:
+            view.show_copied()
 
     def status(self, text: str) -> None:
         self.query_one("#chat-status", Static).update(text)

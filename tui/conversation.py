@@ -14,11 +14,14 @@ import uuid
 from dataclasses import dataclass, field
 
 from olifant_mlx.engine import Chat
+from olifant_mlx.tui.copied import appendix
 
 KINDS = ("chat", "document")
 ROLES = ("system", "user", "assistant")
 PROVENANCE = ("accepted", "correction", "bonus", "plain")
-FORMATS = {"md": "Markdown", "txt": "plain text", "json": "JSON (with the statistics)"}
+COPIED = "copied"            # a document mark: text found verbatim in a library (tui/copied.py)
+FORMATS = {"md": "Markdown", "txt": "plain text", "json": "JSON (with the statistics)"}   # each with
+# the sources of its copied spans (an appendix; json: "sources"), when a library was asked for
 EXPORT_FORMAT = "olifant_mlx.export"
 EXPORT_VERSION = 1
 
@@ -43,13 +46,15 @@ class Turn:
     verifier: str | None = None
     drafter: str | None = None
     seed: int | None = None                           # the sampling seed, when sampling
+    sources: list = field(default_factory=list)       # Source.as_dict() (+ "library", "chars")
 
     def as_dict(self) -> dict:
         d = {"role": self.role, "content": self.content}
         if self.role == "assistant":
             d.update(segments=[[t, k] for t, k in self.segments], stats=self.stats,
                      energy=self.energy, finish_reason=self.finish_reason,
-                     verifier=self.verifier, drafter=self.drafter, seed=self.seed)
+                     verifier=self.verifier, drafter=self.drafter, seed=self.seed,
+                     sources=self.sources)
         return d
 
 
@@ -63,11 +68,12 @@ class Run:
     finish_reason: str | None = None
     verifier: str | None = None
     drafter: str | None = None
+    sources: list = field(default_factory=list)       # chars relative to `start`
 
     def as_dict(self) -> dict:
         return {"start": self.start, "end": self.end, "stats": self.stats, "energy": self.energy,
                 "finish_reason": self.finish_reason, "verifier": self.verifier,
-                "drafter": self.drafter}
+                "drafter": self.drafter, "sources": self.sources}
 
 
 @dataclass
@@ -174,6 +180,7 @@ class Conversation:
                     need(seed is None or (isinstance(seed, int) and not isinstance(seed, bool)),
                          "seed must be a whole number")
                     t.seed = seed
+                    t.sources = _sources(m)
                 c.turns.append(t)
         else:
             need(isinstance(d.get("text"), str), "a document needs its text")
@@ -182,7 +189,8 @@ class Conversation:
             marks = d.get("marks", [])
             need(isinstance(marks, list) and all(
                 isinstance(m, list) and len(m) == 3 and all(isinstance(x, int) for x in m[:2])
-                and 0 <= m[0] < m[1] <= n and m[2] in PROVENANCE for m in marks), "bad document marks")
+                and 0 <= m[0] < m[1] <= n and m[2] in PROVENANCE + (COPIED,) for m in marks),
+                 "bad document marks")
             c.marks = [(m[0], m[1], m[2]) for m in marks]
             runs = d.get("continuations", [])
             need(isinstance(runs, list), "continuations must be a list")
@@ -191,14 +199,28 @@ class Conversation:
                      and 0 <= r["start"] <= r["end"] <= n, "bad continuation")
                 c.runs.append(Run(r["start"], r["end"], _opt_dict(r, "stats"), _opt_dict(r, "energy"),
                                   _opt_str(r, "finish_reason"), _opt_str(r, "verifier"),
-                                  _opt_str(r, "drafter")))
+                                  _opt_str(r, "drafter"), _sources(r)))
         return c
+
+    def sources(self) -> list:
+        """Every source of the answers or continuations, in order."""
+        if self.kind == "chat":
+            return [s for t in self.turns for s in t.sources]
+        return [s for r in self.runs for s in r.sources]
 
 
 def _opt_dict(d, key):
     v = d.get(key)
     if v is not None and not isinstance(v, dict):
         raise ConversationError(f"{key} must be an object")
+    return v
+
+
+def _sources(d) -> list:
+    v = d.get("sources") or []
+    if not isinstance(v, list) or not all(isinstance(s, dict) and isinstance(s.get("places", []), list)
+                                          for s in v):
+        raise ConversationError("sources must be a list of objects")
     return v
 
 
@@ -237,10 +259,16 @@ def export_text(conv: Conversation, fmt: str, settings: dict | None = None) -> s
     if fmt == "json":
         return json.dumps({"format": EXPORT_FORMAT, "version": EXPORT_VERSION,
                            "exported": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                           "settings": settings or {}, **conv.as_dict()},
+                           "settings": settings or {}, **conv.as_dict(), "sources": conv.sources()},
                           indent=2, ensure_ascii=False, allow_nan=False) + "\n"
     if fmt not in ("md", "txt"):
         raise ValueError(f"export format must be md, txt or json, got {fmt!r}")
+    body = _body(conv, fmt)
+    tail = appendix(conv.sources(), fmt == "md")
+    return body + ("\n" + tail if tail else "")
+
+
+def _body(conv: Conversation, fmt: str) -> str:
     title = conv.title or conv.default_title() or "untitled"
     if conv.kind == "document":
         if fmt == "txt":

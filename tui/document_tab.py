@@ -31,7 +31,8 @@ class DocumentTab(TabPane):
         self.editor.move_cursor(self.editor.document.end)     # where typing continues the text
 
     def show(self, conv) -> None:
-        self.editor.set_document(conv.text, conv.marks)
+        self.editor.set_document(conv.text, [m for m in conv.marks if m[2] != "copied"])
+        self.editor.set_copied([m for m in conv.marks if m[2] == "copied"])
         self.editor.move_cursor(self.editor.document.end)
 
     def begin(self) -> int:

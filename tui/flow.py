@@ -23,6 +23,8 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Static, TextArea
 
+from olifant_mlx.tui.copied import COPIED_CSS, LEGEND as COPIED, Copied
+
 KINDS = ("accepted", "correction", "bonus", "plain")
 LEGEND = {"accepted": "accepted draft", "correction": "correction", "bonus": "bonus",
           "plain": "no draft"}
@@ -35,10 +37,9 @@ PROVENANCE_CSS = """
 {name} > .prov--correction {{ color: $text-warning; text-style: bold; }}
 {name} > .prov--bonus {{ color: $text-primary; text-style: bold italic; }}
 {name} > .prov--plain {{ }}
-"""
+""" + COPIED_CSS
 
-
-COMPONENTS = {f"prov--{k}" for k in KINDS}
+COMPONENTS = {f"prov--{k}" for k in KINDS} | {"prov--copied"}
 
 
 class Provenance:
@@ -64,7 +65,7 @@ class Provenance:
         self.refresh()
 
 
-class Legend(Provenance, Static):
+class Legend(Copied, Provenance, Static):
     """One line naming each mark, drawn with the marks themselves."""
     COMPONENT_CLASSES = COMPONENTS
     DEFAULT_CSS = PROVENANCE_CSS.format(name="Legend") + "Legend { height: 1; }"
@@ -85,7 +86,8 @@ class Legend(Provenance, Static):
             for kind in KINDS:
                 t.append(LEGEND[kind], style=self.prov_style(kind) or "")
                 t.append("  ")
-            t.append(f"F10: {MARK_NAMES[self.marks]}", style="dim")
+            t.append(COPIED, style=self.copied_style() or "")
+            t.append(f"  F10: {MARK_NAMES[self.marks]}", style="dim")
         unline_spaces(t)
         self.update(t)
 
@@ -133,7 +135,7 @@ def wrap_starts(text: str, width: int, start: int = 0) -> list[int]:
     return starts
 
 
-class FlowText(Provenance, Widget):
+class FlowText(Copied, Provenance, Widget):
     """A growing, word-wrapped text of (text, provenance) segments; cheap to append to."""
     COMPONENT_CLASSES = COMPONENTS
     DEFAULT_CSS = PROVENANCE_CSS.format(name="FlowText") + "FlowText { height: auto; }"
@@ -280,6 +282,7 @@ class FlowText(Provenance, Widget):
             pos += len(run)
             if pos >= b:
                 break
+        self.mark_copied(t, a, lambda: sum(len(x) + 1 for x in self._plain[:p]))
         unline_spaces(t)
         if selection is not None and (span := selection.get_span(y)) is not None:
             s, e = span
@@ -351,7 +354,7 @@ def add_marks(marks: list, new: list) -> list:
     return out
 
 
-class DocEditor(Provenance, TextArea):
+class DocEditor(Copied, Provenance, TextArea):
     """A soft-wrapped editor whose generated text keeps its provenance marks. The marks are
     character ranges, moved along with every change (typing, paste, undo, redo): the text
     before and after each change is compared and the marks outside the changed part kept."""
@@ -406,6 +409,7 @@ class DocEditor(Provenance, TextArea):
         if self._pending is not None and self._pending[0] == start == end == len(old):
             marks = add_marks(marks, self._pending[1])
         self.marks_list = marks
+        self.copied = [m[:2] for m in shift_marks([(*c, "") for c in self.copied], start, end, inserted)]
         self._known = new
         self._line_starts = self._starts_of(new)
 
@@ -430,6 +434,7 @@ class DocEditor(Provenance, TextArea):
             style = self.prov_style(kind)
             if lo < hi and style is not None:
                 line.stylize(style, lo - start, hi - start)
+        self.mark_copied(line, start)
         unline_spaces(line)
         return line
 

@@ -12,6 +12,8 @@ class Chunk(Message):
     segments: list            # [(text, provenance)]
     stats: object             # a copy of the running Stats
     elapsed: float
+    sources: list = field(default_factory=list)   # newly found copied spans (tui/copied.py)
+    verbatim: list = field(default_factory=list)  # runs the verbatim guard reported (Source dicts)
 
 
 @dataclass

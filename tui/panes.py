@@ -66,6 +66,12 @@ def _settings(app):
     return SettingsTab(app.model_spec, app.draft_spec, app.base_options, app.system_prompt, app.store_path)
 
 
+def _sources(app):
+    from olifant_mlx.tui.sources_pane import SourcesTab
+
+    return SourcesTab()
+
+
 PANES = (
     Pane("chat", "Chat", "f2", _chat, "#composer", nav=True, numbers=True),
     Pane("document", "Document", "f3", _document, "#doc-editor", nav=True, numbers=True),
@@ -73,4 +79,5 @@ PANES = (
     Pane("calculator", "Calculator", "f5", _calculator, "#calc-alpha"),
     Pane("models", "Models", "f6", _models, "#model-table"),
     Pane("settings", "Settings", "f7", _settings, "#set-model"),
+    Pane("sources", "Sources", "ctrl+l", _sources, "#sources-table", nav=True),
 )

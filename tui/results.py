@@ -6,9 +6,11 @@ import time
 
 from olifant_mlx.tui import render
 from olifant_mlx.tui.conversation import Run
+from olifant_mlx.tui.copied import ranges, where
 from olifant_mlx.tui.flow import FlowText
 from olifant_mlx.tui.messages import Chunk, CompareDone, Done, Failed, Loaded, Status, TokenizerKnown
 from olifant_mlx.tui.models_tab import ModelsTab
+from olifant_mlx.tui.sources_pane import SourcesTab
 from olifant_mlx.tui.workers import Job
 from textual.widgets import Static
 
@@ -56,13 +58,41 @@ class Results:
             turn.content += "".join(t for t, _ in m.segments)
             turn.segments += m.segments
             self.chat_tab.append(job.index, m.segments)
+            if m.sources:
+                turn.sources += m.sources
+                self.chat_tab.show_copied(job.index)
         elif job.kind == "document":
             self.doc_tab.editor.loading = False
             self.doc_tab.append(m.segments)
+            if m.sources:
+                job.sources += m.sources
+                ed = self.doc_tab.editor
+                ed.set_copied(ed.copied + ranges(m.sources, job.index))
         else:
             self.query_one("#compare-plain" if m.run < 0 else "#compare-spec", FlowText).append(m.segments)
         self.live.show_stats(m.stats, m.elapsed)
         self._status(job, render.status_line(m.stats, "writing"))
+        if m.sources:
+            self._show_sources()
+        for run in m.verbatim:               # the verbatim guard: the span and the document
+            place = (run.get("places") or [{}])[0]
+            self.notify(f"the text copies {run.get('tokens')} tokens in a row from "
+                        f"{where(place)} (over max verbatim)", title="verbatim", severity="warning",
+                        timeout=8)
+
+    def _show_sources(self) -> None:
+        """The Sources pane shows the current conversation's (or document's) copied spans."""
+        conv = self.current.get(self.mode)
+        if conv is None:
+            return
+        running = [s for j in self.jobs.values() if j.conv is conv and j.kind == "document" for s in j.sources]
+        for pane in self.query(SourcesTab):       # none when the registry has no Sources pane
+            pane.show(conv.sources() + running, self._decode())
+
+    def _decode(self):
+        """The verifier's tokenizer's decode, for the passages (None until one is known)."""
+        identity = self.session.verifier.identity if self.session is not None else self.identity
+        return getattr(identity, "decode", None)
 
     def _session_line(self) -> None:
         s = self.session
@@ -108,9 +138,11 @@ class Results:
         else:
             self.doc_tab.end()
             ed = self.doc_tab.editor
-            conv.text, conv.marks = ed.text, list(ed.marks_list)
-            conv.runs.append(Run(job.index, len(ed.text), stats, energy, m.finish_reason, verifier, drafter))
+            conv.text, conv.marks = ed.text, ed.all_marks()
+            conv.runs.append(Run(job.index, len(ed.text), stats, energy, m.finish_reason, verifier, drafter,
+                                 job.sources))
         conv.touch()
+        self._show_sources()
         self._status(job, line)
         self._save_store()
         self._show_list()

@@ -8,7 +8,9 @@ when `python -m olifant_mlx demo` has cached it, else over a small model trained
 temporary folder, from the MIT licence text. The energy panel uses a recorded Apple-Silicon
 trace (`--energy replay:PATH`), labelled as a replay. The screenshots are SVGs (Textual's
 `export_screenshot`); `--png` also turns them into PNGs with rsvg-convert (apt-get install
-librsvg2-bin) or cairosvg when installed.
+librsvg2-bin) or cairosvg when installed. `--sources` makes only the provenance shots: a
+library built here (in a temporary cache) from the MIT licence, the document continued with
+its copied spans marked, and the Sources tab (ctrl+l) with the first span's passage.
 """
 from __future__ import annotations
 
@@ -121,6 +123,67 @@ async def shoot(out: Path, size, draft_dir: Path, energy: str | None, max_tokens
     return shots
 
 
+async def shoot_sources(out: Path, size, max_tokens: int) -> list[Path]:
+    """The document continued over a library of the MIT licence (the verifier copies it), then
+    the Sources tab: tui-sources-document-WxH.svg, tui-sources-WxH.svg."""
+    from olifant_mlx.engine import GenerationOptions
+
+    options = GenerationOptions(k=8, max_tokens=max_tokens, sources="licences")
+    app = OlifantApp(model="smollm2-135m", draft="library:licences", options=options, energy="none",
+                     mode="document", model_dirs=[])
+    tag, shots = f"{size[0]}x{size[1]}", []
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause(1.0)          # the app shows its document first (after a refresh)
+        await pilot.press("ctrl+g")
+        t0 = time.monotonic()
+        while not app.current["document"].runs and time.monotonic() - t0 < 600:   # until it ends
+            await pilot.pause(0.2)
+        await pilot.pause(0.5)
+        if not app.doc_tab.editor.copied:
+            raise RuntimeError("the continuation copied nothing from the library: "
+                               + "; ".join(n.message for n in app._notifications))
+        for name, keys in ((f"sources-document-{tag}", ()), (f"sources-{tag}", ("ctrl+l",))):
+            await pilot.press(*keys)
+            await pilot.pause(0.5)
+            app.set_focus(None)
+            svg = out / f"tui-{name}.svg"
+            write_atomic(svg, app.export_screenshot(title=f"olifant_mlx tui: {name}"), mode=PUBLIC)
+            shots.append(svg)
+    return shots
+
+
+def sources_shots(out: Path, max_tokens: int) -> list[Path]:
+    """Build the library in a temporary cache (the verifiers found by links), then shoot."""
+    import os
+
+    from olifant_mlx import library
+    from olifant_mlx.files import cache_dir
+    from olifant_mlx.verifier import load_tokenizer
+
+    tokenizer = load_tokenizer("smollm2-135m")
+    shared = cache_dir()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "cache"
+        root.mkdir()
+        for kind in ("models", "gguf", "drafts"):
+            if (shared / kind).is_dir():
+                (root / kind).symlink_to(shared / kind)
+        folder = Path(tmp) / "licences"
+        folder.mkdir()
+        write_atomic(folder / "mit.txt", "MIT License\n\nPermission is hereby granted, free of charge, to "
+                     "any person obtaining a copy of this software.\n\n" + DEFAULT_DOCUMENT + MIT_TAIL)
+        old = os.environ.get("OLIFANT_CACHE")
+        os.environ["OLIFANT_CACHE"] = str(root)
+        try:
+            library.build("licences", folder, tokenizer)
+            return [svg for size in SIZES for svg in asyncio.run(shoot_sources(out, size, max_tokens))]
+        finally:
+            if old is None:
+                os.environ.pop("OLIFANT_CACHE", None)
+            else:
+                os.environ["OLIFANT_CACHE"] = old
+
+
 def main(argv=None) -> int:
     from olifant_mlx.draftmodel.train import train
     from olifant_mlx.files import cache_dir
@@ -132,9 +195,14 @@ def main(argv=None) -> int:
                                      "when present, else auto)")
     ap.add_argument("-m", "--max-tokens", type=int, default=60)
     ap.add_argument("--png", action="store_true", help="also write PNGs (rsvg-convert or cairosvg)")
+    ap.add_argument("--sources", action="store_true", help="only the provenance shots (Sources tab)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.sources:
+        for svg in sources_shots(out, args.max_tokens):
+            print(svg)
+        return 0
     energy = args.energy
     trace = Path(__file__).resolve().parents[2] / "shared/fixtures/energy/ioreport/replay_m4_zeus_apple_silicon.json"
     if energy is None and trace.is_file():

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 
 from olifant_mlx.tui.conversation import Conversation
+from olifant_mlx.tui.copied import char_spans
 from olifant_mlx.tui.messages import Chunk, CompareDone, Done, Failed, Status
 from olifant_mlx.tui.settings_tab import Settings
 from textual import work
@@ -30,6 +31,46 @@ class Job:
     index: int = 0                    # chat: the answer's turn; document: where it starts
     t0: float = field(default_factory=time.perf_counter)
     live_j: float | None = None
+    sources: list = field(default_factory=list)     # a document continuation's, so far
+
+
+def library_of(opts, session) -> str | None:
+    """The library whose copied spans the tracker reports: the options' `sources`, else the
+    one a `library:NAME` drafter drafts from (as provenance.py's default)."""
+    named = getattr(session, "sources_library", None)
+    if named is not None:
+        return named(opts)
+    name = getattr(opts, "sources", None)
+    spec = getattr(session.spec, "text", "") or ""
+    if name is None and spec.startswith("library:"):
+        name = spec.split(":", 1)[1]
+    return name
+
+
+class Found:
+    """The copied spans the Session's tracker reports while a generation streams, each once,
+    placed in the text (tui/copied.py) when a chunk takes them."""
+
+    def __init__(self, library: str | None, decode):
+        self.library, self.decode = library, decode
+        self.seen, self.new, self.trips = set(), [], []
+
+    def add(self, sources, verbatim=None) -> None:
+        if verbatim is not None:
+            self.trips.append(verbatim.as_dict() if hasattr(verbatim, "as_dict") else dict(verbatim))
+        for s in sources or ():
+            d = s.as_dict() if hasattr(s, "as_dict") else dict(s)
+            if (d["start"], d["end"]) not in self.seen:
+                self.seen.add((d["start"], d["end"]))
+                self.new.append({**d, "library": self.library})
+
+    def tripped(self) -> list:
+        trips, self.trips = self.trips, []
+        return trips
+
+    def take(self, text: str, tokens) -> list:
+        new, self.new = self.new, []
+        return char_spans(new, text, tokens, self.decode) if new else []
 
 
 class Workers:
@@ -41,16 +82,20 @@ class Workers:
         last_flush = time.perf_counter()
         final = None
         run = job.id if target is None else target
-        for r in session.stream(job.prompt, options or job.settings.options, drafter,
+        opts = options or job.settings.options
+        found = Found(library_of(opts, session), getattr(session.verifier.identity, "decode", None))
+        for r in session.stream(job.prompt, opts, drafter,
                                 should_stop=lambda: worker.is_cancelled,
                                 continuation=isinstance(job.prompt, str),
                                 cache=self.prompt_cache if job.kind != "compare" else None):
             tokens.extend(r.tokens)
             text.append(r.text)
             pending.extend(r.segments)
+            found.add(getattr(r, "sources", None), getattr(r, "verbatim", None))
             now = time.perf_counter()
             if now - last_flush >= FLUSH_S or r.finish_reason:
-                self.post_message(Chunk(run, pending, copy.copy(r.stats), now - job.t0))
+                self.post_message(Chunk(run, pending, copy.copy(r.stats), now - job.t0,
+                                        found.take("".join(text), tokens), found.tripped()))
                 pending, last_flush = [], now
             final = r
         return tokens, "".join(text), final.stats, final.energy, final.finish_reason

@@ -124,7 +124,7 @@ class Workspace:
         conv = self.current.get("document")
         if conv is not None:
             ed = self.doc_tab.editor
-            conv.text, conv.marks = ed.text, list(ed.marks_list)
+            conv.text, conv.marks = ed.text, ed.all_marks()
 
     async def action_new(self) -> None:
         if self._modal():

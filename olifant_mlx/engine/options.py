@@ -171,22 +171,26 @@ class GenerationOptions:
     # provenance (olifant_mlx.provenance): the spans of the output found verbatim in a library
     sources: str | None = option(None, what="the sources library", kind="text", optional=True,
                                  flags=("--sources",), metavar="NAME", ranks=False,
+                                 server="sources",
                                  help="report the spans of the output found verbatim in library NAME "
                                       "(with any drafter; default: the library --draft library:NAME or "
                                       "auto drafts from)")
     min_source_tokens: int = option(12, what="the minimum source length", low=1, note=" of tokens",
                                     flags=("--min-source-tokens",), metavar="N", ranks=False,
+                                    server="min_source_tokens",
                                     help="report verbatim spans of at least N tokens (default 12)")
     max_verbatim: int | None = option(None, what="max verbatim", low=1, optional=True,
                                       flags=("--max-verbatim",), metavar="N", ranks=False,
+                                      server="max_verbatim",
                                       help="the verbatim guard: warn (or stop) when the output copies more "
                                            "than N consecutive tokens from one library document")
     verbatim_action: str = option("warn", what="the verbatim action", kind="choice", choices=VERBATIM_ACTIONS,
                                   flags=("--verbatim-action",), metavar="warn|stop", ranks=False,
+                                  server="verbatim_action",
                                   help="what the guard does: warn (one line on stderr) or stop (the "
                                        "generation ends there, finish reason 'verbatim'; default warn)")
     matter: str | None = option(None, what="the matter", kind="text", optional=True, flags=("--matter",),
-                                metavar="NAME", ranks=False,
+                                metavar="NAME", ranks=False, server="matter",
                                 help="the matter this text is for: the guard counts only documents of "
                                      "other matters")
     # the KV rule after a correction (engine.loop.LeadRule): "auto" decides per pass, True

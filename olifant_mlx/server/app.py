@@ -33,7 +33,7 @@ from olifant_mlx.server.config import Limits
 from olifant_mlx.server.connections import ConnectionLimits, InFlight, protocol_for
 from olifant_mlx.server.queue import Delta, Failed, Finished, GenerationQueue, Job, QueueClosed, QueueFull
 from olifant_mlx.server.schemas import (ApiError, ChatRequest, CompletionRequest, Responder, error_body,
-                                        new_id, parse_body, plan_chat, plan_completion)
+                                        new_id, parse_body, plan_chat, plan_completion, with_sources)
 
 log = logging.getLogger("olifant_mlx.server")
 access = logging.getLogger("olifant_mlx.server.access")
@@ -288,7 +288,8 @@ class Api:
                         text.append(event.text)
                     elif isinstance(event, Finished):
                         ended = True
-                        return OpenAIJSON(responder.whole("".join(text), event.finish_reason, event.usage))
+                        return OpenAIJSON(responder.whole("".join(text), event.finish_reason, event.usage,
+                                                          event.sources))
                     elif isinstance(event, Failed):
                         ended = True
                         raise ApiError(event.status, event.message, event.param, event.code)
@@ -321,9 +322,11 @@ class Api:
                         out.append(sse(responder.chunk(event.text)))
                     elif isinstance(event, Finished):
                         finished = True
-                        out.append(sse(responder.chunk(None, event.finish_reason)))
-                        if responder.plan.include_usage:
-                            out.append(sse(responder.usage_chunk(event.usage)))
+                        last = responder.chunk(None, event.finish_reason)
+                        if responder.plan.include_usage:   # sources go with the usage ...
+                            out += [sse(last), sse(responder.usage_chunk(event.usage, event.sources))]
+                        else:                              # ... else with the finish_reason
+                            out.append(sse(with_sources(last, event.sources)))
                         out.append(DONE)
                         break
                     elif isinstance(event, Failed):

@@ -23,7 +23,10 @@ from olifant_mlx.teardown import release_streams
 
 log = logging.getLogger("olifant_mlx.server")
 
-FINISH = {"eos": "stop", "stop": "stop", "max_tokens": "length", "stopped": "length"}
+# the verbatim guard's stop (--verbatim-action stop) is OpenAI's "content_filter": the output
+# was cut by a rule, not by its end or its length
+FINISH = {"eos": "stop", "stop": "stop", "max_tokens": "length", "stopped": "length",
+          "verbatim": "content_filter"}
 
 
 class QueueClosed(Exception):
@@ -49,8 +52,9 @@ class Delta:
 
 @dataclass(frozen=True)
 class Finished:
-    finish_reason: str          # OpenAI's: "stop" | "length"
+    finish_reason: str          # OpenAI's: "stop" | "length" | "content_filter"
     usage: dict
+    sources: list | None = None     # Source.as_dict() of each copied span; None: no library asked
 
 
 @dataclass(frozen=True)
@@ -243,7 +247,7 @@ class GenerationQueue:
                 self._service_s = dt if self._service_s is None else 0.8 * self._service_s + 0.2 * dt
 
     def _serve(self, job: Job) -> None:
-        from olifant_mlx.engine.session import ContextError
+        from olifant_mlx.engine.session import ContextError, OptionsError
 
         if job.should_stop():          # it left, or its deadline passed, while it waited
             self._record(job, job.reason, 0, 0)
@@ -276,13 +280,19 @@ class GenerationQueue:
         queue_s = time.monotonic() - job.created
         job.emit(Started(len(ids), queue_s))
         name, drafter = job.drafter, drafters[job.drafter]
-        last = None
+        last, found = None, []
         try:
             for r in session.stream(ids, opts, drafter, should_stop=job.should_stop, cache=self.prompt_cache):
                 job.passes += 1
                 if r.text:
                     job.emit(Delta(r.text))
+                found += getattr(r, "sources", None) or ()
                 last = r
+            sources = response_sources(found, sources_library(session, opts))
+        except OptionsError as e:        # the sources library is built for another tokenizer
+            self._record(job, "bad_sources", 0, job.passes)
+            job.emit(Failed(400, str(e), "invalid_value", e.option or None))
+            return
         except Exception as e:
             # the type and where, never the message (it could quote the prompt)
             log.error("generation failed: %s", type(e).__name__)
@@ -293,12 +303,29 @@ class GenerationQueue:
         stop = job.reason if stats.stop_reason == "stopped" else stats.stop_reason
         self._record(job, stop, stats.tokens, stats.steps)
         job.emit(Finished(FINISH.get(stats.stop_reason, "stop"),
-                          usage(stats, last.energy, len(ids), name, stop, queue_s, info.meter_label)))
+                          usage(stats, last.energy, len(ids), name, stop, queue_s, info.meter_label), sources))
 
     def _record(self, job, stop_reason, tokens, passes):
         with self._cv:
             self.counts[stop_reason] += 1
             self.recent.append(Record(job.id, stop_reason, tokens, passes, job.cancelled_at_pass))
+
+
+def sources_library(session, opts) -> str | None:
+    """The library the Session reports provenance from for these options (the request's or
+    the server's `sources`, else the drafter's library), None for none."""
+    named = getattr(session, "sources_library", None)
+    return named(opts) if named is not None else getattr(opts, "sources", None)
+
+
+def response_sources(found, library) -> list | None:
+    """The copied spans of a generation, as JSON (Source.as_dict()), each once, in order, from
+    what the Session's tracker put on its Responses; None without a library (the field is then
+    left out)."""
+    if library is None:
+        return None
+    spans = {(s.start, s.end): s for s in found}
+    return [spans[k].as_dict() for k in sorted(spans)]
 
 
 def prompt_cache(limits):

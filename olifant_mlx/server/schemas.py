@@ -373,13 +373,13 @@ class Responder:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.plan.model,
                 "system_fingerprint": self.fingerprint}
 
-    def whole(self, text: str, finish_reason: str, usage: dict) -> dict:
+    def whole(self, text: str, finish_reason: str, usage: dict, sources: list | None = None) -> dict:
         if self.plan.kind == "chat":
             choice = {"index": 0, "message": {"role": "assistant", "content": text},
                       "logprobs": None, "finish_reason": finish_reason}
         else:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
-        return {**self._head(self.object), "choices": [choice], "usage": usage}
+        return with_sources({**self._head(self.object), "choices": [choice], "usage": usage}, sources)
 
     def chunk(self, text: str | None, finish_reason: str | None = None, first: bool = False) -> dict:
         if self.plan.kind == "chat":
@@ -395,6 +395,13 @@ class Responder:
             out["usage"] = None
         return out
 
-    def usage_chunk(self, usage: dict) -> dict:
+    def usage_chunk(self, usage: dict, sources: list | None = None) -> dict:
         obj = "chat.completion.chunk" if self.plan.kind == "chat" else "text_completion"
-        return {**self._head(obj), "choices": [], "usage": usage}
+        return with_sources({**self._head(obj), "choices": [], "usage": usage}, sources)
+
+
+def with_sources(body: dict, sources: list | None) -> dict:
+    """The answer with our `sources` extension beside `usage` when a library was asked for."""
+    if sources is not None:
+        body["sources"] = sources
+    return body

@@ -1,0 +1,106 @@
+"""The "copied from library" mark: spans of generated text that occur verbatim in a precedent
+library (olifant_mlx/provenance.py), drawn over the drafting marks of tui/flow.py. Reverse
+video, so the mark never relies on colour alone; "off" hides it with the other marks.
+
+A source (Source.as_dict() from the Session's tracker) says where it is in the output in
+tokens; the TUI needs characters, so `char_spans` places each one in the text it was written
+into: by its text when the tracker gave it, else by decoding the output's tokens."""
+from __future__ import annotations
+
+from rich.style import Style
+from rich.text import Text
+
+COPIED_CSS = "{name} > .prov--copied {{ color: $text-accent; text-style: reverse; }}\n"
+LABEL = "copied from library"
+LEGEND = "copied"             # the legend's word for it (the legend is one line at 80 columns)
+
+
+def char_spans(sources, text: str, tokens, decode=None) -> list:
+    """The sources with "chars": [start, end] added, character offsets in `text` (the output
+    of `tokens`); one that cannot be placed gets none (listed, not marked)."""
+    out, pos = [], 0
+    for s in sources:
+        s = dict(s)
+        span = s.get("text") or ""
+        at = text.find(span, pos) if span else -1
+        if at < 0 and span:
+            at = text.find(span)
+        if at >= 0:
+            s["chars"] = [at, at + len(span)]
+            pos = at + len(span)
+        elif decode is not None:
+            a = len(decode(list(tokens[:s["start"]])))
+            b = len(decode(list(tokens[:s["end"]])))
+            if 0 <= a < b <= len(text):
+                s["chars"] = [a, b]
+        out.append(s)
+    return out
+
+
+def ranges(sources, offset: int = 0) -> list:
+    """[(start, end)] of the placed sources, shifted by `offset` (where the output starts)."""
+    return sorted((s["chars"][0] + offset, s["chars"][1] + offset) for s in sources if s.get("chars"))
+
+
+class Copied:
+    """Mixin for FlowText and DocEditor (after Provenance): `copied`, sorted (start, end)
+    character ranges of the widget's text, shown with the copied mark."""
+    copied: list = []
+
+    def copied_style(self) -> Style | None:
+        if self.marks == "off":
+            return None
+        if self.marks == "mono":
+            return Style(reverse=True)
+        return self.get_component_rich_style("prov--copied", partial=True)
+
+    def set_copied(self, spans) -> None:
+        self.copied = sorted((int(a), int(b)) for a, b, *_ in spans if b > a)
+        self.marks_changed()
+
+    def all_marks(self) -> list:
+        """A DocEditor's marks as a document keeps them: the drafting marks and the copied."""
+        return list(self.marks_list) + [(a, b, "copied") for a, b in self.copied]
+
+    def mark_copied(self, line: Text, start: int, base=None) -> None:
+        """Stylize the copied parts of `line`, which starts at `start` in the text (plus
+        `base()`, when given: where its paragraph starts, worked out only when needed)."""
+        if not self.copied:
+            return
+        if base is not None:
+            start += base()
+        style = self.copied_style()
+        end = start + len(line)
+        for a, b in self.copied:
+            lo, hi = max(a, start), min(b, end)
+            if style is not None and lo < hi:
+                line.stylize(style, lo - start, hi - start)
+
+
+def where(place: dict) -> str:
+    """A place in a library, as a reader names it: the file, then page and paragraph."""
+    parts = [str(place.get("path") or place.get("title") or f"document {place.get('document', '?')}")]
+    for key in ("page", "paragraph"):
+        if place.get(key) is not None:
+            parts.append(f"{key} {place[key]}")
+    if place.get("matter"):
+        parts.append(f"matter {place['matter']}")
+    return ", ".join(parts)
+
+
+def appendix(sources, markdown: bool) -> str:
+    """An export's sources appendix: each copied span, its length and where it is from."""
+    if not sources:
+        return ""
+    out = ["## Sources\n" if markdown else "Sources:\n"]
+    for i, s in enumerate(sources, 1):
+        places = s.get("places") or []
+        lib = s.get("library")
+        head = f"{i}. {s.get('tokens', s.get('end', 0) - s.get('start', 0))} tokens copied"
+        head += f" from library {'*' + lib + '*' if markdown and lib else lib}" if lib else ""
+        text = " ".join((s.get("text") or "").split())
+        out.append(head + (f": \"{text}\"" if text else ""))
+        for p in places:
+            out.append(f"   - {'`' + where(p) + '`' if markdown else where(p)}")
+        out.append("")
+    return "\n".join(out)
