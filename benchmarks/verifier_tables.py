@@ -1,7 +1,7 @@
 """Per domain, every drafter on each verifier's transcripts and on reference text, side by side.
 
     python benchmarks/verifier_tables.py [--verifiers smollm2-135m gemma3-270m qwen2.5-coder-1.5b]
-        [--tasks legal medical general] [--ks 3 5 8] [--train-tokens 2000000]
+        [--tasks legal medical general] [--ks 3 5 8] [--train-tokens 1000000]
         [--out benchmarks/out/verifier-tables] [--json docs/results/drafters-by-verifier.json]
 
 No verifier runs and nothing is timed: each verifier's greedy output is its committed transcript
@@ -142,7 +142,7 @@ def main():
     ap.add_argument("--tasks", nargs="+", default=["legal", "medical", "general"], choices=sorted(TRAIN))
     ap.add_argument("--ks", type=int, nargs="+", default=[3, 5, 8])
     ap.add_argument("--max-tokens", type=int, default=96)
-    ap.add_argument("--train-tokens", type=int, default=2_000_000,
+    ap.add_argument("--train-tokens", type=int, default=1_000_000,
                     help="corpus tokens per task for the IGTree, suffix index and n-gram cache")
     ap.add_argument("--transcripts", default=str(ROOT / "docs" / "transcripts"))
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "verifier-tables"))
