@@ -730,18 +730,20 @@ def real_draft(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_real_two_turn_conversation_drafted_equals_plain(real_draft, monkeypatch):
+def test_real_two_turn_conversation_drafted_equals_plain(real_draft, smol, monkeypatch):
     """Two turns with the offline instruct verifier at 80x24, typed and sent with keys: the
     first drafted by an adaptive hybrid over a real draft model, then the drafter changed in
     Settings (keys again) to an adaptive olifant drafter for the second, without loading the
-    verifier again. Each answer is the plain (undrafted) answer, token for token."""
+    verifier again. Each answer is the plain (undrafted) answer, token for token. The app's
+    load_verifier call is counted and answered with the session's loaded SmolLM2 (conftest's
+    smol: the same load, done once per test session)."""
     from olifant_mlx import verifier
     from olifant_mlx.engine import Session
 
     _, model_path = real_draft
     loads = []
-    real_load = verifier.load_verifier
-    monkeypatch.setattr(verifier, "load_verifier", lambda *a, **kw: loads.append(a) or real_load(*a, **kw))
+    monkeypatch.setattr(verifier, "load_verifier",
+                        lambda *a, **kw: loads.append(a) or (smol if a == ("smollm2-135m",) else None))
 
     async def go():
         app = OlifantApp(model="smollm2-135m", draft=f"adaptive:hybrid:{model_path}", k=4,
@@ -774,7 +776,12 @@ def test_real_two_turn_conversation_drafted_equals_plain(real_draft, monkeypatch
 
 
 @pytest.mark.slow
-def test_real_document_continuation_and_compare(real_draft):
+def test_real_document_continuation_and_compare(real_draft, smol, monkeypatch):
+    """The real verifier (the session's loaded SmolLM2, conftest's smol, is what the app's
+    load_verifier call gets) continuing a document, then plain and speculative compared."""
+    from olifant_mlx import verifier
+
+    monkeypatch.setattr(verifier, "load_verifier", lambda name, **kw: smol if name == "smollm2-135m" else None)
     _, model_path = real_draft
 
     async def go():
