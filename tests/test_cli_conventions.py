@@ -158,6 +158,7 @@ def test_auto_finds_the_draft_model_for_the_verifiers_tokenizer(tmp_path, monkey
     assert resolve_auto(Ident()).text == f"adaptive:hybrid:{tmp_path / 'big.olif'}"
 
 
+@pytest.mark.slow   # over 2.5 s on two cores (CI): out of the 3-minute default loop
 def test_no_pytorch_notice_from_transformers(tmp_path):
     """olifant_mlx uses only transformers' tokenizers: its "PyTorch was not found" advisory is
     silenced at the source (olifant_mlx/__init__.py), for every command (train: a real one)."""

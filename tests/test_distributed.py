@@ -294,10 +294,11 @@ def drafter_specs(olif):
     return [f"olifant:{olif}", f"hybrid:{olif}", f"adaptive:olifant:{olif}", f"adaptive:hybrid:{olif}"]
 
 
-def single_process_plain(folder_or_alias, prompts, n):
+def single_process_plain(folder_or_verifier, prompts, n):
+    """(verifier, {prompt: plain tokens}) in this process; a loaded verifier is used as it is."""
     from olifant_mlx.verifier import load_verifier
 
-    v = load_verifier(str(folder_or_alias))
+    v = load_verifier(str(folder_or_verifier)) if isinstance(folder_or_verifier, (str, Path)) else folder_or_verifier
     out = {}
     for p in prompts:
         out[p] = Session(v, "none", GenerationOptions(k=0, max_tokens=n)).generate(p).tokens
@@ -378,13 +379,14 @@ def test_sharded_sampling_stays_lossless(tiny):
 
 
 @pytest.mark.slow
-def test_smollm2_shards_three_ways_in_tensor_parallel():
+def test_smollm2_shards_three_ways_in_tensor_parallel(smol, draft_path):
     """The offline verifier: 9 heads and 3 KV heads split 3 ways; drafts from the demo's
-    draft model (the MIT licence text continued)."""
-    from olifant_mlx.cli.generate import DEMO_PROMPT, demo_draft_model
+    draft model (the MIT licence text continued). The single-process reference runs on the
+    session's loaded SmolLM2 (conftest's smol, draft_path): no second load here."""
+    from olifant_mlx.cli.generate import DEMO_PROMPT
 
-    v, single = single_process_plain("smollm2-135m", [DEMO_PROMPT], 10)
-    _, olif = demo_draft_model(v.identity, "smollm2-135m", ["builtin:licenses"])
+    v, single = single_process_plain(smol, [DEMO_PROMPT], 10)
+    olif = draft_path
     specs = [f"olifant:{olif}", f"hybrid:{olif}", f"adaptive:hybrid:{olif}"]
     proc = mlx_launch(3, ["tests/sharded_run.py", "--model", "smollm2-135m", "--sharded", "tensor",
                           "--draft", *specs, "--regimes", "kv", "uncached", "-k", "6", "-m", "10",

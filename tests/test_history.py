@@ -313,6 +313,7 @@ def test_processes_appending_at_once_keep_every_record(tmp_path):
         assert [r for r in got if r[0] == who] == [expected_session(who, i) for i in range(15)]
 
 
+@pytest.mark.slow   # over 2.5 s on two cores (CI): out of the 3-minute default loop
 def test_two_first_appends_write_one_header(tmp_path):
     """The creation race made deterministic: the first process stops just before writing the
     new file's header; the second one appends meanwhile. With the lock the second waits."""

@@ -209,6 +209,7 @@ def test_build_rest_never_follows_a_planted_symlink_and_writes_private_files(hf_
     assert SuffixIndex.load(out).n_tokens > 0 and NgramCache.load(cache).order == 2
 
 
+@pytest.mark.slow   # over 2.5 s on two cores (CI): out of the 3-minute default loop
 def test_build_rest_command(hf_tokenizer, tmp_path):
     tok_dir, vocab = hf_tokenizer
     (tmp_path / "c.txt").write_text(CORPUS)

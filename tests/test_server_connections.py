@@ -173,6 +173,7 @@ def test_bad_http_is_a_json_400(strict):
     assert error_of(read_all(connect(strict, big))) == (400, "bad_http")
 
 
+@pytest.mark.slow   # over 2.5 s on two cores (CI): out of the 3-minute default loop
 def test_header_body_and_keep_alive_deadlines(strict):
     t0 = time.monotonic()
     assert read_all(connect(strict)) == b""                                   # silent: closed

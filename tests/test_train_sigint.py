@@ -10,6 +10,7 @@ import sys
 import time
 
 import numpy as np
+import pytest
 from train_helpers import leftovers, legal_text, write_old_model
 
 from olifant_mlx.draftmodel.igtree import IGTree
@@ -29,6 +30,7 @@ def ready(p):
     assert line.startswith("training for tokenizer"), line
 
 
+@pytest.mark.slow   # over 2.5 s on two cores (CI): out of the 3-minute default loop
 def test_ctrl_c_at_any_point_of_train_is_130_and_the_old_model_or_0_and_the_new(tmp_path):
     (tmp_path / "c.txt").write_text(legal_text(12000))
     out = tmp_path / "m.olif"

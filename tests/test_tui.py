@@ -50,6 +50,7 @@ async def send(pilot, app, text, timeout=60):
 
 # ---- conversations ---------------------------------------------------------------------
 
+@pytest.mark.slow   # over 2.5 s on two cores (CI): out of the 3-minute default loop
 def test_two_turn_conversation_regenerate_and_edit():
     async def go():
         app = fake_app(max_tokens=12, k=3)
@@ -88,6 +89,7 @@ def test_two_turn_conversation_regenerate_and_edit():
     run(go())
 
 
+@pytest.mark.slow   # over 2.5 s on two cores (CI): out of the 3-minute default loop
 def test_chat_turns_keep_a_prompt_cache_and_compare_reads_afresh():
     """Chat turns hand the app's prefix cache to the Session (the next turn prefills only its
     new tokens: exactness is tested in test_prompt_cache*.py); the Compare tab never does."""
@@ -107,6 +109,7 @@ def test_chat_turns_keep_a_prompt_cache_and_compare_reads_afresh():
     run(go())
 
 
+@pytest.mark.slow   # over 2.5 s on two cores (CI): out of the 3-minute default loop
 def test_answer_streams_with_provenance_and_markdown_toggle():
     async def go():
         app = fake_app(max_tokens=100000, delay=0.01)
@@ -278,6 +281,7 @@ def test_nothing_written_unless_asked(tmp_path, monkeypatch):
     run(go())
 
 
+@pytest.mark.slow   # over 2.5 s on two cores (CI): out of the 3-minute default loop
 def test_saved_conversations_are_opt_in_0600_and_reloaded(tmp_path):
     path = tmp_path / "chats.json"
 
@@ -307,6 +311,7 @@ def test_saved_conversations_are_opt_in_0600_and_reloaded(tmp_path):
     run(go())
 
 
+@pytest.mark.slow   # over 2.5 s on two cores (CI): out of the 3-minute default loop
 def test_conversation_list_switches_between_conversations():
     async def go():
         app = fake_app(max_tokens=6)
@@ -338,6 +343,7 @@ def test_conversation_list_switches_between_conversations():
 
 # ---- the drafter, the verifier, draft models --------------------------------------------
 
+@pytest.mark.slow   # over 2.5 s on two cores (CI): out of the 3-minute default loop
 def test_changing_the_drafter_never_reloads_the_verifier():
     async def go():
         FakeVerifier.loads = 0
@@ -399,6 +405,7 @@ def test_settings_are_validated_before_anything_runs():
     run(go())
 
 
+@pytest.mark.slow   # over 2.5 s on two cores (CI): out of the 3-minute default loop
 def test_incompatible_draft_model_is_marked_and_refused(tmp_path):
     good = train_tiny(tmp_path / "good.olif", FAKE_IDENTITY)
     bad = train_tiny(tmp_path / "other.olif", Identity("other-tok", 256, bytes(32)))
@@ -589,6 +596,7 @@ def test_compare_plain_vs_speculative_fake():
     run(go())
 
 
+@pytest.mark.slow   # over 2.5 s on two cores (CI): out of the 3-minute default loop
 def test_calculator_panel_explains_the_fast_path_and_uses_measured():
     async def go():
         app = fake_app(max_tokens=30, k=3)
@@ -722,18 +730,20 @@ def real_draft(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_real_two_turn_conversation_drafted_equals_plain(real_draft, monkeypatch):
+def test_real_two_turn_conversation_drafted_equals_plain(real_draft, smol, monkeypatch):
     """Two turns with the offline instruct verifier at 80x24, typed and sent with keys: the
     first drafted by an adaptive hybrid over a real draft model, then the drafter changed in
     Settings (keys again) to an adaptive olifant drafter for the second, without loading the
-    verifier again. Each answer is the plain (undrafted) answer, token for token."""
+    verifier again. Each answer is the plain (undrafted) answer, token for token. The app's
+    load_verifier call is counted and answered with the session's loaded SmolLM2 (conftest's
+    smol: the same load, done once per test session)."""
     from olifant_mlx import verifier
     from olifant_mlx.engine import Session
 
     _, model_path = real_draft
     loads = []
-    real_load = verifier.load_verifier
-    monkeypatch.setattr(verifier, "load_verifier", lambda *a, **kw: loads.append(a) or real_load(*a, **kw))
+    monkeypatch.setattr(verifier, "load_verifier",
+                        lambda *a, **kw: loads.append(a) or (smol if a == ("smollm2-135m",) else None))
 
     async def go():
         app = OlifantApp(model="smollm2-135m", draft=f"adaptive:hybrid:{model_path}", k=4,
@@ -766,7 +776,12 @@ def test_real_two_turn_conversation_drafted_equals_plain(real_draft, monkeypatch
 
 
 @pytest.mark.slow
-def test_real_document_continuation_and_compare(real_draft):
+def test_real_document_continuation_and_compare(real_draft, smol, monkeypatch):
+    """The real verifier (the session's loaded SmolLM2, conftest's smol, is what the app's
+    load_verifier call gets) continuing a document, then plain and speculative compared."""
+    from olifant_mlx import verifier
+
+    monkeypatch.setattr(verifier, "load_verifier", lambda name, **kw: smol if name == "smollm2-135m" else None)
     _, model_path = real_draft
 
     async def go():

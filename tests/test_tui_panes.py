@@ -4,6 +4,7 @@ import ast
 import asyncio
 from pathlib import Path
 
+import pytest
 from textual.app import ComposeResult
 from textual.widgets import Input, Static, TabbedContent, TabPane
 from tui_fakes import fake_app, settle, static_text
@@ -66,6 +67,7 @@ def test_the_default_registry_has_no_unknown_tab():
     asyncio.run(go())
 
 
+@pytest.mark.slow   # over 2.5 s on two cores (CI): out of the 3-minute default loop
 def test_panes_handle_their_own_buttons():
     """Compare's button (CompareTab) runs Compare; the Calculator's 'use measured' fills in the
     last run's numbers (CalculatorTab), both without a handler in the App."""

@@ -1,0 +1,45 @@
+"""The fast loop's budget (tests/conftest.py), which CI enforces (.ci/run): a run whose tests not
+marked slow take longer than $OLIFANT_FAST_LOOP_BUDGET_S fails, naming the slowest; time in slow
+tests does not count. Run on a two-test suite under this very conftest, in process."""
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+CONFTEST = (Path(__file__).parent / "conftest.py").read_text()
+SUITE = """
+import time
+
+import pytest
+
+
+def test_quick():
+    time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_long():
+    time.sleep(0.6)
+"""
+
+
+def inner_run(pytester, monkeypatch, budget):
+    pytester.makeconftest(CONFTEST)
+    pytester.makeini("[pytest]\nmarkers =\n    slow: slow\n")
+    pytester.makepyfile(test_inner=SUITE)
+    monkeypatch.setenv("OLIFANT_FAST_LOOP_BUDGET_S", str(budget))
+    return pytester.runpytest("-q", "-p", "no:cacheprovider")
+
+
+def test_a_fast_loop_over_its_budget_fails_naming_the_slowest(pytester, monkeypatch):
+    r = inner_run(pytester, monkeypatch, 0.05)
+    assert r.ret == pytest.ExitCode.TESTS_FAILED
+    r.stdout.fnmatch_lines(["*FAILED fast loop (*): 1 tests, * over its budget of 0 s*test_quick*"])
+    assert "test_long" not in r.stdout.str().split("over its budget")[1]
+
+
+def test_slow_tests_do_not_count_against_the_budget(pytester, monkeypatch):
+    r = inner_run(pytester, monkeypatch, 0.6)       # 0.2 s fast + 0.6 s slow: under 0.6 s counted
+    assert r.ret == pytest.ExitCode.OK, r.stdout.str()
+    r.stdout.fnmatch_lines(["fast loop (*): 1 tests, * s as measured in this run (budget 1 s)"])
