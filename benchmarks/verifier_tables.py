@@ -23,15 +23,14 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from olifant_mlx.drafters import build_drafter
+from olifant_mlx.files import write_atomic
+from olifant_mlx.measure.bench import ReferenceRunner, aggregate, continuations_of, sweep
+from olifant_mlx.measure.corpora import TRAIN, VALID, shared_dir
+from olifant_mlx.measure.transcripts import TranscriptRunner, read_transcript_set
 
-from olifant_mlx.drafters import build_drafter  # noqa: E402
-from olifant_mlx.files import write_atomic  # noqa: E402
-from olifant_mlx.measure.bench import ReferenceRunner, aggregate, continuations_of, sweep  # noqa: E402
-from olifant_mlx.measure.transcripts import TranscriptRunner, read_transcript_set  # noqa: E402
-from peers import C, TRAIN, VALID  # noqa: E402  (the tasks' corpora, as the peers benchmark reads them)
+ROOT = Path(__file__).resolve().parent.parent
+C = shared_dir() / "corpora"            # the tasks' corpora, as the peers benchmark reads them
 
 VERIFIERS = ("smollm2-135m", "gemma3-270m", "qwen2.5-coder-1.5b")
 TARGET = "qwen2.5-coder-1.5b"          # the real instruct verifier the proxies stand in for
