@@ -6,10 +6,11 @@ import pytest
 
 from olifant_mlx.engine import GenerationOptions
 from olifant_mlx.measure.bench import REFERENCE_COST, ModelRunner, read_prompts
+from olifant_mlx.measure.corpora import shared_dir
 from olifant_mlx.measure.transcripts import (TranscriptRunner, make_transcripts, read_transcript_set,
                                              transcript_file, write_transcript_set)
 
-SHARED = __import__("pathlib").Path(__file__).resolve().parents[2] / "shared" / "corpora"
+SHARED = shared_dir() / "corpora"      # $OLIFANT_SHARED, else shared/ beside the checkout
 
 
 class FakeReplayTokenizer:

@@ -14,7 +14,7 @@ NARROW = 100            # narrower than this, two inputs a row and the chart bel
 
 class CalculatorTab(TabPane):
     def __init__(self):
-        super().__init__("F5 Calculator", id="calculator")
+        super().__init__("F5 Calc", id="calculator")      # 80 columns hold all seven tabs
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="calc-body"):

@@ -21,7 +21,8 @@ from olifant_mlx.engine import GenerationOptions
 from olifant_mlx.engine.options import options
 
 SECTIONS = {"generation": "generation",       # the option rows' sections, in order, and headings
-            "sampling": "sampling (temperature 0 is greedy: drafting never changes the text)"}
+            "sampling": "sampling (temperature 0 is greedy: drafting never changes the text)",
+            "provenance": "provenance (spans copied from a library; the verbatim guard)"}
 
 PLACEHOLDERS = {"PATH": "draft model file (.olif): see the Models tab",
                 "N": "N (optional)", "MODEL": "a small mlx-lm model (alias, folder or hub id)",

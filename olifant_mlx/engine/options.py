@@ -171,7 +171,8 @@ class GenerationOptions:
     # provenance (olifant_mlx.provenance): the spans of the output found verbatim in a library
     sources: str | None = option(None, what="the sources library", kind="text", optional=True,
                                  flags=("--sources",), metavar="NAME", ranks=False,
-                                 server="sources",
+                                 server="sources", tui="sources library", tui_section="provenance",
+                                 tui_hint="blank: the drafter's library, if any",
                                  help="report the spans of the output found verbatim in library NAME "
                                       "(with any drafter; default: the library --draft library:NAME or "
                                       "auto drafts from)")
@@ -181,16 +182,18 @@ class GenerationOptions:
                                     help="report verbatim spans of at least N tokens (default 12)")
     max_verbatim: int | None = option(None, what="max verbatim", low=1, optional=True,
                                       flags=("--max-verbatim",), metavar="N", ranks=False,
-                                      server="max_verbatim",
+                                      server="max_verbatim", tui="max verbatim", tui_section="provenance",
+                                      tui_hint="blank: no guard",
                                       help="the verbatim guard: warn (or stop) when the output copies more "
                                            "than N consecutive tokens from one library document")
     verbatim_action: str = option("warn", what="the verbatim action", kind="choice", choices=VERBATIM_ACTIONS,
                                   flags=("--verbatim-action",), metavar="warn|stop", ranks=False,
-                                  server="verbatim_action",
+                                  server="verbatim_action", tui="verbatim action", tui_section="provenance",
                                   help="what the guard does: warn (one line on stderr) or stop (the "
                                        "generation ends there, finish reason 'verbatim'; default warn)")
     matter: str | None = option(None, what="the matter", kind="text", optional=True, flags=("--matter",),
-                                metavar="NAME", ranks=False, server="matter",
+                                metavar="NAME", ranks=False, server="matter", tui="matter",
+                                tui_section="provenance", tui_hint="blank: every document counts",
                                 help="the matter this text is for: the guard counts only documents of "
                                      "other matters")
     # the KV rule after a correction (engine.loop.LeadRule): "auto" decides per pass, True
