@@ -190,6 +190,7 @@ def hf_tokenizer(tmp_path_factory):
     return d / "hf", vocab
 
 
+@pytest.mark.slow   # over 1.4 s on two cores: out of the 3-minute loop's margin
 def test_build_rest_never_follows_a_planted_symlink_and_writes_private_files(hf_tokenizer, tmp_path):
     """Issue 24 items 2-3: `ln -s victim.txt x.sfx.tmp; build-rest ... --out x.sfx` overwrote the
     victim through the old fixed-name writer; and the files (the corpus as ids) were 0644."""
@@ -234,6 +235,7 @@ def test_build_rest_command(hf_tokenizer, tmp_path):
     assert r.returncode == 1 and "bad magic" in r.stderr
 
 
+@pytest.mark.slow   # over 1.4 s on two cores: out of the 3-minute loop's margin
 def test_generate_refuses_a_foreign_index_before_loading_weights(hf_tokenizer, tmp_path, capsys):
     tok_dir, _ = hf_tokenizer
     (tmp_path / "c.txt").write_text(CORPUS)

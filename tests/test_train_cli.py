@@ -35,6 +35,7 @@ def test_mistral_tokenizer_identity(mistral):
     assert mistral.decode(ids) == "Article 1\n\tThe Commission"
 
 
+@pytest.mark.slow   # over 1.4 s on two cores: out of the 3-minute loop's margin
 def test_train_info_draft(tmp_path, mistral):
     (tmp_path / "c.txt").write_text(CORPUS)
     out = tmp_path / "m.olif"
@@ -61,6 +62,7 @@ def test_train_info_draft(tmp_path, mistral):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.txt", "m.olif"], "no temporary files left"
 
 
+@pytest.mark.slow   # over 1.4 s on two cores: out of the 3-minute loop's margin
 def test_wrong_tokenizer_is_an_error(tmp_path):
     import sentencepiece as spm
 
@@ -84,6 +86,7 @@ def test_wrong_tokenizer_is_an_error(tmp_path):
     assert info["tokenizer"] == "sp" and info["vocab_size"] == 50 and info["verifier"] is None
 
 
+@pytest.mark.slow   # over 1.4 s on two cores: out of the 3-minute loop's margin
 def test_cli_errors(tmp_path):
     (tmp_path / "empty.txt").write_text("\n\n\n")
     r = run("train", "--corpus", str(tmp_path / "empty.txt"), "--out", str(tmp_path / "m"), "--quiet",
@@ -109,6 +112,7 @@ def test_real_legal_corpus(shared, mistral, tmp_path):
     assert s["permutation"] == [3, 2, 1, 0]
 
 
+@pytest.mark.slow   # over 1.4 s on two cores: out of the 3-minute loop's margin
 def test_hugging_face_tokenizer_directory(tmp_path):
     """A local HF tokenizer (as mlx-lm model folders carry) trains and identifies a model."""
     from tokenizers import Tokenizer, models, pre_tokenizers
@@ -171,6 +175,7 @@ def test_train_defaults_to_the_default_verifiers_tokenizer(tmp_path):
     assert IGTree.load(out).tokenizer_digest == verifier.digest
 
 
+@pytest.mark.slow   # over 1.4 s on two cores: out of the 3-minute loop's margin
 def test_a_mismatch_names_the_flag_that_fixes_it(tmp_path, mistral):
     from olifant_mlx.draftmodel.igtree import TokenizerMismatch
     from olifant_mlx.draftmodel.train import train

@@ -142,6 +142,7 @@ def test_answer_streams_with_provenance_and_markdown_toggle():
     run(go())
 
 
+@pytest.mark.slow   # over 1.4 s on two cores: out of the 3-minute loop's margin
 def test_copy_answer_to_clipboard():
     async def go():
         app = fake_app(max_tokens=9)
@@ -170,6 +171,7 @@ def test_base_model_conversation_is_refused_with_a_hint(monkeypatch):
 
 # ---- documents -------------------------------------------------------------------------
 
+@pytest.mark.slow   # over 1.4 s on two cores: out of the 3-minute loop's margin
 def test_document_continuation_marks_regenerate_and_undo():
     async def go():
         app = fake_app(max_tokens=15, mode="document", prompt="This Agreement is made between")
@@ -265,6 +267,7 @@ def test_exports_are_0600_with_the_right_content(tmp_path):
     run(go())
 
 
+@pytest.mark.slow   # over 1.4 s on two cores: out of the 3-minute loop's margin
 def test_nothing_written_unless_asked(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
 
@@ -463,6 +466,7 @@ def _retrieval_files(tmp_path, identity):
 
 
 @pytest.mark.parametrize("kind", ["rest", "ngram-cache"])
+@pytest.mark.slow   # over 1.4 s on two cores: out of the 3-minute loop's margin
 def test_tui_drafts_with_rest_and_ngram_cache_files(kind, tmp_path):
     """`tui --draft rest:PATH` and `ngram-cache:PATH`: on fa4fc7f the TUI loaded every file spec
     as an IGTree and refused these with "not an olifant model file (bad magic)"."""
@@ -491,6 +495,7 @@ def test_tui_drafts_with_rest_and_ngram_cache_files(kind, tmp_path):
 
 # ---- the rest of the app -----------------------------------------------------------------
 
+@pytest.mark.slow   # over 1.4 s on two cores: out of the 3-minute loop's margin
 def test_replay_energy_live_numbers_and_power_chart(shared):
     async def go():
         app = fake_app(energy=replay_spec(shared), max_tokens=40,   # the trace runs 20x faster
@@ -580,6 +585,7 @@ def test_errors_are_notifications_not_tracebacks():
     run(go())
 
 
+@pytest.mark.slow   # over 1.4 s on two cores: out of the 3-minute loop's margin
 def test_compare_plain_vs_speculative_fake():
     async def go():
         app = fake_app(max_tokens=12)
@@ -628,6 +634,7 @@ def test_calculator_panel_explains_the_fast_path_and_uses_measured():
     run(go())
 
 
+@pytest.mark.slow   # over 1.4 s on two cores: out of the 3-minute loop's margin
 def test_ctrl_a_selects_all_in_editors():
     async def go():
         app = fake_app(max_tokens=6)

@@ -83,6 +83,7 @@ def test_no_widget_narrower_than_30_columns(size):
     asyncio.run(go())
 
 
+@pytest.mark.slow   # over 1.4 s on two cores: out of the 3-minute loop's margin
 def test_side_panels_follow_the_width():
     async def go():
         app = fake_app()
