@@ -81,7 +81,7 @@ def where(place: dict) -> str:
     """A place in a library, as a reader names it: the file, then page and paragraph."""
     parts = [str(place.get("path") or place.get("title") or f"document {place.get('document', '?')}")]
     for key in ("page", "paragraph"):
-        if place.get(key) is not None:
+        if place.get(key):          # 0: a document without pages (text, HTML, e-mail)
             parts.append(f"{key} {place[key]}")
     if place.get("matter"):
         parts.append(f"matter {place['matter']}")

@@ -124,7 +124,7 @@ async def shoot(out: Path, size, draft_dir: Path, energy: str | None, max_tokens
 
 
 async def shoot_sources(out: Path, size, max_tokens: int) -> list[Path]:
-    """The document continued over a library of the MIT licence (the verifier copies it), then
+    """The document continued over a library holding the verifier's own continuation, then
     the Sources tab: tui-sources-document-WxH.svg, tui-sources-WxH.svg."""
     from olifant_mlx.engine import GenerationOptions
 
@@ -157,8 +157,9 @@ def sources_shots(out: Path, max_tokens: int) -> list[Path]:
     import os
 
     from olifant_mlx import library
+    from olifant_mlx.engine import GenerationOptions, Session
     from olifant_mlx.files import cache_dir
-    from olifant_mlx.verifier import load_tokenizer
+    from olifant_mlx.verifier import load_tokenizer, load_verifier
 
     tokenizer = load_tokenizer("smollm2-135m")
     shared = cache_dir()
@@ -170,8 +171,12 @@ def sources_shots(out: Path, max_tokens: int) -> list[Path]:
                 (root / kind).symlink_to(shared / kind)
         folder = Path(tmp) / "licences"
         folder.mkdir()
+        # the precedent holds the verifier's own greedy continuation of the editor's text (the
+        # licence as SmolLM2 remembers it, not as written), so the shot shows copied spans
+        written = Session(load_verifier("smollm2-135m"), "none",
+                          GenerationOptions(k=0, max_tokens=max_tokens)).generate(DEFAULT_DOCUMENT).text
         write_atomic(folder / "mit.txt", "MIT License\n\nPermission is hereby granted, free of charge, to "
-                     "any person obtaining a copy of this software.\n\n" + DEFAULT_DOCUMENT + MIT_TAIL)
+                     "any person obtaining a copy of this software.\n\n" + DEFAULT_DOCUMENT + written)
         old = os.environ.get("OLIFANT_CACHE")
         os.environ["OLIFANT_CACHE"] = str(root)
         try:
