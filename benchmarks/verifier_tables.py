@@ -26,7 +26,7 @@ from pathlib import Path
 from olifant_mlx.drafters import build_drafter
 from olifant_mlx.files import write_atomic
 from olifant_mlx.measure.bench import ReferenceRunner, aggregate, continuations_of, sweep
-from olifant_mlx.measure.corpora import TRAIN, VALID, shared_dir
+from olifant_mlx.measure.corpora import TRAIN, VALID, shared_dir, task_corpus_files
 from olifant_mlx.measure.transcripts import TranscriptRunner, read_transcript_set
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,24 +38,6 @@ SPECS = {"olifant": "olifant:{model}", "rest": "rest:{sfx}", "ngram-cache": "ngr
          "lookup": "lookup", "ngram-4": "ngram:4", "hybrid": "hybrid:{model}",
          "adaptive-hybrid": "adaptive:hybrid:{model}", "auto": "adaptive:hybrid:{model}+rest:{sfx}"}
 MEASURES = ("acceptance", "mean_accepted_length", "tokens_per_pass", "modelled_speedup")
-
-
-def corpus_files(task, tokenizer, verifier, models: Path, train_tokens: int) -> dict:
-    """The task's IGTree, suffix index and n-gram cache for this tokenizer, built once."""
-    from olifant_mlx.draftmodel.retrieval import build_retrieval
-    from olifant_mlx.draftmodel.train import train
-
-    stem = models / f"{task}.{verifier}.{train_tokens}"
-    files = {"model": stem.with_suffix(".olif"), "sfx": stem.with_suffix(".sfx"), "ngc": stem.with_suffix(".ngc")}
-    models.mkdir(parents=True, exist_ok=True)
-    if not files["model"].is_file():
-        print(f"training the {task} draft model for {verifier} ({train_tokens:,} tokens) ...", file=sys.stderr)
-        train([str(C / TRAIN[task])], tokenizer, files["model"], max_tokens=train_tokens, show_progress=False)
-    if not (files["sfx"].is_file() and files["ngc"].is_file()):
-        print(f"building the {task} suffix index and n-gram cache for {verifier} ...", file=sys.stderr)
-        build_retrieval([str(C / TRAIN[task])], tokenizer, index_out=files["sfx"], ngram_out=files["ngc"],
-                        max_tokens=train_tokens)
-    return files
 
 
 def cells_of(runner, task, prompts, files, tokenizer, ks, max_tokens, results) -> list:
@@ -156,7 +138,7 @@ def main():
     for v in args.verifiers:
         tok = load_tokenizer(v)
         for task in args.tasks:
-            files = corpus_files(task, tok, v, out / "models", args.train_tokens)
+            files = task_corpus_files(task, tok, v, out / "models", args.train_tokens)
             if args.build_only:
                 continue
             ts = {t["prompt"]: t for t in sets[v] if t.get("task") == task}

@@ -51,8 +51,26 @@ def check_plain_vs_mlx_lm(out):
     assert result["prompts"] == 1 and len(result["rounds"]) == 1 and result["median"] > 0
 
 
+def tiny_live(out):
+    return ["--model", "smollm2-135m", "--prompts", "legal={shared}/corpora/legal/prompts.dev.jsonl".format(
+        shared=str(out.parent / "shared")), "--n-prompts", "1", "--max-tokens", "6", "--rounds", "1", "-k", "3",
+        "--calibrate", "--contexts", "16", "--strategy", "auto=auto", "olifant=olifant:{olifant}",
+        "--out-dir", str(out)]
+
+
+def check_live(out):
+    result = json.loads((out / "live-smollm2-135m.json").read_text())
+    legal = result["tasks"]["legal"]["kv"]
+    assert legal["outputs_identical"] and set(legal["summary"]) == {"plain", "mlx-lm", "auto", "olifant"}
+    assert legal["strategies"]["auto"].startswith("adaptive:hybrid:") and "rest:" in legal["strategies"]["auto"]
+    assert (out / "models" / "legal" / "legal.smollm2-135m.1000000.sfx").is_file()   # built on first use
+    assert legal["summary"]["olifant"]["modelled_speedup"] > 0 and result["curve"]
+    assert {r["label"] for r in legal["runs"]} == {"plain", "mlx-lm", "auto", "olifant"}
+
+
 TINY = {"speculative": (tiny_speculative, check_speculative),
-        "plain_vs_mlx_lm": (tiny_plain_vs_mlx_lm, check_plain_vs_mlx_lm)}
+        "plain_vs_mlx_lm": (tiny_plain_vs_mlx_lm, check_plain_vs_mlx_lm),
+        "live": (tiny_live, check_live)}
 
 
 def test_every_experiment_has_a_tiny_run_here():
@@ -62,6 +80,7 @@ def test_every_experiment_has_a_tiny_run_here():
 @pytest.mark.parametrize("name", [
     "speculative",
     pytest.param("plain_vs_mlx_lm", marks=pytest.mark.slow),      # a real verifier (SmolLM2-135M)
+    pytest.param("live", marks=pytest.mark.slow),
 ])
 def test_every_experiment_runs_in_a_tiny_configuration(name, tiny_shared):
     flags, check = TINY[name]
@@ -83,4 +102,40 @@ def test_list_and_unknown_experiments(capsys):
     listed = capsys.readouterr().out
     assert all(f"{name}: " in listed for name in EXPERIMENTS) and "--no-mlx-lm" in listed
     assert main(["bench", "--experiment", "nope"]) == 1
-    assert "--experiment 'nope': not one of plain_vs_mlx_lm, speculative" in capsys.readouterr().err
+    assert "--experiment 'nope': not one of live, plain_vs_mlx_lm, speculative" in capsys.readouterr().err
+
+
+def run(label, rnd, seconds, tokens=10, steps=10, forward=10, drafted=0, accepted=0, draft_s=0.0, regime="kv"):
+    return {"round": rnd, "prompt": 0, "label": label, "regime": regime, "seconds": seconds,
+            "decode_s": seconds - 1.0, "tokens": tokens, "steps": steps, "forward_tokens": forward,
+            "drafted": drafted, "accepted": accepted, "draft_s": draft_s}
+
+
+def test_live_summary_measures_and_models_the_same_generations():
+    """Measured speedups per round (plain / ours, end to end), decode-only over all rounds, and
+    the modelled one under the curve's fit (a + b n per pass: here a = 1, b = 0.5)."""
+    from olifant_mlx.measure.experiments import live_summary
+
+    curve = {"kv": {64: {1: 1.5, 2: 2.0, 3: 2.5}}, "uncached": {64: {1: 1.0, 2: 1.0}}}
+    runs = [run("plain", 0, 11.0), run("plain", 1, 13.0), run("mlx-lm", 0, 12.0), run("mlx-lm", 1, 12.0),
+            # 10 tokens in 4 passes feeding 16 tokens, 0.2 s drafting: modelled 10 * 1.5 / (4 + 8 + 0.2)
+            run("draft", 0, 6.0, steps=4, forward=16, drafted=12, accepted=6, draft_s=0.2),
+            run("draft", 1, 4.0, steps=4, forward=16, drafted=12, accepted=6, draft_s=0.2)]
+    s = live_summary(runs, curve, ["plain", "mlx-lm", "draft"])
+    d = s["draft"]
+    assert d["speedup_rounds"] == [round(11 / 6, 4), round(13 / 4, 4)]
+    assert d["vs_mlx_lm_rounds"] == [2.0, 3.0] and d["vs_mlx_lm_median"] == 2.5
+    assert d["decode_speedup"] == round((10 + 12) / (5 + 3), 4)
+    assert d["modelled_speedup"] == round(15 / 12.2, 4)
+    assert d["modelled_over_measured"] == round(d["modelled_speedup"] / d["decode_speedup"], 4)
+    assert d["acceptance"] == 0.5 and d["tokens_per_pass"] == 2.5
+    assert "modelled_speedup" not in s["plain"] and s["plain"]["speedup_median"] == 1.0
+    assert "modelled_speedup" not in live_summary(runs, None, ["draft"])["draft"]    # no curve: not modelled
+
+
+def test_live_refuses_what_it_cannot_run_before_loading_a_verifier(tmp_path, capsys):
+    base = ["bench", "--experiment", "live", "--out-dir", str(tmp_path)]
+    for extra, said in ((["-k", "3", "5"], "takes one -k"), (["--strategy", "plain=none"], "baselines"),
+                        (["--verifier", "reference"], "times a real verifier")):
+        assert main(base + extra) == 1
+        assert said in capsys.readouterr().err

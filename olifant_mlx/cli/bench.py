@@ -329,8 +329,8 @@ def add_bench(b):
     b.add_argument("--experiment", metavar="NAME", help="a named configuration (bench --list-experiments): "
                    "it sets the options this command line leaves at their defaults")
     b.add_argument("--list-experiments", action="store_true", help="list the experiments and the flags they set")
-    b.add_argument("--rounds", type=whole_number(1), help="with --experiment plain_vs_mlx_lm: rounds of "
-                   "alternating order (default 5)")
+    b.add_argument("--rounds", type=whole_number(1), help="with --experiment plain_vs_mlx_lm or live: rounds "
+                   "of alternating order (the experiment's default: 5 and 2)")
     b.set_defaults(bench_defaults=vars(b.parse_args([])))     # what --experiment may set
     b.set_defaults(func=sharded_command(cmd_bench, handlers={"calibrate": _calibrate}))
 

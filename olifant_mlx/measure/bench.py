@@ -336,10 +336,11 @@ class ReferenceRunner:
         return r.tokens, st, None, None
 
 
-def alternating_rounds(runner, prompts, runners, rounds, max_tokens, kv) -> list:
+def alternating_rounds(runner, prompts, runners, rounds, max_tokens, kv, on_run=None) -> list:
     """Seconds per runner, per round: each runner (label, drafter, k) generates from every
     prompt, the order rotating with round and prompt so that neither side always runs first
-    on a noisy machine. Outputs must be identical (speculative decoding is exact)."""
+    on a noisy machine. Outputs must be identical (speculative decoding is exact).
+    `on_run(round, prompt_index, label, tokens, stats)` sees every generation."""
     out = []
     for r in range(rounds):
         secs = {label: 0.0 for label, _, _ in runners}
@@ -350,6 +351,8 @@ def alternating_rounds(runner, prompts, runners, rounds, max_tokens, kv) -> list
                 tokens, st, _, _ = runner.run(text, drafter, k, kv, max_tokens)
                 secs[label] += st.seconds
                 outputs.append(tokens)
+                if on_run:
+                    on_run(r, i, label, tokens, st)
             if any(o != outputs[0] for o in outputs):
                 raise RuntimeError(f"outputs differ between {[label for label, _, _ in runners]}: a bug")
         out.append(secs)

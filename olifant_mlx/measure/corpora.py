@@ -36,6 +36,26 @@ def task_draft_model(task, tokenizer, verifier: str, corpora: Path, models: Path
     return path
 
 
+def task_corpus_files(task, tokenizer, verifier: str, models: Path, train_tokens: int) -> dict:
+    """The task's IGTree, suffix index and n-gram cache for this tokenizer ({"model", "sfx",
+    "ngc"}: `models`/TASK.VERIFIER.TOKENS.olif/.sfx/.ngc), built from the first `train_tokens`
+    tokens of its train split the first time they are asked for."""
+    from olifant_mlx.draftmodel.retrieval import build_retrieval
+    from olifant_mlx.draftmodel.train import train
+
+    corpus = str(shared_dir() / "corpora" / TRAIN[task])
+    files = {kind: Path(models) / f"{task}.{verifier}.{train_tokens}.{kind}" for kind in ("olif", "sfx", "ngc")}
+    files["model"] = files.pop("olif")
+    Path(models).mkdir(parents=True, exist_ok=True)
+    if not files["model"].is_file():
+        print(f"training the {task} draft model for {verifier} ({train_tokens:,} tokens) ...", file=sys.stderr)
+        train([corpus], tokenizer, files["model"], max_tokens=train_tokens, show_progress=False)
+    if not (files["sfx"].is_file() and files["ngc"].is_file()):
+        print(f"building the {task} suffix index and n-gram cache for {verifier} ...", file=sys.stderr)
+        build_retrieval([corpus], tokenizer, index_out=files["sfx"], ngram_out=files["ngc"], max_tokens=train_tokens)
+    return files
+
+
 def tokens_of(spec, tok, cache: Path, max_tokens=None, max_docs=None):
     """(tokens uint32, doc_starts uint64) of a corpus, read from `cache` if it exists, else
     tokenized (the first max_docs documents, at most max_tokens tokens) and written there."""

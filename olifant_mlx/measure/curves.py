@@ -128,12 +128,18 @@ def modelled_speedup(row: dict, curve: dict, context: int | None = None):
     the drafts. None for a plain row or one without passes."""
     if row.get("strategy") == "plain" or not row.get("steps") or not row.get("n_tokens"):
         return None
+    plain, ours = modelled_seconds(row, curve, context)
+    return plain / ours
+
+
+def modelled_seconds(row: dict, curve: dict, context: int | None = None) -> tuple:
+    """(plain decoding's, the row's) seconds under the curve, as modelled_speedup counts them."""
     n, steps = row["n_tokens"], row["steps"]
     draft = (row.get("draft_s_per_step") or 0.0) * steps
     kv = row["regime"] == "kv"
     fed = (row.get("forward_tokens") or steps) if kv else steps + (row.get("drafted") or 0)
     a, b = fit(curve, "kv" if kv else "uncached", context)
-    return n * (a + b) / (steps * a + b * fed + draft)
+    return n * (a + b), steps * a + b * fed + draft
 
 
 def add_modelled(cells, rows, curve: dict | None) -> None:

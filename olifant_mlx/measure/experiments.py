@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,6 +77,146 @@ def plain_vs_mlx_lm(args) -> int:
     return 0
 
 
+LIVE_TRAIN_TOKENS = 1_000_000      # corpus tokens per task for the live experiment's IGTree and index
+
+
+def live_strategies(specs: dict, files: dict, tokenizer) -> dict:
+    """{name: spec} with {olifant} and {rest} filled in (the task's IGTree and suffix index) and
+    `auto` resolved as a user's would be with only those two files in ./models."""
+    from olifant_mlx.drafters import resolve_auto
+
+    out = {}
+    for name, spec in specs.items():
+        if spec == "auto":
+            out[name] = resolve_auto(tokenizer, dirs=[files["model"].parent]).text
+        else:
+            out[name] = spec.replace("{olifant}", str(files["model"])).replace("{rest}", str(files["sfx"]))
+    return out
+
+
+def live_summary(runs: list, curve: dict, strategies) -> dict:
+    """Per strategy, from every generation of one task and regime (dicts: round, prompt, label,
+    seconds, decode_s, tokens, and the Stats' steps, forward_tokens, drafted, draft_s): the measured
+    speedup over plain and over mlx-lm per round (end to end, prefill included), the measured
+    decode-only speedup over plain, and the modelled speedup of the very same generations (their
+    passes, tokens fed and drafting time under the curve's fit: measure.curves.modelled_seconds),
+    with the modelled/measured (decode-only) ratio."""
+    from olifant_mlx.measure.curves import modelled_seconds
+
+    rounds = sorted({r["round"] for r in runs})
+
+    def total(label, key, rnd=None):
+        return sum(r[key] for r in runs if r["label"] == label and (rnd is None or r["round"] == rnd))
+
+    out = {}
+    for name in strategies:
+        mine = [r for r in runs if r["label"] == name]
+        per_round = [total("plain", "seconds", n) / total(name, "seconds", n) for n in rounds]
+        row = {"speedup_rounds": [round(x, 4) for x in per_round],
+               "speedup_median": round(statistics.median(per_round), 4),
+               "decode_speedup": round(total("plain", "decode_s") / total(name, "decode_s"), 4),
+               "tokens_per_s": round(total(name, "tokens") / total(name, "seconds"), 3)}
+        if any(r["label"] == "mlx-lm" for r in runs):
+            vs = [total("mlx-lm", "seconds", n) / total(name, "seconds", n) for n in rounds]
+            row["vs_mlx_lm_rounds"] = [round(x, 4) for x in vs]
+            row["vs_mlx_lm_median"] = round(statistics.median(vs), 4)
+        if name in ("plain", "mlx-lm"):
+            out[name] = row
+            continue
+        row["acceptance"] = round(sum(r["accepted"] for r in mine) / max(sum(r["drafted"] for r in mine), 1), 4)
+        row["tokens_per_pass"] = round(total(name, "tokens") / max(total(name, "steps"), 1), 3)
+        if curve is not None:
+            times = [modelled_seconds({**r, "n_tokens": r["tokens"],
+                                       "draft_s_per_step": r["draft_s"] / r["steps"] if r["steps"] else 0.0}, curve)
+                     for r in mine]
+            row["modelled_speedup"] = round(sum(p for p, _ in times) / sum(o for _, o in times), 4)
+            row["modelled_over_measured"] = round(row["modelled_speedup"] / row["decode_speedup"], 4)
+        out[name] = row
+    return out
+
+
+def live(args) -> int:
+    """Each --strategy against plain decoding and mlx-lm's stream_generate, live on a real
+    verifier, in alternating rounds (--rounds), every output checked identical to plain; beside
+    each measured speedup, the modelled one of the very same generations under the verifier's
+    cost curve (--curve FILE, or --calibrate to measure it first). A spec may name {olifant} and
+    {rest}: the task's IGTree and suffix index for this verifier, built from the first million
+    tokens of the shared train split on first use (beside --out-dir); `auto` resolves per task
+    over them. Printed and written as JSON to --out-dir/live-VERIFIER.json."""
+    import os
+
+    from olifant_mlx.drafters import build_drafter
+    from olifant_mlx.engine import GenerationOptions
+    from olifant_mlx.files import write_atomic
+    from olifant_mlx.measure.bench import MlxLm, ModelRunner, alternating_rounds, read_prompts
+    from olifant_mlx.measure.corpora import TRAIN, task_corpus_files
+    from olifant_mlx.measure.curves import load_curve, measure_curve, save_curve, seeded_pass_cost
+    from olifant_mlx.verifier import load_verifier
+
+    if args.verifier != "model":
+        raise ValueError(f"--experiment live times a real verifier: not with --verifier {args.verifier}")
+    tasks = dict(p.split("=", 1) for p in args.prompts or () if "=" in p)
+    if not tasks or len(tasks) != len(args.prompts):
+        raise ValueError("--experiment live takes --prompts TASK=FILE ...")
+    unknown = [t for t in tasks if t not in TRAIN and any(x in s for s in args.strategy or () for x in
+                                                          ("{olifant}", "{rest}", "=auto"))]
+    if unknown:
+        raise ValueError(f"--experiment live: no train split for task(s) {', '.join(unknown)} "
+                         f"(one of {', '.join(sorted(TRAIN))})")
+    if not args.k or len(args.k) != 1:
+        raise ValueError("--experiment live takes one -k")
+    k = args.k[0]
+    specs = dict(s.split("=", 1) for s in args.strategy or ())
+    if "plain" in specs or "mlx-lm" in specs:
+        raise ValueError("--experiment live: 'plain' and 'mlx-lm' are its baselines, not --strategy names")
+    prompts = {t: read_prompts(path)[: args.n_prompts] for t, path in tasks.items()}
+    curve = load_curve(args.curve) if args.curve else None
+    v = load_verifier(args.model)
+    tok = v.identity
+    if args.calibrate:
+        print(f"measuring {v.name}'s cost curve at contexts {args.contexts} ...", file=sys.stderr)
+        measured = measure_curve(v, next(iter(prompts.values()))[0], k + 1, args.contexts)
+        args.curve = str(save_curve(measured))
+        curve = load_curve(args.curve)
+        print(f"cost curve stored: {args.curve}", file=sys.stderr)
+    options = (GenerationOptions(pass_cost=seeded_pass_cost(curve), draft_cost=seeded_pass_cost(curve))
+               if curve else None)
+    runner = ModelRunner(v, options=options)
+    models = Path(args.out_dir) / "models"
+    result = {"experiment": "live", "verifier": v.name, "k": k, "rounds": args.rounds,
+              "max_tokens": args.max_tokens, "curve": args.curve, "load_average_start": os.getloadavg()[0],
+              "tasks": {}}
+    for task, texts in prompts.items():
+        files = task_corpus_files(task, tok, v.name, models / task, LIVE_TRAIN_TOKENS) if task in TRAIN else {}
+        resolved = live_strategies(specs, files, tok) if files else dict(specs)
+        for regime in args.regimes or ["kv"]:
+            kv = regime == "kv"
+            runners = [("plain", None, 0)] + ([("mlx-lm", MlxLm(), 0)] if kv and not args.no_mlx_lm else [])
+            runners += [(name, build_drafter(spec, tok), k) for name, spec in resolved.items()]
+            for _, drafter, kk in runners:           # first calls (compilation, the drafter's first lookups)
+                runner.run("Warm-up text.", drafter, kk, kv, 4)
+            runs = []
+
+            def seen(rnd, i, label, tokens, st, regime=regime, runs=runs, task=task):
+                runs.append({"round": rnd, "prompt": i, "label": label, "regime": regime,
+                             "seconds": st.seconds, "decode_s": st.decode_s, "tokens": len(tokens),
+                             "steps": st.steps, "forward_tokens": st.forward_tokens, "drafted": st.drafted,
+                             "accepted": st.accepted, "draft_s": st.draft_s})
+                print(f"{task} {regime} round {rnd + 1} prompt {i + 1}: {label} {st.seconds:.2f} s",
+                      file=sys.stderr, flush=True)
+
+            alternating_rounds(runner, texts, runners, args.rounds, args.max_tokens, kv, on_run=seen)
+            result["tasks"].setdefault(task, {})[regime] = {
+                "prompts": len(texts), "strategies": resolved, "outputs_identical": True,
+                "summary": live_summary(runs, curve, [label for label, _, _ in runners]), "runs": runs}
+    result["load_average_end"] = os.getloadavg()[0]
+    path = Path(args.out_dir) / f"live-{v.name}.json"
+    write_atomic(path, json.dumps(result, indent=1) + "\n", 0o644)
+    print(json.dumps({t: {r: x["summary"] for r, x in by.items()} for t, by in result["tasks"].items()}, indent=1))
+    print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
 EXPERIMENTS = {
     "speculative": Experiment(
         "plain vs olifant vs ngram vs lookup on the legal dev prompts (benchmarks/speculative.py, "
@@ -93,6 +234,16 @@ EXPERIMENTS = {
         {"model": "smollm2-135m", "prompts": [LEGAL_PROMPTS], "n_prompts": 6, "max_tokens": 80,
          "rounds": 5, "out_dir": "benchmarks/out"},
         run=plain_vs_mlx_lm),
+    "live": Experiment(
+        "every drafter against plain decoding and mlx-lm's stream_generate, live, in alternating rounds, "
+        "outputs checked identical, with the modelled speedup of the same generations beside each "
+        "(--curve FILE or --calibrate)",
+        {"model": "qwen2.5-coder-1.5b",
+         "prompts": [LEGAL_PROMPTS, "medical={shared}/corpora/medical/prompts.dev.jsonl"],
+         "n_prompts": 6, "max_tokens": 64, "k": [8], "regimes": ["kv"], "rounds": 2,
+         "strategy": ["auto=auto", "olifant=olifant:{olifant}", "lookup=lookup"],
+         "out_dir": "benchmarks/out/live"},
+        run=live),
 }
 
 
