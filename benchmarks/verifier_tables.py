@@ -3,6 +3,7 @@
     python benchmarks/verifier_tables.py [--verifiers smollm2-135m gemma3-270m qwen2.5-coder-1.5b]
         [--tasks legal medical general] [--ks 3 5 8] [--train-tokens 1000000]
         [--out benchmarks/out/verifier-tables] [--json docs/results/drafters-by-verifier.json]
+        [--curve VERIFIER=FILE ...]
 
 No verifier runs and nothing is timed: each verifier's greedy output is its committed transcript
 (docs/transcripts/VERIFIER.json, `bench --verifier transcript --transcripts-out`), and the
@@ -27,6 +28,7 @@ from olifant_mlx.drafters import build_drafter
 from olifant_mlx.files import write_atomic
 from olifant_mlx.measure.bench import ReferenceRunner, aggregate, continuations_of, sweep
 from olifant_mlx.measure.corpora import TRAIN, VALID, shared_dir, task_corpus_files
+from olifant_mlx.measure.curves import add_modelled, load_curve
 from olifant_mlx.measure.transcripts import TranscriptRunner, read_transcript_set
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,13 +42,17 @@ SPECS = {"olifant": "olifant:{model}", "rest": "rest:{sfx}", "ngram-cache": "ngr
 MEASURES = ("acceptance", "mean_accepted_length", "tokens_per_pass", "modelled_speedup")
 
 
-def cells_of(runner, task, prompts, files, tokenizer, ks, max_tokens, results) -> list:
-    """One sweep (KV regime) of every drafter, fresh for this runner; its aggregated cells."""
+def cells_of(runner, task, prompts, files, tokenizer, ks, max_tokens, results, curve=None) -> list:
+    """One sweep (KV regime) of every drafter, fresh for this runner; its aggregated cells, their
+    modelled speedups under `curve` (the verifier's own, measured) when one is given."""
     drafters = {name: build_drafter(spec.format(**files), tokenizer) for name, spec in SPECS.items()}
     rows = sweep(runner, {task: prompts}, drafters, ks, ["kv"], max_tokens, results, n_prompts=len(prompts),
                  on_progress=lambda done, total: done == total and print(f"{results.name}: {total} runs",
                                                                           file=sys.stderr))
-    return [c for c in aggregate(rows) if c["strategy"] != "plain"]
+    cells = aggregate(rows)
+    if curve is not None:
+        add_modelled(cells, rows, curve)
+    return [c for c in cells if c["strategy"] != "plain"]
 
 
 def ranks(xs):
@@ -101,7 +107,8 @@ def proxies(rows, tasks, ks, verifiers) -> list:
 
 def best(rows, tasks, verifiers) -> list:
     """Per verifier, task and mode: the drafter and k with the most tokens per pass, and the one
-    with the highest modelled speedup (passes costed a + b n under the fixed reference curve)."""
+    with the highest modelled speedup (passes costed a + b n under the verifier's own curve where
+    --curve gives one, else the fixed reference curve)."""
     out = []
     for v in verifiers:
         for task in tasks:
@@ -129,7 +136,16 @@ def main():
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "verifier-tables"))
     ap.add_argument("--json", help="write the summary here (e.g. docs/results/drafters-by-verifier.json)")
     ap.add_argument("--build-only", action="store_true", help="build the corpus files and stop")
+    ap.add_argument("--curve", nargs="+", default=[], metavar="VERIFIER=FILE",
+                    help="model that verifier's speedups under its own measured cost curve (bench "
+                         "--calibrate) instead of the fixed reference curve")
     args = ap.parse_args()
+    curves, curve_files = {}, {}
+    for item in args.curve:
+        name, sep, path = item.partition("=")
+        if not sep or name not in args.verifiers:
+            raise SystemExit(f"--curve {item}: want VERIFIER=FILE for one of {', '.join(args.verifiers)}")
+        curves[name], curve_files[name] = load_curve(path), path
     from olifant_mlx.verifier import load_tokenizer
 
     out = Path(args.out)
@@ -149,7 +165,7 @@ def main():
                      "reference": ReferenceRunner(tok, continuations_of(prompts, str(C / VALID[task])))}
             got = {mode: {(c["strategy"], c["k"]): c for c in
                           cells_of(runner, task, prompts, files, tok, args.ks, args.max_tokens,
-                                   out / f"{mode}-{v}-{task}.jsonl")}
+                                   out / f"{mode}-{v}-{task}.jsonl", curves.get(v))}
                    for mode, runner in modes.items()}
             for d in SPECS:
                 for k in args.ks:
@@ -158,6 +174,7 @@ def main():
     if args.build_only:
         return
     summary = {"max_tokens": args.max_tokens, "train_tokens": args.train_tokens, "regime": "kv",
+               "curves": curve_files,
                "specs": SPECS, "rows": rows, "proxies": proxies(rows, args.tasks, args.ks, args.verifiers),
                "best": best(rows, args.tasks, args.verifiers)}
     if args.json:
