@@ -12,7 +12,7 @@ replayed through the engine's loop (measure.transcripts, measure.bench.Reference
 KV regime. Drafters per task and tokenizer: olifant (an IGTree trained on the task's train
 split), REST (a suffix index of it), llama.cpp's static n-gram cache of it, prompt lookup, the
 in-session 4-gram, the hybrid, the adaptive hybrid, and `auto` as it resolves once the task's
-precedent library is built (registry.library_spec: the adaptive hybrid over the IGTree, the
+precedent library is built (drafters.auto.library_spec: the adaptive hybrid over the IGTree, the
 suffix index and the session). The corpus files are built once into OUT/models/ (resumable,
 one at a time); the rows go to OUT/*.jsonl (resumable); the summary (cells, how well each proxy
 ranks the drafters as the 1.5B verifier does, the best drafter per verifier and task) to --json.

@@ -10,13 +10,14 @@ import os
 import signal
 import sys
 
-from olifant_mlx.cli.common import (DEFAULT_K, MODEL_HELP, add_adapter_arg, add_sampling_args, add_weights_arg,
-                                    check_adapter_path, check_draft_model, draft_help, draft_tokens, energy_help,
+from olifant_mlx.cli.common import (DEFAULT_K, MODEL_HELP, add_adapter_arg, add_option_args, add_sampling_args,
+                                    add_weights_arg, check_adapter_path, check_draft_model, draft_help, energy_help,
                                     open_meter)
 from olifant_mlx.cli.train import byte_size
 
 KEY_ENV = "OLIFANT_API_KEY"
 EXTRA = "the server needs its extra: pip install 'olifant_mlx[server]'"
+MAX_TOKENS = 512    # -m: an answer's tokens when a request does not say (generate's default is 256)
 
 
 def require_stack() -> None:
@@ -137,8 +138,9 @@ def add_serve(s):
                         f"hub ids; all loaded at start, at most {MAX_MODELS} with --model); --model "
                         f"is the default")
     add_adapter_arg(s)
-    s.add_argument("-k", "--num-draft-tokens", dest="k", type=draft_tokens, default=DEFAULT_K,
-                   help=f"draft tokens per pass unless a request says (default {DEFAULT_K})")
+    # -k and -m are the generation options' own flags (engine.options: spellings, type, checks),
+    # said as a request's defaults
+    add_option_args(s, ["k"], k=f"draft tokens per pass unless a request says (default {DEFAULT_K})")
     s.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1; any other needs --api-key)")
     s.add_argument("--port", type=int, default=8080, help="port (default 8080)")
@@ -146,8 +148,9 @@ def add_serve(s):
                    help=f"require Authorization: Bearer KEY (also ${KEY_ENV}, which keeps it out "
                         f"of the process list)")
     s.add_argument("--energy", metavar="BACKEND", help=energy_help())
-    s.add_argument("-m", "--max-tokens", type=int, default=512,
-                   help="tokens per answer when a request does not say (default 512)")
+    add_option_args(s, ["max_tokens"],
+                    max_tokens=f"tokens per answer when a request does not say (default {MAX_TOKENS})")
+    s.set_defaults(max_tokens=MAX_TOKENS)
     s.add_argument("--max-tokens-limit", type=int, default=4096,
                    help="the most tokens a request may ask for (default 4096)")
     add_sampling_args(s, "temperature when a request does not say (default 0: greedy)")

@@ -40,6 +40,7 @@ from __future__ import annotations
 import time
 
 from olifant_mlx.drafters.base import Draft, DrafterBase, Signal
+from olifant_mlx.drafters.registry import build_drafter
 
 COPIES = ("lookup", "history")   # signals (source, agreement length): longer is no worse
 
@@ -375,3 +376,8 @@ class AdaptiveDrafter(DrafterBase):
 
     def accept(self, tokens):
         self.inner.accept(tokens)
+
+
+def from_spec(spec, tokenizer, history):
+    """`adaptive:SPEC` (the registry's builder): the inner spec's drafter, its length chosen per step."""
+    return AdaptiveDrafter(build_drafter(spec.inner, tokenizer, history))

@@ -95,6 +95,11 @@ class NoDrafter(DrafterBase):
         return []
 
 
+def none_from_spec(spec, tokenizer, history):
+    """`none` (the registry's builder): plain decoding."""
+    return NoDrafter()
+
+
 class _Adapted(DrafterBase):
     """A duck-typed drafter with only the required methods, given the optional defaults."""
 

@@ -13,9 +13,10 @@ expected tokens per verifier second, and its length too.
 from __future__ import annotations
 
 from olifant_mlx.drafters.adaptive import CandidateLearner
-from olifant_mlx.drafters.base import EMPTY, Draft, DrafterBase
+from olifant_mlx.drafters.base import EMPTY, Draft, DrafterBase, as_drafter
 from olifant_mlx.drafters.lookup import LookupDrafter
-from olifant_mlx.drafters.olifant import OlifantDrafter
+from olifant_mlx.drafters.olifant import OlifantDrafter, open_igtree
+from olifant_mlx.drafters.registry import build_drafter
 
 
 class HybridDrafter(DrafterBase):
@@ -81,3 +82,12 @@ class HybridDrafter(DrafterBase):
         self.learner.learn(step)
         for s in self.sources:
             s.observe(step, kv_cache)
+
+
+def from_spec(spec, tokenizer, history):
+    """`hybrid[:PATH][+SPEC...]` (the registry's builder): the whole IGTree chain, if given, and
+    every source built by the registry; the learnt per-signal estimates, not a fixed gate, weigh
+    them."""
+    olifant = OlifantDrafter(open_igtree(spec.arg, tokenizer)) if spec.arg else None
+    sources = [as_drafter(build_drafter(s, tokenizer)) for s in spec.sources]
+    return HybridDrafter(olifant, history=history, sources=sources)

@@ -45,3 +45,16 @@ class NeuralDrafter(DrafterBase):
         # the last draft was never fed: the cache holds everything but it
         self.cached.pop()
         return out
+
+
+def from_spec(spec, tokenizer, history):
+    """`neural:MODEL` (the registry's builder): a verifier spec, loaded, refused unless its
+    tokenizer is the verifier's."""
+    from olifant_mlx.draftmodel.igtree import TokenizerMismatch
+    from olifant_mlx.verifier import load_verifier
+
+    v = load_verifier(spec.arg)
+    if tokenizer is not None and v.identity.digest != tokenizer.digest:
+        raise TokenizerMismatch(f"neural draft model {v.name!r} does not share the verifier's "
+                                f"tokenizer {tokenizer.name!r}")
+    return NeuralDrafter(v.model, name=f"neural:{v.name}")

@@ -24,3 +24,15 @@ class OlifantDrafter(DrafterBase):
         share = answers["winner_count"] / answers["total"].clip(min=1)
         return Draft(answers["token"].tolist(),
                      [Signal("igtree", int(d), min(int(s * 4), 3)) for d, s in zip(answers["depth"], share)])
+
+
+def open_igtree(path, tokenizer) -> IGTree:
+    """The IGTree at path, refused unless it is one built for `tokenizer` (None: unchecked)."""
+    from olifant_mlx.draftmodel.open import open_model_file
+
+    return open_model_file(path, want=IGTree, tokenizer=tokenizer)
+
+
+def from_spec(spec, tokenizer, history):
+    """`olifant:PATH` (the registry's builder)."""
+    return OlifantDrafter(open_igtree(spec.arg, tokenizer))

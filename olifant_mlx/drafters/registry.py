@@ -9,10 +9,11 @@ index), `ngram-cache:PATH` (llama.cpp's static n-gram cache) and `library:NAME` 
 library: the adaptive hybrid over its IGTree, its suffix index and the session's text).
 
 Each kind is one `DrafterKind` entry (`register`): its name, the grammar of its argument, its
-help line, its builder and what it is (reads the session history, may be a hybrid's source,
-needs the verifier's tokenizer, chooses its own draft length). Parsing, `help_text()`,
-`describe()`, `uses_history` and the TUI's drafter list are derived from the entries, so a new
-drafter is its module (with `from_spec(spec, tokenizer, history)`) plus one entry here.
+help line, where its builder is (a function of the drafter's own module, imported when first
+built) and what it is (reads the session history, may be a hybrid's source, needs the
+verifier's tokenizer, chooses its own draft length). Parsing, `help_text()`, `describe()`,
+`uses_history` and the TUI's drafter list are derived from the entries, so a drafter is its
+module (with `from_spec(spec, tokenizer, history)`) plus one entry here; no builder lives here.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from importlib import import_module
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from olifant_mlx.drafters.base import Drafter, NoDrafter
+from olifant_mlx.drafters.base import Drafter
 from olifant_mlx.files import NotARegularFile, open_regular_file
 
 MODEL_MAGIC = b"OLIFIGT\0"
@@ -119,7 +120,7 @@ class _FileProblem(DrafterSpecError):
     """A draft-model file that cannot be used; parse_spec names what the user typed."""
 
 
-def _check_model_file(path: str, magic: bytes = MODEL_MAGIC) -> None:
+def check_model_file(path: str, magic: bytes = MODEL_MAGIC) -> None:
     """Exists, is a regular file (never open a FIFO), and starts like a model file."""
     try:
         st = os.stat(path)
@@ -174,7 +175,7 @@ def _parse(text: str, check_files: bool) -> DrafterSpec:
         raise DrafterSpecError(f"drafter {kind} needs an argument: {k.usage}")
     if k.arg == "name":
         if check_files:
-            _check_library(text, arg)
+            load_library(text, arg)
         return DrafterSpec(kind, arg)
     if k.arg == "spec":
         inner = _parse(arg, check_files)
@@ -182,7 +183,7 @@ def _parse(text: str, check_files: bool) -> DrafterSpec:
             raise DrafterSpecError(f"drafter {text!r}: {kind} of {kind} is not a drafter")
         return DrafterSpec(kind, inner=inner)
     if k.arg in ("file", "optfile") and check_files:
-        _check_model_file(arg, k.magic)
+        check_model_file(arg, k.magic)
     return DrafterSpec(kind, arg)
 
 
@@ -191,7 +192,7 @@ def _parse_sources(k: DrafterKind, text: str, arg: str, check_files: bool) -> Dr
     sources, each any drafter spec whose kind may be a source (not auto, none, hybrid, adaptive)."""
     path, *rest = arg.split("+")
     if path and check_files:
-        _check_model_file(path, k.magic)
+        check_model_file(path, k.magic)
     sources = []
     for item in rest:
         if not item:
@@ -202,6 +203,16 @@ def _parse_sources(k: DrafterKind, text: str, arg: str, check_files: bool) -> Dr
                                    f"(use a drafter that proposes drafts itself)")
         sources.append(src)
     return DrafterSpec(k.name, path, sources=tuple(sources))
+
+
+def load_library(text: str, name: str):
+    """The precedent library `name` (`library:NAME`), or a DrafterSpecError naming the spec `text`."""
+    from olifant_mlx.library import LibraryError, load
+
+    try:
+        return load(name)
+    except LibraryError as e:
+        raise DrafterSpecError(f"--draft {text}: {e}") from None
 
 
 def build_drafter(spec, tokenizer=None, history=None) -> Drafter:
@@ -226,177 +237,37 @@ def describe() -> list:
     return [(k.usage, k.summary) for k in KINDS.values()]
 
 
-# ---- the drafters ---------------------------------------------------------------------
-
-def _olifant_model(path, tokenizer):
-    from olifant_mlx.draftmodel.igtree import IGTree
-    from olifant_mlx.draftmodel.open import open_model_file
-
-    model = open_model_file(path, want=IGTree)
-    if tokenizer is not None:
-        model.check_tokenizer(tokenizer.name, tokenizer.vocab_size, tokenizer.digest)
-    return model
-
-
-def _build_none(spec, tokenizer, history):
-    return NoDrafter()
-
-
-def _build_olifant(spec, tokenizer, history):
-    from olifant_mlx.drafters.olifant import OlifantDrafter
-
-    return OlifantDrafter(_olifant_model(spec.arg, tokenizer))
-
-
-def _build_neural(spec, tokenizer, history):
-    from olifant_mlx.drafters.neural import NeuralDrafter
-    from olifant_mlx.draftmodel.igtree import TokenizerMismatch
-    from olifant_mlx.verifier import load_verifier
-
-    v = load_verifier(spec.arg)
-    if tokenizer is not None and v.identity.digest != tokenizer.digest:
-        raise TokenizerMismatch(f"neural draft model {v.name!r} does not share the verifier's "
-                                f"tokenizer {tokenizer.name!r}")
-    return NeuralDrafter(v.model, name=f"neural:{v.name}")
-
-
-def _build_hybrid(spec, tokenizer, history):
-    from olifant_mlx.drafters.base import as_drafter
-    from olifant_mlx.drafters.hybrid import HybridDrafter
-    from olifant_mlx.drafters.olifant import OlifantDrafter
-
-    # the whole IGTree chain: the learnt per-signal estimates, not a fixed gate, weigh it
-    olifant = OlifantDrafter(_olifant_model(spec.arg, tokenizer)) if spec.arg else None
-    sources = [as_drafter(build_drafter(s, tokenizer)) for s in spec.sources]
-    return HybridDrafter(olifant, history=history, sources=sources)
-
-
-def resolve_auto(tokenizer, dirs=None) -> DrafterSpec:
-    """What `auto` means for a verifier's tokenizer: the adaptive hybrid over every corpus
-    source found for it — the IGTree trained on the most instances (./models, the cache, the
-    biggest precedent library's), the suffix indexes (the library's, and any built beside an
-    IGTree for it: same name, .sfx; the biggest IGTree's first) — and the session's own text;
-    with none, the session's text alone."""
-    from olifant_mlx.catalog import draft_model_dirs, draft_models
-    from olifant_mlx.library import best_library
-
-    if tokenizer is None:
-        return DrafterSpec("adaptive", inner=DrafterSpec("hybrid"))
-    lib = best_library(tokenizer)
-    folders = list(dirs if dirs is not None else draft_model_dirs()) + ([lib.path] if lib else [])
-    fitting = sorted((e for e in draft_models(folders) if e.fits(tokenizer)), key=lambda e: -e.instances)
-    indexes = [lib.index_path] if lib is not None else []     # the library was built for it
-    for e in fitting:
-        beside = e.path.with_suffix(".sfx")
-        if beside.resolve() not in {p.resolve() for p in indexes} and _fits(beside, tokenizer):
-            indexes.append(beside)
-    rests = tuple(DrafterSpec("rest", str(path)) for path in indexes)
-    inner = DrafterSpec("hybrid", str(fitting[0].path) if fitting else "", sources=rests)
-    return DrafterSpec("adaptive", inner=inner)
-
-
-def _fits(path, tokenizer) -> bool:
-    """A suffix index built for this tokenizer (a missing, foreign or damaged file is skipped:
-    auto uses what it finds)."""
-    from olifant_mlx.draftmodel.igtree import IGTreeError, TokenizerMismatch
-    from olifant_mlx.draftmodel.open import check_model_tokenizer
-    from olifant_mlx.draftmodel.suffix import SuffixError, SuffixIndex
-
-    try:
-        _check_model_file(str(path), INDEX_MAGIC)
-        obj = check_model_tokenizer(path, tokenizer.name, tokenizer.vocab_size, tokenizer.digest)
-    except (DrafterSpecError, TokenizerMismatch, IGTreeError, SuffixError, OSError, ValueError):
-        return False
-    return isinstance(obj, SuffixIndex)
-
-
-def _build_auto(spec, tokenizer, history):
-    return build_drafter(resolve_auto(tokenizer), tokenizer, history)
-
-
-def _retrieval(cls, path, tokenizer):
-    from olifant_mlx.draftmodel.open import open_model_file
-
-    obj = open_model_file(path, want=cls)
-    if tokenizer is not None:
-        obj.check_tokenizer(tokenizer.name, tokenizer.vocab_size, tokenizer.digest)
-    return obj
-
-
-def _build_rest(spec, tokenizer, history):
-    from olifant_mlx.drafters.retrieval import RestDrafter
-    from olifant_mlx.draftmodel.suffix import SuffixIndex
-
-    return RestDrafter(_retrieval(SuffixIndex, spec.arg, tokenizer))
-
-
-def _build_ngram_cache(spec, tokenizer, history):
-    from olifant_mlx.drafters.retrieval import NgramCacheDrafter
-    from olifant_mlx.draftmodel.suffix import NgramCache
-
-    return NgramCacheDrafter(_retrieval(NgramCache, spec.arg, tokenizer))
-
-
-def _check_library(text: str, name: str) -> None:
-    from olifant_mlx.library import LibraryError, load
-
-    try:
-        load(name)
-    except LibraryError as e:
-        raise DrafterSpecError(f"--draft {text}: {e}") from None
-
-
-def library_spec(lib) -> DrafterSpec:
-    """A library's drafter: the adaptive hybrid over its IGTree, its suffix index and the session."""
-    rest = DrafterSpec("rest", str(lib.index_path))
-    return DrafterSpec("adaptive", inner=DrafterSpec("hybrid", str(lib.model_path), sources=(rest,)))
-
-
-def _build_library(spec, tokenizer, history):
-    from olifant_mlx.library import LibraryError, load
-
-    try:
-        lib = load(spec.arg)
-    except LibraryError as e:
-        raise DrafterSpecError(f"--draft {spec.text}: {e}") from None
-    return build_drafter(library_spec(lib), tokenizer, history)
-
-
-def _build_adaptive(spec, tokenizer, history):
-    from olifant_mlx.drafters.adaptive import AdaptiveDrafter
-
-    return AdaptiveDrafter(build_drafter(spec.inner, tokenizer, history))
-
+# ---- the drafters: each built by its module's function (see DrafterKind.build) ------------
 
 for _kind in (
     DrafterKind("auto", "", "the best available: adaptive hybrid over every corpus source for the "
                             "verifier's tokenizer (draft model, suffix indexes) and the session's "
-                            "own text, drafting only where it beats plain decoding", _build_auto,
+                            "own text, drafting only where it beats plain decoding", "auto",
                 source=False, history=True, own_length=True),
-    DrafterKind("none", "", "plain decoding: no drafts", _build_none, source=False, drafts=False,
+    DrafterKind("none", "", "plain decoding: no drafts", "base:none_from_spec", source=False, drafts=False,
                 aliases=("plain", "")),
-    DrafterKind("olifant", "file", "the trained IGTree draft model (the paper's drafter)", _build_olifant),
+    DrafterKind("olifant", "file", "the trained IGTree draft model (the paper's drafter)", "olifant"),
     DrafterKind("ngram", "int", "the session's own token n-grams (default 4), with back-off",
                 "ngram", 4),
     DrafterKind("ngram-words", "int", "the paper's word-level n-gram baseline (default 4)",
                 "ngram:words_from_spec", 4, tokenizer=True),
     DrafterKind("lookup", "int", "prompt lookup: copy what followed the last N tokens (default 3)",
                 "lookup", 3),
-    DrafterKind("neural", "model", "a small mlx-lm model with the verifier's tokenizer", _build_neural),
+    DrafterKind("neural", "model", "a small mlx-lm model with the verifier's tokenizer", "neural"),
     DrafterKind("hybrid", "optfile", "a per-step choice by expected accepted tokens among the "
                                      "session's own text, the IGTree if given and any +SPEC sources",
-                _build_hybrid, sources=True, source=False, history=True),
+                "hybrid", sources=True, source=False, history=True),
     DrafterKind("adaptive", "spec", "any drafter, its draft length chosen per step by cost",
-                _build_adaptive, source=False, own_length=True),
+                "adaptive", source=False, own_length=True),
     DrafterKind("rest", "file", "REST: the most frequent continuation of the longest corpus "
-                                "match (a suffix index from build-rest)", _build_rest,
+                                "match (a suffix index from build-rest)", "retrieval:rest_from_spec",
                 magic=INDEX_MAGIC),
     DrafterKind("ngram-cache", "file", "llama.cpp's static n-gram cache (llama-lookup's "
                                        "corpus tier, from build-rest --ngram-cache)",
-                _build_ngram_cache, magic=NGRAM_MAGIC),
+                "retrieval:ngram_cache_from_spec", magic=NGRAM_MAGIC),
     DrafterKind("library", "name", "a precedent library (`library build`): the adaptive hybrid over "
-                                   "its IGTree, its suffix index and the session's text", _build_library,
-                history=True),
+                                   "its IGTree, its suffix index and the session's text",
+                "auto:library_from_spec", history=True),
 ):
     register(_kind)
 

@@ -101,3 +101,19 @@ class NgramCacheDrafter(_CorpusDrafter):
 
     def _signals(self, count, total):
         return [signal("ngram-cache", bucket(t), quarters(c, t)) for c, t in zip(count, total)]
+
+
+def _open(cls, path, tokenizer):
+    from olifant_mlx.draftmodel.open import open_model_file
+
+    return open_model_file(path, want=cls, tokenizer=tokenizer)
+
+
+def rest_from_spec(spec, tokenizer, history):
+    """`rest:PATH` (the registry's builder): a suffix index built for the verifier's tokenizer."""
+    return RestDrafter(_open(SuffixIndex, spec.arg, tokenizer))
+
+
+def ngram_cache_from_spec(spec, tokenizer, history):
+    """`ngram-cache:PATH` (the registry's builder): an n-gram cache built for its tokenizer."""
+    return NgramCacheDrafter(_open(NgramCache, spec.arg, tokenizer))

@@ -35,13 +35,18 @@ WHAT = {IGTree: "a draft model (.olif, from `train`)", SuffixIndex: "a suffix in
         NgramCache: "an n-gram cache (.ngc, from `build-rest`)"}
 
 
-def open_model_file(path, verify_checksum: bool = True, want=None):
+def open_model_file(path, verify_checksum: bool = True, want=None, tokenizer=None):
     """The loaded IGTree, SuffixIndex or NgramCache at path, whichever its magic says; with
-    `want` (one of the three), another kind is a ModelFileError saying what the file is."""
+    `want` (one of the three), another kind is a ModelFileError saying what the file is; with
+    `tokenizer` (a verifier's identity: name, vocab_size, digest), a file built for another
+    tokenizer is a TokenizerMismatch."""
     cls = model_file_kind(path)
     if want is not None and cls is not want:
         raise ModelFileError(_igt.IGT_ERR_FOREIGN, f"{os.fspath(path)} is {WHAT[cls]}, not {WHAT[want]}")
-    return cls.load(path, verify_checksum=verify_checksum)
+    obj = cls.load(path, verify_checksum=verify_checksum)
+    if tokenizer is not None:
+        obj.check_tokenizer(tokenizer.name, tokenizer.vocab_size, tokenizer.digest)
+    return obj
 
 
 def check_model_tokenizer(path, name: str, vocab_size: int, digest: bytes, fix: str | None = None):

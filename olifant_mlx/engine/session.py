@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 from olifant_mlx.drafters.adaptive import PassCost
 from olifant_mlx.drafters.base import Drafter, as_drafter
-from olifant_mlx.drafters.registry import (DrafterSpec, build_drafter, parse_spec, resolve_auto,
-                                           uses_history)
+from olifant_mlx.drafters.auto import resolve_auto
+from olifant_mlx.drafters.registry import DrafterSpec, build_drafter, parse_spec, uses_history
 from olifant_mlx.engine.loop import generate_steps, model_vocab_size
 from olifant_mlx.engine.options import GenerationOptions, OptionsError
 from olifant_mlx.engine.stats import Stats, Step
