@@ -4,39 +4,36 @@ Two ways to work: a conversation (Chat tab: an instruct verifier's chat template
 turns, regenerate, edit and resend) and a document (Document tab: the text continued as it
 is, in the editor). Beside them: plain vs speculative, the calculator, the draft models, and
 one Settings tab. The tabs come from a registry (tui/panes.py), each its own module; the App
-keeps the layout and the keys, and stands on the workspace the panes share (workspace.py: the one
-Session, meter, conversations, store; generation.py, workers.py, results.py: runs and their
-messages). MLX work (loading the verifier, generating, training) runs in thread workers, which
+keeps the layout, the keys, the @on handlers and the routing of the workers' messages, and owns
+the one workspace service the panes share (`app.workspace`, tui/workspace.py: the Session,
+meter, conversations and store, tokenizer, jobs), with two helpers of its own that act on it
+(tui/generation.py: ctrl+g and its kin, the workers started; tui/results.py: their messages
+shown). MLX work (loading the verifier, generating, training) runs in thread workers, which
 never touch widgets and post batched messages. Changing the drafter never
 reloads the verifier. Nothing typed or generated is written to disk unless asked: an export
 (ctrl+s, to a path you choose), or the opt-in history and saved-conversations files.
 """
 from __future__ import annotations
 
-import itertools
-import threading
-
 from olifant_mlx.tui.chat_tab import ChatTab
 from olifant_mlx.tui.compare_tab import CompareTab
-from olifant_mlx.tui.conversation import Conversation
 from olifant_mlx.tui.conversations_panel import ConversationList
 from olifant_mlx.tui.document_tab import DEFAULT_DOCUMENT, DocumentTab
 from olifant_mlx.tui.flow import MARK_MODES
 from olifant_mlx.tui.generation import Generation
 from olifant_mlx.tui.live_panel import LivePanel
 from olifant_mlx.tui.panes import PANES
+from olifant_mlx.tui.messages import Chunk, CompareDone, Done, Failed, Loaded, Status, TokenizerKnown
 from olifant_mlx.tui.results import Results
-from olifant_mlx.tui.settings_tab import SettingsTab
-from olifant_mlx.tui.workers import Job, Workers
-from olifant_mlx.tui.workspace import WORKSPACE, Workspace, default_session, default_tokenizer
+from olifant_mlx.tui.workspace import WORKSPACE, Workspace
 from textual import on
 from textual.actions import SkipAction
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
-from textual.widgets import Button, Checkbox, Footer, Header, Input, TabbedContent, TextArea
+from textual.widgets import Footer, Header, Input, TabbedContent, TextArea
 
-from olifant_mlx.engine import GenerationOptions, PrefixCache
+from olifant_mlx.engine import GenerationOptions
 
 DEFAULT_PROMPT = DEFAULT_DOCUMENT            # the screenshot script's training text starts so
 TABS = tuple(p.id for p in PANES)
@@ -63,10 +60,24 @@ class KeyFooter(Footer):
                 yield w
 
 
-class OlifantApp(Workspace, Generation, Workers, Results, App):
-    """The App: the tabs of a pane registry, the layout, the keys; the workspace's parts are
-    mixins (a pane reaches them as self.app), the @on handlers here (Textual registers @on only
-    on its own classes)."""
+class Forward:
+    """An App attribute that is the workspace's (read, and set): app.session is
+    app.workspace.session. Kept for the tests and scripts that read them on the App."""
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.name = name
+
+    def __get__(self, app, owner=None):
+        return self if app is None else getattr(app.workspace, self.name)
+
+    def __set__(self, app, value) -> None:
+        setattr(app.workspace, self.name, value)
+
+
+class OlifantApp(App):
+    """The App: the tabs of a pane registry, the layout, the keys, the @on handlers (Textual
+    registers @on only on its own classes) and the workers' messages routed to `results`; the
+    state the panes share is the workspace service's (`self.workspace`, tui/workspace.py)."""
     TITLE = "olifant_mlx"
     SUB_TITLE = "private on-device drafting"
     CSS_PATH = "app.tcss"
@@ -88,6 +99,16 @@ class OlifantApp(Workspace, Generation, Workers, Results, App):
         Binding("ctrl+a", "select_all", "Select all", show=False, priority=True),
     ]
 
+    session = Forward()
+    current = Forward()
+    editing = Forward()
+    generating = Forward()
+    meter = Forward()
+    loads = Forward()
+    prompt_cache = Forward()
+    last_stats = Forward()
+    last_window = Forward()
+
     def __init__(self, model: str | None = None, draft: str = "auto", k: int = 8,
                  max_tokens: int = 256, energy: str | None = None, prompt: str | None = None,
                  options: GenerationOptions | None = None, system_prompt: str | None = None,
@@ -100,45 +121,19 @@ class OlifantApp(Workspace, Generation, Workers, Results, App):
         for p in panes:
             b = p.binding()
             self._bindings.bind(b.key, b.action, b.description, b.show, priority=b.priority)
-        self.model_spec = model
-        self.draft_spec = draft
+        self.draft_spec = draft                      # the Settings tab's first values
         self.base_options = options or GenerationOptions(k=k, max_tokens=max_tokens)
-        self.energy_spec = energy
-        self.system_prompt = system_prompt
-        self.template_kwargs = dict(template_kwargs or {})
-        self.mode = mode if mode in WORKSPACE else "chat"
+        self.workspace = Workspace(model, system_prompt=system_prompt, template_kwargs=template_kwargs,
+                                   k=self.base_options.k, energy=energy, meter=meter,
+                                   meter_clock=meter_clock, conversations=conversations,
+                                   session_factory=session_factory, tokenizer_fn=tokenizer_fn,
+                                   train_fn=train_fn)
+        self.generation = Generation(self)           # ctrl+g and its kin (tui/generation.py)
+        self.results = Results(self)                 # the workers' messages shown (tui/results.py)
+        self.mode = mode if mode in WORKSPACE else "chat"      # the last workspace tab used
         self.initial_prompt = prompt
-        self.store_path = conversations
         self.initial_theme = theme
-        self.session_factory = session_factory or default_session
         self.model_dirs = model_dirs
-        self.train_fn = train_fn
-        self.tokenizer_fn = tokenizer_fn or default_tokenizer
-        self.meter_clock = meter_clock
-        self.meter = meter
-        self.session = None                 # the shared Session (one verifier held at a time)
-        self._session_model = None
-        self._history = None
-        self.loads = 0                      # verifiers loaded (the drafter never causes one)
-        self.identity = None                # the verifier's tokenizer, once known
-        self.conversations: list[Conversation] = []
-        self.current: dict[str, Conversation] = {}
-        self.editing: int | None = None     # the chat turn being edited
-        self.jobs: dict[int, Job] = {}
-        self._ids = itertools.count(1)
-        # the KV caches of recent chat turns and document runs: the next turn of a conversation
-        # prefills only its new tokens (Compare always reads its prompt afresh: it measures)
-        self.prompt_cache = PrefixCache(max_entries=4)
-        self.generating = False
-        # loading a verifier or a tokenizer imports transformers, whose lazy imports are not
-        # thread-safe: one load at a time
-        self._load_lock = threading.Lock()
-        self._starting = False              # a generation is being set up (await in between)
-        self.last_stats = None
-        self.last_window = None
-        self.last_k = self.base_options.k
-        self._last_prompt = None            # (kind, prompt) of the last generation
-        self.store_error = None
         self.marks = "styled"
         self.panels = {"nav": None, "live": None}    # None: by the width; True/False: yours
 
@@ -161,22 +156,35 @@ class OlifantApp(Workspace, Generation, Workers, Results, App):
         self.doc_tab = self.query_one(DocumentTab)
         self.live = self.query_one(LivePanel)
         self.tabs = self.query_one("#tabs", TabbedContent)
-        self._open_meter()
-        self._open_store()
-        for kind in WORKSPACE:
-            if kind not in self.current:
-                self._add_conversation(Conversation(kind=kind, system_prompt=self.system_prompt))
-        self.current["document"].text = self.doc_tab.editor.text
+        ws = self.workspace
+        warning = ws.open_meter()
+        if warning:
+            self.notify(warning, severity="warning")
+        self.live.show_meter(ws.meter.info)
+        error = ws.open()
+        if error:
+            self.notify(error, severity="error", timeout=10)
+        ws.current["document"].text = self.doc_tab.editor.text
         self.call_after_refresh(self._show_current)
         self.set_interval(0.5, self._tick_power)
-        self._tokenizer_worker(self.model_spec)
+        self.generation.load_tokenizer(ws.model_spec)
         self.call_after_refresh(self._focus_tab, self.mode)
 
+    def _tick_power(self) -> None:
+        tick = self.workspace.power_tick()
+        if tick is not None:
+            watts, line = tick
+            if watts:
+                self.live.add_power(watts)
+            if line:
+                self.live.show_energy(line)
+
     async def _show_current(self) -> None:
-        await self.chat_tab.show(self.current["chat"])
-        if self.current["document"].text or self.current["document"].runs:
-            self.doc_tab.show(self.current["document"])
-        self._show_list()
+        current = self.workspace.current
+        await self.chat_tab.show(current["chat"])
+        if current["document"].text or current["document"].runs:
+            self.doc_tab.show(current["document"])
+        self.results.show_list()
 
     def on_resize(self) -> None:
         self._layout()
@@ -213,7 +221,7 @@ class OlifantApp(Workspace, Generation, Workers, Results, App):
     def check_action(self, action: str, parameters) -> bool | None:
         tab = self.tabs.active if hasattr(self, "tabs") else self.mode
         if action == "stop":          # hidden (and esc left to the widgets) when nothing to stop
-            return self.generating or self.editing is not None or self._modal()
+            return self.workspace.generating or self.workspace.editing is not None or self._modal()
         if action in ("edit_last", "toggle_markdown"):
             return tab == "chat"
         if action == "regenerate":
@@ -253,8 +261,8 @@ class OlifantApp(Workspace, Generation, Workers, Results, App):
     def _tab_changed(self, tab: str) -> None:
         if tab in WORKSPACE and tab != self.mode:
             self.mode = tab
-            if self.current:
-                self._show_list()     # the list highlights this tab's conversation
+            if self.workspace.current:
+                self.results.show_list()     # the list highlights this tab's conversation
         self._layout()                # (the focus moving into the tab refreshes the footer)
 
     def action_toggle_panel(self, panel: str) -> None:
@@ -282,44 +290,7 @@ class OlifantApp(Workspace, Generation, Workers, Results, App):
         else:
             self.action_show_help_panel()
 
-    @on(ConversationList.Chosen)
-    async def _chosen(self, event: ConversationList.Chosen) -> None:
-        conv = next((c for c in self.conversations if c.id == event.conv_id), None)
-        if conv is None or conv is self.current.get(conv.kind):
-            if conv is not None:
-                self.action_tab(conv.kind)
-            return
-        if self.generating:
-            self.notify("stop the generation first (esc)", severity="warning")
-            return
-        self._stash_document()
-        self.current[conv.kind] = conv
-        self.editing = None
-        if conv.kind == "chat":
-            await self.chat_tab.show(conv)
-        else:
-            self.doc_tab.show(conv)
-        self.action_tab(conv.kind)
-        self._show_list()
-
-    @on(Button.Pressed, "#new-chat")
-    async def _new_chat(self) -> None:
-        await self._new("chat")
-
-    @on(Button.Pressed, "#new-doc")
-    async def _new_doc(self) -> None:
-        await self._new("document")
-
-    # ---- buttons --------------------------------------------------------------------
-
-    @on(Checkbox.Changed, "#set-store-on")
-    @on(Input.Submitted, "#set-store")
-    def _store_setting(self) -> None:
-        try:
-            s = self.query_one(SettingsTab).read()
-        except ValueError:
-            return
-        self._use_store(s.conversations)
+    # ---- view keys ------------------------------------------------------------------
 
     async def action_toggle_markdown(self) -> None:
         if self._modal():
@@ -336,3 +307,54 @@ class OlifantApp(Workspace, Generation, Workers, Results, App):
         self.chat_tab.set_marks(self.marks)
         self.doc_tab.set_marks(self.marks)
         self.query_one(CompareTab).set_marks(self.marks)
+
+    # ---- the workspace's actions (tui/generation.py) ---------------------------------
+
+    async def action_send(self) -> None:
+        await self.generation.send()
+
+    async def action_regenerate(self) -> None:
+        await self.generation.regenerate()
+
+    def action_edit_last(self) -> None:
+        self.generation.edit_last()
+
+    def action_compare(self) -> None:
+        self.generation.compare()
+
+    def action_stop(self) -> None:
+        self.generation.stop()
+
+    async def action_new(self) -> None:
+        if self._modal():
+            raise SkipAction()
+        await self.query_one(ConversationList).new(self.mode)
+
+    def action_export(self) -> None:
+        self.generation.export()
+
+    def action_copy(self) -> None:
+        self.generation.copy()
+
+    # ---- the workers' messages (tui/results.py) --------------------------------------
+
+    def on_status(self, m: Status) -> None:
+        self.results.on_status(m)
+
+    def on_loaded(self, m: Loaded) -> None:
+        self.results.on_loaded(m)
+
+    def on_tokenizer_known(self, m: TokenizerKnown) -> None:
+        self.results.on_tokenizer_known(m)
+
+    def on_chunk(self, m: Chunk) -> None:
+        self.results.on_chunk(m)
+
+    async def on_done(self, m: Done) -> None:
+        await self.results.on_done(m)
+
+    async def on_compare_done(self, m: CompareDone) -> None:
+        await self.results.on_compare_done(m)
+
+    async def on_failed(self, m: Failed) -> None:
+        await self.results.on_failed(m)

@@ -72,5 +72,6 @@ class CalculatorTab(TabPane):
 
     @on(Button.Pressed, "#calc-measured")
     def _use_measured(self) -> None:
-        if not self.use_measured(self.app.last_stats, self.app.last_k):
+        ws = self.app.workspace
+        if not self.use_measured(ws.last_stats, ws.last_k):
             self.notify("run a speculative generation first", severity="warning")

@@ -1,21 +1,16 @@
 """The conversation list: every chat and document of this session (and, when you keep them,
-the saved ones), newest first; choosing one opens it in its tab."""
+the saved ones), newest first; choosing one opens it in its tab, its buttons (and ctrl+n)
+start a new one. The conversations are the workspace's (`self.app.workspace`)."""
 from __future__ import annotations
 
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.message import Message
 from textual.widgets import Button, OptionList, Static
 from textual.widgets.option_list import Option
 
 
 class ConversationList(Vertical):
-    class Chosen(Message):
-        def __init__(self, conv_id: str):
-            super().__init__()
-            self.conv_id = conv_id
-
     def __init__(self):
         super().__init__(id="nav")
 
@@ -40,6 +35,48 @@ class ConversationList(Vertical):
         self.query_one("#conv-store", Static).update(text)
 
     @on(OptionList.OptionSelected, "#conv-list")
-    def _chosen(self, event: OptionList.OptionSelected) -> None:
+    async def _chosen(self, event: OptionList.OptionSelected) -> None:
         event.stop()
-        self.post_message(self.Chosen(event.option.id))
+        await self.choose(event.option.id)
+
+    @on(Button.Pressed, "#new-chat")
+    async def _new_chat(self) -> None:
+        await self.new("chat")
+
+    @on(Button.Pressed, "#new-doc")
+    async def _new_doc(self) -> None:
+        await self.new("document")
+
+    async def new(self, kind: str) -> None:
+        """A new conversation (or document), opened in its tab."""
+        ws = self.app.workspace
+        if ws.generating:
+            self.app.notify("stop the generation first (esc)", severity="warning")
+            return
+        self.app.generation.stash_document()
+        await self._open(ws.new(kind), clear=True)
+
+    async def choose(self, conv_id: str) -> None:
+        """The conversation chosen, now current, opened in its tab."""
+        ws, app = self.app.workspace, self.app
+        conv = ws.find(conv_id)
+        if conv is None or conv is ws.current.get(conv.kind):
+            if conv is not None:
+                app.action_tab(conv.kind)
+            return
+        if ws.generating:
+            app.notify("stop the generation first (esc)", severity="warning")
+            return
+        app.generation.stash_document()
+        await self._open(ws.choose(conv))
+
+    async def _open(self, conv, clear: bool = False) -> None:
+        app = self.app
+        if conv.kind == "chat":
+            await app.chat_tab.show(conv)
+            if clear:
+                app.chat_tab.composer.clear()
+        else:
+            app.doc_tab.show(conv)
+        app.action_tab(conv.kind)
+        app.results.show_list()

@@ -34,7 +34,7 @@ def fit_text(entry, identity) -> str:
 
 class ModelsTab(TabPane):
     """The draft-model list and the training form; it trains on its own worker, with the
-    workspace's tokenizer (self.app._tokenizer) and trainer (self.app.train_fn)."""
+    workspace's tokenizer and trainer (self.app.workspace: tokenizer(), train_fn)."""
     def __init__(self, model_dirs):
         super().__init__("F6 Models", id="models")
         self.model_dirs = model_dirs
@@ -139,10 +139,11 @@ class ModelsTab(TabPane):
     @on_own_thread           # MLX never runs on the pool's thread: see olifant_mlx.teardown
     def _train_worker(self, corpus, out, model) -> None:
         try:
-            train = self.app.train_fn
+            workspace = self.app.workspace
+            train = workspace.train_fn
             if train is None:
                 from olifant_mlx.draftmodel.train import train
-            tokenizer = self.app._tokenizer(model)
+            tokenizer = workspace.tokenizer(model)
             out.parent.mkdir(parents=True, exist_ok=True)
             last = [0.0]
 

@@ -2,8 +2,8 @@
 
 The App composes its tabs, their keys, what gets focus and which side panels show beside
 each from PANES; a new tab is a module with its TabPane (its own buttons and BINDINGS) and
-one entry below. A pane's widget reaches the shared workspace (session, workers, storage)
-through `self.app`.
+one entry below. A pane's widget reaches the shared workspace service (session, jobs, storage,
+training's tokenizer: tui/workspace.py) as `self.app.workspace`.
 """
 from __future__ import annotations
 
@@ -63,7 +63,8 @@ def _models(app):
 def _settings(app):
     from olifant_mlx.tui.settings_tab import SettingsTab
 
-    return SettingsTab(app.model_spec, app.draft_spec, app.base_options, app.system_prompt, app.store_path)
+    ws = app.workspace
+    return SettingsTab(ws.model_spec, app.draft_spec, app.base_options, ws.system_prompt, ws.store_path)
 
 
 def _sources(app):

@@ -68,7 +68,7 @@ async def shoot(out: Path, size, draft_dir: Path, energy: str | None, max_tokens
 
         def progress() -> int:
             """Characters written so far by the generation in flight."""
-            job = next(iter(app.jobs.values()), None)
+            job = next(iter(app.workspace.jobs.values()), None)
             if job is None:
                 return 0
             if job.kind == "chat":
@@ -77,18 +77,18 @@ async def shoot(out: Path, size, draft_dir: Path, energy: str | None, max_tokens
 
         async def written(chars):
             """Until the text in progress has `chars` characters (or is finished)."""
-            await until(lambda: not app.generating or progress() >= chars)
+            await until(lambda: not app.workspace.generating or progress() >= chars)
             await pilot.pause(0.3)
 
         async def start(*keys):
             await pilot.press(*keys)
-            await until(lambda: app.generating, timeout=30)
-            if not app.generating:
+            await until(lambda: app.workspace.generating, timeout=30)
+            if not app.workspace.generating:
                 raise RuntimeError("the generation did not start: "
                                    + "; ".join(n.message for n in app._notifications))
 
         async def finish():
-            await until(lambda: not app.generating)
+            await until(lambda: not app.workspace.generating)
             await pilot.pause(0.3)
 
         # a conversation: the first answer finished (Markdown), the second caught being drafted
@@ -136,7 +136,7 @@ async def shoot_sources(out: Path, size, max_tokens: int) -> list[Path]:
         await pilot.pause(1.0)          # the app shows its document first (after a refresh)
         await pilot.press("ctrl+g")
         t0 = time.monotonic()
-        while not app.current["document"].runs and time.monotonic() - t0 < 600:   # until it ends
+        while not app.workspace.current["document"].runs and time.monotonic() - t0 < 600:   # until it ends
             await pilot.pause(0.2)
         await pilot.pause(0.5)
         if not app.doc_tab.editor.copied:

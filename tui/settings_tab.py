@@ -253,6 +253,16 @@ class SettingsTab(TabPane):
         self.query_one("#set-draft-about", Static).update(f"{usage}: {summary}")
         self.check()
 
+    @on(Checkbox.Changed, "#set-store-on")
+    @on(Input.Submitted, "#set-store")
+    def _store_setting(self) -> None:
+        """Keeping conversations in a file starts (or stops) at once, not at the next run."""
+        try:
+            s = self.read()
+        except ValueError:
+            return
+        self.app.generation.use_store(s.conversations)
+
     @on(Input.Changed)
     @on(Checkbox.Changed)
     def check(self) -> None:

@@ -119,7 +119,7 @@ class SourcesTab(TabPane):
             out.update(f"the source passage cannot be read: {e}")
 
     def on_show(self) -> None:
-        self.app._show_sources()         # the conversation (or document) now current
+        self.app.results.show_sources()      # the conversation (or document) now current
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self.show_passage(event.cursor_row)

@@ -1,6 +1,9 @@
-"""The generation workers: a chat answer or a document continuation, and Compare (plain, then
-speculative, then measured rounds). They run on thread workers, each call on its own thread
-(olifant_mlx.teardown.on_own_thread), never touch widgets, and post batched messages."""
+"""What the generation workers run: a chat answer or a document continuation, Compare (plain,
+then speculative, then measured rounds), the tokenizer alone. The App starts each on a Textual
+thread worker (tui/generation.py); each call runs on its own thread
+(olifant_mlx.teardown.on_own_thread), never touches widgets, and posts batched messages through
+the `post` it is given, reading the shared Session from the workspace (tui/workspace.py). Plain
+functions: a test runs one without an App."""
 from __future__ import annotations
 
 import copy
@@ -9,10 +12,8 @@ from dataclasses import dataclass, field
 
 from olifant_mlx.tui.conversation import Conversation
 from olifant_mlx.tui.copied import char_spans
-from olifant_mlx.tui.messages import Chunk, CompareDone, Done, Failed, Status
+from olifant_mlx.tui.messages import Chunk, CompareDone, Done, Failed, Status, TokenizerKnown
 from olifant_mlx.tui.settings_tab import Settings
-from textual import work
-from textual.worker import get_current_worker
 
 from olifant_mlx.teardown import on_own_thread
 
@@ -73,104 +74,112 @@ class Found:
         return char_spans(new, text, tokens, self.decode) if new else []
 
 
-class Workers:
-    """The App's generation workers (a mixin of OlifantApp)."""
+def stream(post, session, job: Job, cancelled, cache=None, drafter=None, options=None, target=None):
+    """One generation on the worker thread: (ids, text, Stats, Window, finish reason)."""
+    tokens, text, pending = [], [], []
+    last_flush = time.perf_counter()
+    final = None
+    run = job.id if target is None else target
+    opts = options or job.settings.options
+    found = Found(library_of(opts, session), getattr(session.verifier.identity, "decode", None))
+    for r in session.stream(job.prompt, opts, drafter, should_stop=cancelled,
+                            continuation=isinstance(job.prompt, str), cache=cache):
+        tokens.extend(r.tokens)
+        text.append(r.text)
+        pending.extend(r.segments)
+        found.add(getattr(r, "sources", None), getattr(r, "verbatim", None))
+        now = time.perf_counter()
+        if now - last_flush >= FLUSH_S or r.finish_reason:
+            post(Chunk(run, pending, copy.copy(r.stats), now - job.t0,
+                       found.take("".join(text), tokens), found.tripped()))
+            pending, last_flush = [], now
+        final = r
+    return tokens, "".join(text), final.stats, final.energy, final.finish_reason
 
-    def _stream(self, worker, session, job: Job, drafter=None, options=None, target=None):
-        """One generation on the worker thread: (ids, text, Stats, Window, finish reason)."""
-        tokens, text, pending = [], [], []
-        last_flush = time.perf_counter()
-        final = None
-        run = job.id if target is None else target
-        opts = options or job.settings.options
-        found = Found(library_of(opts, session), getattr(session.verifier.identity, "decode", None))
-        for r in session.stream(job.prompt, opts, drafter,
-                                should_stop=lambda: worker.is_cancelled,
-                                continuation=isinstance(job.prompt, str),
-                                cache=self.prompt_cache if job.kind != "compare" else None):
-            tokens.extend(r.tokens)
-            text.append(r.text)
-            pending.extend(r.segments)
-            found.add(getattr(r, "sources", None), getattr(r, "verbatim", None))
-            now = time.perf_counter()
-            if now - last_flush >= FLUSH_S or r.finish_reason:
-                self.post_message(Chunk(run, pending, copy.copy(r.stats), now - job.t0,
-                                        found.take("".join(text), tokens), found.tripped()))
-                pending, last_flush = [], now
-            final = r
-        return tokens, "".join(text), final.stats, final.energy, final.finish_reason
 
-    def _chat_check(self, session, job: Job) -> None:
-        from olifant_mlx.engine import Chat
+def chat_check(session, job: Job) -> None:
+    from olifant_mlx.engine import Chat
 
-        if isinstance(job.prompt, Chat) and not session.verifier.has_chat_template:
-            raise ValueError(f"{session.verifier.name} has no chat template (a base model): "
-                             f"continue text in the Document tab (F3)")
+    if isinstance(job.prompt, Chat) and not session.verifier.has_chat_template:
+        raise ValueError(f"{session.verifier.name} has no chat template (a base model): "
+                         f"continue text in the Document tab (F3)")
 
-    @work(thread=True, exclusive=True, group="generate", exit_on_error=False)
-    @on_own_thread           # MLX never runs on the pool's thread: see olifant_mlx.teardown
-    def _generate_worker(self, job: Job) -> None:
-        worker = get_current_worker()
-        try:
-            session = self._session_for(job.settings)
-            self._chat_check(session, job)
-            job.t0 = time.perf_counter()
-            self.post_message(Status(f"writing with {session.verifier.name}, drafter "
-                                     f"{session.spec.text if session.spec else session.drafter.name}"))
-            _, text, stats, window, reason = self._stream(worker, session, job)
-            self.post_message(Done(job.id, text, stats, window, reason))
-        except Exception as e:     # shown in the UI, never as a traceback
-            self.post_message(Failed("generation", f"{type(e).__name__}: {e}", job.id))
 
-    @work(thread=True, exclusive=True, group="generate", exit_on_error=False)
-    @on_own_thread           # MLX never runs on the pool's thread: see olifant_mlx.teardown
-    def _compare_worker(self, job: Job) -> None:
-        from olifant_mlx.drafters import NoDrafter
+@on_own_thread           # MLX never runs on the pool's thread: see olifant_mlx.teardown
+def generate(workspace, job: Job, post, cancelled) -> None:
+    """A chat answer or a document continuation, over the workspace's Session (and its prompt
+    cache); `cancelled()` says when to stop."""
+    try:
+        session = workspace.session_for(job.settings, post)
+        chat_check(session, job)
+        job.t0 = time.perf_counter()
+        post(Status(f"writing with {session.verifier.name}, drafter "
+                    f"{session.spec.text if session.spec else session.drafter.name}"))
+        _, text, stats, window, reason = stream(post, session, job, cancelled, cache=workspace.prompt_cache)
+        post(Done(job.id, text, stats, window, reason))
+    except Exception as e:     # shown in the UI, never as a traceback
+        post(Failed("generation", f"{type(e).__name__}: {e}", job.id))
 
-        worker = get_current_worker()
-        try:
-            session = self._session_for(job.settings)
-            self._chat_check(session, job)
-            job.t0 = time.perf_counter()
-            p_ids, p_text, p_stats, p_win, r1 = self._stream(
-                worker, session, job, NoDrafter(), job.settings.options.replace(k=0), target=-job.id)
-            if r1 == "stopped":
-                raise InterruptedError("stopped")
-            job.t0 = time.perf_counter()
-            s_ids, s_text, s_stats, s_win, r2 = self._stream(worker, session, job)
-            if r2 == "stopped":
-                raise InterruptedError("stopped")
-            measured, rates = self._compare_rounds(worker, session, job)
-            self.post_message(CompareDone((p_text, p_stats, p_win), (s_text, s_stats, s_win),
-                                          p_ids == s_ids, measured, rates))
-        except InterruptedError:
-            self.post_message(Failed("compare", "stopped", job.id))
-        except Exception as e:
-            self.post_message(Failed("compare", f"{type(e).__name__}: {e}", job.id))
 
-    def _compare_rounds(self, worker, session, job: Job):
-        """After the shown pair (the warm-up), COMPARE_ROUNDS unshown rounds of plain and
-        speculative, alternating which runs first: (Speedups, (plain, speculative) median tok/s)."""
-        import statistics
+@on_own_thread           # MLX never runs on the pool's thread: see olifant_mlx.teardown
+def compare(workspace, job: Job, post, cancelled) -> None:
+    """Plain, then speculative (each shown: run -job.id, then job.id), then measured rounds."""
+    from olifant_mlx.drafters import NoDrafter
 
-        from olifant_mlx.drafters import NoDrafter
-        from olifant_mlx.measure import rounds
+    try:
+        session = workspace.session_for(job.settings, post)
+        chat_check(session, job)
+        job.t0 = time.perf_counter()
+        p_ids, p_text, p_stats, p_win, r1 = stream(
+            post, session, job, cancelled, drafter=NoDrafter(), options=job.settings.options.replace(k=0),
+            target=-job.id)
+        if r1 == "stopped":
+            raise InterruptedError("stopped")
+        job.t0 = time.perf_counter()
+        s_ids, s_text, s_stats, s_win, r2 = stream(post, session, job, cancelled)
+        if r2 == "stopped":
+            raise InterruptedError("stopped")
+        measured, rates = compare_rounds(post, session, job, cancelled)
+        post(CompareDone((p_text, p_stats, p_win), (s_text, s_stats, s_win), p_ids == s_ids, measured, rates))
+    except InterruptedError:
+        post(Failed("compare", "stopped", job.id))
+    except Exception as e:
+        post(Failed("compare", f"{type(e).__name__}: {e}", job.id))
 
-        def rate(drafter, options):
-            out = list(session.stream(job.prompt, options, drafter, should_stop=lambda: worker.is_cancelled,
-                                      continuation=isinstance(job.prompt, str)))
-            last = out[-1] if out else None
-            if last is None or last.finish_reason == "stopped":
-                raise InterruptedError("stopped")
-            return last.stats.tokens_per_s
 
-        plain_opts = job.settings.options.replace(k=0)
-        plains, specs = [], []
-        for i in range(COMPARE_ROUNDS):
-            self.post_message(Status(f"measuring: round {i + 1} of {COMPARE_ROUNDS} (plain and speculative)"))
-            for which in (("plain", "spec") if i % 2 == 0 else ("spec", "plain")):
-                if which == "plain":
-                    plains.append(rate(NoDrafter(), plain_opts))
-                else:
-                    specs.append(rate(None, job.settings.options))
-        return rounds.speedups(plains, specs), (statistics.median(plains), statistics.median(specs))
+def compare_rounds(post, session, job: Job, cancelled):
+    """After the shown pair (the warm-up), COMPARE_ROUNDS unshown rounds of plain and
+    speculative, alternating which runs first: (Speedups, (plain, speculative) median tok/s)."""
+    import statistics
+
+    from olifant_mlx.drafters import NoDrafter
+    from olifant_mlx.measure import rounds
+
+    def rate(drafter, options):
+        out = list(session.stream(job.prompt, options, drafter, should_stop=cancelled,
+                                  continuation=isinstance(job.prompt, str)))
+        last = out[-1] if out else None
+        if last is None or last.finish_reason == "stopped":
+            raise InterruptedError("stopped")
+        return last.stats.tokens_per_s
+
+    plain_opts = job.settings.options.replace(k=0)
+    plains, specs = [], []
+    for i in range(COMPARE_ROUNDS):
+        post(Status(f"measuring: round {i + 1} of {COMPARE_ROUNDS} (plain and speculative)"))
+        for which in (("plain", "spec") if i % 2 == 0 else ("spec", "plain")):
+            if which == "plain":
+                plains.append(rate(NoDrafter(), plain_opts))
+            else:
+                specs.append(rate(None, job.settings.options))
+    return rounds.speedups(plains, specs), (statistics.median(plains), statistics.median(specs))
+
+
+@on_own_thread           # MLX never runs on the pool's thread: see olifant_mlx.teardown
+def tokenizer(workspace, model, post) -> None:
+    """The verifier's tokenizer alone, for the Models list (nothing posted when it fails: the
+    list then says "not known yet")."""
+    try:
+        post(TokenizerKnown(model, workspace.tokenizer(model)))
+    except Exception:
+        pass

@@ -1,20 +1,23 @@
-"""The workspace the panes share: the one Session (one verifier held at a time), the energy
-meter, the conversations and their opt-in store, the tokenizer for checking draft models,
-and export. A mixin of OlifantApp (tui/app.py); panes reach it as `self.app`. What runs MLX
-runs on thread workers (tui/workers.py) and reports back in messages (tui/messages.py).
+"""The workspace the panes share, as one service the App owns (`app.workspace`): the one Session
+(one verifier held at a time), the energy meter, the conversations and their opt-in store, the
+tokenizer for checking draft models, the generations in flight (jobs) and what the last one
+measured. A plain object, neither App nor widget: it touches no widget and posts nothing
+itself. What runs on a worker thread (`session_for`, tui/workers.py) reports through the `post`
+it is given; what goes wrong on the UI thread comes back as text for the App to show. A pane
+reaches it as `self.app.workspace`; the App (tui/app.py) shows what it holds.
 """
 from __future__ import annotations
 
-from olifant_mlx.tui import render, store
-from olifant_mlx.tui.conversation import Conversation, export_text
-from olifant_mlx.tui.conversations_panel import ConversationList
-from olifant_mlx.tui.messages import Loaded, Status, TokenizerKnown
-from olifant_mlx.tui.save import ExportScreen
-from olifant_mlx.tui.settings_tab import Settings, SettingsTab
-from textual import work
-from textual.actions import SkipAction
+import dataclasses
+import itertools
+import threading
 
-from olifant_mlx.teardown import on_own_thread
+from olifant_mlx.tui import render, store
+from olifant_mlx.tui.conversation import Conversation, Run, Turn
+from olifant_mlx.tui.messages import Loaded, Status
+from olifant_mlx.tui.workers import Job
+
+from olifant_mlx.engine import PrefixCache
 
 WORKSPACE = ("chat", "document")         # the two kinds of conversation
 
@@ -34,134 +37,163 @@ def default_tokenizer(model):
 
 
 class Workspace:
-    """Session, meter, conversations, store and export (state kept on the App)."""
+    """Session, meter, conversations and store, tokenizer, jobs and the last run's numbers: the
+    state the panes share and what changes it (a plain object: tests make one without an App)."""
+
+    def __init__(self, model: str | None = None, *, system_prompt: str | None = None,
+                 template_kwargs: dict | None = None, k: int = 8, energy: str | None = None,
+                 meter=None, meter_clock=None, conversations: str | None = None,
+                 session_factory=None, tokenizer_fn=None, train_fn=None):
+        self.model_spec = model               # the verifier asked for at launch
+        self.system_prompt = system_prompt
+        self.template_kwargs = dict(template_kwargs or {})
+        self.energy_spec, self.meter, self.meter_clock = energy, meter, meter_clock
+        self.session_factory = session_factory or default_session
+        self.tokenizer_fn = tokenizer_fn or default_tokenizer
+        self.train_fn = train_fn              # None: olifant_mlx.draftmodel.train's (Models tab)
+        self.session = None                   # the shared Session (one verifier held at a time)
+        self._session_model = None
+        self._history = None
+        self.loads = 0                        # verifiers loaded (the drafter never causes one)
+        self.identity = None                  # the verifier's tokenizer, once known
+        # loading a verifier or a tokenizer imports transformers, whose lazy imports are not
+        # thread-safe: one load at a time
+        self._load_lock = threading.Lock()
+        self.conversations: list[Conversation] = []
+        self.current: dict[str, Conversation] = {}
+        self.editing: int | None = None       # the chat turn being edited
+        self.store_path, self.store_error = conversations, None
+        self.jobs: dict[int, Job] = {}
+        self._ids = itertools.count(1)
+        # the KV caches of recent chat turns and document runs: the next turn of a conversation
+        # prefills only its new tokens (Compare always reads its prompt afresh: it measures)
+        self.prompt_cache = PrefixCache(max_entries=4)
+        self.generating = False
+        self.last_stats = self.last_window = None
+        self.last_k = k
+        self.last_prompt = None               # (kind, prompt) of the last chat or document run
 
     # ---- energy ---------------------------------------------------------------------
 
-    def _open_meter(self) -> None:
+    def open_meter(self) -> str | None:
+        """The meter asked for (unless one was given); a warning when it cannot open, and the
+        `none` meter instead."""
         from olifant_mlx.energy import EnergyError, open_meter
 
-        if self.meter is None:
-            opts = {"clock": self.meter_clock} if self.meter_clock else {}
-            try:
-                self.meter = open_meter(self.energy_spec, **opts)
-            except (EnergyError, ValueError, OSError) as e:
-                self.notify(f"energy meter: {e}; not measuring", severity="warning")
-                self.meter = open_meter("none")
-        self.live.show_meter(self.meter.info)
+        if self.meter is not None:
+            return None
+        opts = {"clock": self.meter_clock} if self.meter_clock else {}
+        try:
+            self.meter = open_meter(self.energy_spec, **opts)
+        except (EnergyError, ValueError, OSError) as e:
+            self.meter = open_meter("none")
+            return f"energy meter: {e}; not measuring"
+        return None
 
-    def _tick_power(self) -> None:
+    def power_tick(self):
+        """One live power reading while generating, added to each job's energy so far:
+        (watts per domain, or None when no counter advanced; the energy line, or None), or None
+        when there is nothing to read."""
         if not self.generating or self.meter is None or not self.meter.info.measured:
-            return
+            return None
         p = self.meter.power()
         if not p.watts:
-            return
+            return None
         # no counter advanced since the last tick (counters that update less often than the
         # tick, as a replayed trace's): not 0 W; the next reading holds that energy
         advanced = any(p.watts.values())
-        if advanced:
-            self.live.add_power(p.watts)
+        line = None
         for job in self.jobs.values():
             if p.total_w is not None:
                 job.live_j = (job.live_j or 0.0) + p.total_w * p.seconds
                 if advanced:
-                    self.live.show_energy(render.energy_text(None, 0, self.meter.info.label, job.live_j,
-                                                             p.total_w))
+                    line = render.energy_text(None, 0, self.meter.info.label, job.live_j, p.total_w)
+        return (p.watts if advanced else None), line
 
     # ---- conversations and the opt-in store ------------------------------------------
 
-    def _add_conversation(self, conv: Conversation) -> Conversation:
+    def add(self, conv: Conversation) -> Conversation:
         self.conversations.append(conv)
         self.current[conv.kind] = conv
         return conv
 
-    def _open_store(self) -> None:
+    def new(self, kind: str) -> Conversation:
+        """A new conversation or document, now the current one of its kind."""
+        self.editing = None
+        return self.add(Conversation(kind=kind, system_prompt=self.system_prompt))
+
+    def open(self) -> str | None:
+        """The saved conversations (when kept), and a current one of each kind; the store's
+        error, if any."""
+        error = self.open_store()
+        for kind in WORKSPACE:
+            if kind not in self.current:
+                self.new(kind)
+        return error
+
+    def find(self, conv_id: str) -> Conversation | None:
+        return next((c for c in self.conversations if c.id == conv_id), None)
+
+    def choose(self, conv: Conversation) -> Conversation:
+        """`conv` now the current one of its kind."""
+        self.current[conv.kind] = conv
+        self.editing = None
+        return conv
+
+    def open_store(self) -> str | None:
         if not self.store_path:
-            return
+            return None
         try:
             loaded = store.load(self.store_path)
         except (store.StoreError, OSError) as e:
             self.store_error = str(e)
-            self.notify(f"{e}; conversations are not saved to it", severity="error", timeout=10)
-            return
+            return f"{e}; conversations are not saved to it"
         known = {c.id for c in self.conversations}
         self.conversations += [c for c in loaded if c.id not in known]
         for kind in WORKSPACE:
             latest = [c for c in self.conversations if c.kind == kind]
             if latest and kind not in self.current:
                 self.current[kind] = max(latest, key=lambda c: c.updated)
+        return None
 
-    def _use_store(self, path: str | None) -> None:
+    def use_store(self, path: str | None) -> str | None:
         """Start (or stop) keeping conversations in `path` (the Settings tab's opt-in)."""
-        if path == self.store_path:
-            return
         self.store_path, self.store_error = path, None
-        if path:
-            self._open_store()
-            self._save_store()
-        self._show_list()
+        return (self.open_store() or self.save_store()) if path else None
 
-    def _save_store(self) -> None:
+    def save_store(self) -> str | None:
         if not self.store_path or self.store_error:
-            return
+            return None
         try:
             store.save(self.store_path, self.conversations)
         except (store.StoreError, OSError, ValueError) as e:
             self.store_error = str(e)
-            self.notify(f"cannot save conversations: {e}", severity="error")
+            return f"cannot save conversations: {e}"
+        return None
 
-    def _show_list(self) -> None:
-        nav = self.query_one(ConversationList)
-        nav.show([c for c in self.conversations if c.turns or c.text or c is self.current.get(c.kind)],
-                 self.current[self.mode].id if self.mode in self.current else None)
+    def listed(self) -> list[Conversation]:
+        """The conversations the list shows: those with content, and the current ones."""
+        return [c for c in self.conversations if c.turns or c.text or c is self.current.get(c.kind)]
+
+    def store_line(self) -> str:
         if self.store_error:
-            nav.show_store(f"not saved: {self.store_error}")
-        else:
-            nav.show_store(f"kept in {self.store_path}" if self.store_path else "kept in memory only")
+            return f"not saved: {self.store_error}"
+        return f"kept in {self.store_path}" if self.store_path else "kept in memory only"
 
-    def _stash_document(self) -> None:
-        """Keep what the editor holds in the current document."""
+    def keep_document(self, text: str, marks) -> None:
+        """What the document editor holds, kept in the current document."""
         conv = self.current.get("document")
         if conv is not None:
-            ed = self.doc_tab.editor
-            conv.text, conv.marks = ed.text, ed.all_marks()
+            conv.text, conv.marks = text, marks
 
-    async def action_new(self) -> None:
-        if self._modal():
-            raise SkipAction()
-        await self._new(self.mode)
+    # ---- the session (worker threads) ------------------------------------------------
 
-    async def _new(self, kind: str) -> None:
-        if self.generating:
-            self.notify("stop the generation first (esc)", severity="warning")
-            return
-        self._stash_document()
-        conv = self._add_conversation(Conversation(kind=kind, system_prompt=self.system_prompt))
-        self.editing = None
-        if kind == "chat":
-            await self.chat_tab.show(conv)
-            self.chat_tab.composer.clear()
-        else:
-            self.doc_tab.show(conv)
-        self.action_tab(kind)
-        self._show_list()
+    def tokenizer(self, model):
+        """The tokenizer alone (no weights), for checking draft models (worker thread)."""
+        with self._load_lock:
+            return self.tokenizer_fn(model)
 
-    # ---- settings and the session --------------------------------------------------
-
-    def _prepare(self) -> Settings | None:
-        """The settings for a new run, or None (with a notification) when one cannot start."""
-        if self.generating:
-            self.notify("already generating; esc stops it", severity="warning")
-            return None
-        try:
-            s = self.query_one(SettingsTab).read()
-        except ValueError as e:
-            self.notify(str(e), title="settings", severity="error")
-            return None
-        self._use_store(s.conversations)
-        return s
-
-    def _check_draft(self, spec, identity) -> None:
+    def check_draft(self, spec, identity) -> None:
         """Refuse a draft model trained for another tokenizer (before any generation, and
         before the verifier's weights load when the tokenizer alone is known)."""
         path = spec.model_file
@@ -173,23 +205,23 @@ class Workspace:
         check_model_tokenizer(path, identity.name, identity.vocab_size, identity.digest,
                               fix="choose a model marked ✓ in the Models tab (F6), or train one there")
 
-    def _session_for(self, s: Settings):
-        """The shared Session for these settings. Loads a verifier only when the verifier
-        setting changes; a new drafter is switched in (set_drafter), an opt-in history gets a
-        Session around the same verifier. Call on a worker thread."""
+    def session_for(self, s, post):
+        """The shared Session for these Settings. Loads a verifier only when the verifier
+        setting changes (posting Status and Loaded); a new drafter is switched in (set_drafter),
+        an opt-in history gets a Session around the same verifier. Call on a worker thread."""
         if self.session is None or self._session_model != s.model:
             if s.draft.model_file:
-                self._check_draft(s.draft, self._tokenizer(s.model))
-            self.post_message(Status(f"loading verifier {s.model or '(default)'} ...", loading=True))
+                self.check_draft(s.draft, self.tokenizer(s.model))
+            post(Status(f"loading verifier {s.model or '(default)'} ...", loading=True))
             self.session = None
             with self._load_lock:
                 self.session = self.session_factory(s.model, self.meter)
             self.loads += 1
             self._session_model, self._history = s.model, None
             v = self.session.verifier
-            self.post_message(Loaded(v.name, v.identity, self.loads))
+            post(Loaded(v.name, v.identity, self.loads))
         session = self.session
-        self._check_draft(s.draft, session.verifier.identity)
+        self.check_draft(s.draft, session.verifier.identity)
         if s.options.history != self._history:
             session = self.session = type(session)(session.verifier, s.draft, s.options, self.meter)
             self._history = s.options.history
@@ -197,67 +229,108 @@ class Workspace:
             session.set_drafter(s.draft)           # the verifier stays loaded
         return session
 
-    # ---- export, copy, view ----------------------------------------------------------
+    def decode(self):
+        """The verifier's tokenizer's decode, for the passages (None until one is known)."""
+        identity = self.session.verifier.identity if self.session is not None else self.identity
+        return getattr(identity, "decode", None)
 
-    def _settings_summary(self) -> dict:
-        try:
-            s = self.query_one(SettingsTab).read()
-        except ValueError:
-            return {}
+    def summary(self, s) -> dict:
+        """The settings an export records."""
         o = s.options
         return {"verifier": self.session.verifier.name if self.session else s.model,
                 "drafter": s.draft.text, "k": o.k, "max_tokens": o.max_tokens, "kv_cache": o.kv_cache,
                 "max_kv_size": o.max_kv_size, "temperature": o.temperature, "top_p": o.top_p,
                 "seed": o.seed, "energy_meter": self.meter.info.label if self.meter else None}
 
-    def action_export(self) -> None:
-        if self._modal():
-            raise SkipAction()
-        self._stash_document()
-        conv = self.current[self.mode]
-        if not (conv.turns or conv.text.strip()):
-            self.notify("nothing to export yet", severity="warning")
-            return
+    # ---- jobs: the generations in flight and what they leave ---------------------------
 
-        def write(choice):
-            if not choice:
-                return
-            from olifant_mlx.files import write_atomic
+    def ask(self, text: str, system_prompt: str | None) -> Conversation:
+        """Your message added to the current chat (in place of the one being edited, and the
+        answers after it)."""
+        conv = self.current["chat"]
+        if self.editing is not None:
+            del conv.turns[self.editing:]
+            self.editing = None
+        conv.system_prompt = system_prompt
+        conv.turns.append(Turn("user", text))
+        conv.touch()
+        return conv
 
-            path, fmt = choice
-            try:
-                write_atomic(path, export_text(conv, fmt, self._settings_summary()))
-            except (OSError, ValueError) as e:
-                self.notify(f"cannot export: {e}", severity="error")
-                return
-            self.notify(f"exported to {path} ({fmt}, readable by you only)")
+    def answer(self, conv: Conversation, s, seed: int | None = None) -> Job:
+        """A new answer (empty yet) to the chat's last message, and the job that writes it
+        (with `seed` in place of the settings' own, when given)."""
+        if seed is not None:
+            s = dataclasses.replace(s, options=s.options.replace(seed=seed))
+        o = s.options
+        conv.turns.append(Turn("assistant", "", drafter=render.short_spec(s.draft.text),
+                               seed=o.seed if o.temperature > 0 else None))
+        index = len(conv.turns) - 1
+        return self.job("chat", conv, s, conv.chat(index, self.template_kwargs), index)
 
-        self.push_screen(ExportScreen("this conversation" if self.mode == "chat" else "this document"), write)
+    def job(self, kind: str, conv, s, prompt, index: int = 0) -> Job:
+        return Job(next(self._ids), kind, conv, s, prompt, index)
 
-    def action_copy(self) -> None:
-        if self._modal():
-            raise SkipAction()
-        if self.mode == "chat":
-            text, what = self.current["chat"].last_answer(), "the last answer"
+    def start(self, job: Job) -> None:
+        self.jobs[job.id] = job
+        self.generating = True
+        self.last_k = job.settings.options.k
+        if job.kind != "compare":
+            self.last_prompt = (job.kind, job.prompt)
+        if self.meter is not None and self.meter.info.measured:
+            self.meter.power()               # reset the live-power baseline
+
+    def end(self, run: int | None) -> Job | None:
+        """The job of run `run` (None: none) taken out of the jobs in flight."""
+        job = self.jobs.pop(run, None) if run is not None else None
+        self.generating = bool(self.jobs)
+        return job
+
+    def chunk(self, job: Job, m) -> None:
+        """A Chunk's text and copied spans kept with its answer (a document's, with its job)."""
+        if job.kind == "chat":
+            turn = job.conv.turns[job.index]
+            turn.content += "".join(t for t, _ in m.segments)
+            turn.segments += m.segments
+            turn.sources += m.sources
+        elif job.kind == "document":
+            job.sources += m.sources
+
+    def done(self, job: Job, m, document=None) -> None:
+        """A finished run (a Done) kept in its conversation with its numbers; `document`: the
+        editor's (text, marks) after a continuation."""
+        self.last_stats, self.last_window = m.stats, m.window
+        stats = m.stats.as_dict()
+        energy = m.window.as_dict(m.stats.tokens) if m.window is not None and m.window.total_j is not None else None
+        verifier = self.session.verifier.name if self.session is not None else None
+        drafter = self.session.spec.text if self.session is not None and self.session.spec else job.settings.draft.text
+        drafter = render.short_spec(drafter)
+        conv = job.conv
+        if job.kind == "chat":
+            turn = conv.turns[job.index]
+            turn.content = m.text
+            turn.stats, turn.energy, turn.finish_reason = stats, energy, m.finish_reason
+            turn.verifier, turn.drafter = verifier, drafter
         else:
-            text, what = self.doc_tab.editor.text, "the document"
-        if not text:
-            self.notify("nothing to copy yet", severity="warning")
-            return
-        self.copy_to_clipboard(text)
-        self.notify(f"copied {what} ({len(text):,} characters) to the clipboard")
+            conv.text, conv.marks = document
+            conv.runs.append(Run(job.index, len(conv.text), stats, energy, m.finish_reason, verifier, drafter,
+                                 job.sources))
+        conv.touch()
 
-    # ---- models ---------------------------------------------------------------------
+    def failed(self, job: Job) -> bool:
+        """A chat answer that failed: dropped when it has no text yet (True), else kept and
+        marked an error."""
+        turn = job.conv.turns[job.index]
+        if not turn.content:
+            del job.conv.turns[job.index:]
+            return True
+        turn.finish_reason = "error"
+        return False
 
-    def _tokenizer(self, model):
-        """The tokenizer alone (no weights), for checking draft models (worker thread)."""
-        with self._load_lock:
-            return self.tokenizer_fn(model)
-
-    @work(thread=True, group="tokenizer", exit_on_error=False)
-    @on_own_thread           # MLX never runs on the pool's thread: see olifant_mlx.teardown
-    def _tokenizer_worker(self, model) -> None:
-        try:
-            self.post_message(TokenizerKnown(model, self._tokenizer(model)))
-        except Exception:       # the Models list then says "not known yet"
-            pass
+    def sources(self, kind: str) -> list | None:
+        """The copied spans of the current conversation (or document) of `kind`, with those of
+        a continuation still running; None when there is none."""
+        conv = self.current.get(kind)
+        if conv is None:
+            return None
+        running = [s for j in self.jobs.values() if j.conv is conv and j.kind == "document" for s in j.sources]
+        return conv.sources() + running
