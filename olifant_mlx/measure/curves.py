@@ -35,7 +35,9 @@ def machine() -> dict:
 def measure_curve(verifier, text: str, max_new: int = 9, contexts=CONTEXTS, repeats: int = 3) -> dict:
     """Best-of-`repeats` seconds of a KV pass of n = 1 … max_new new tokens after `context`
     cached tokens, and of an uncached pass over context + n tokens, for each context length
-    (the text's ids repeated to length). The load average is kept beside it."""
+    (the text's ids repeated to length). Each repeat sweeps every n in turn, so that a stretch
+    of seconds in which the machine is busy with something else spoils one repeat of several
+    lengths, not every repeat of one length. The load average is kept beside it."""
     from mlx_lm.models.cache import trim_prompt_cache
 
     from olifant_mlx.engine.cache import make_cache, prefill
@@ -44,22 +46,23 @@ def measure_curve(verifier, text: str, max_new: int = 9, contexts=CONTEXTS, repe
     model = verifier.model
     base = verifier.encode(text) or [0]
     kv, uncached = {}, {}
+    lengths = range(1, max_new + 1)
     for context in contexts:
         ids = (base * (context // len(base) + 2))[:context + max_new]
         cache = make_cache(model)
         mx.eval(prefill(model, cache, ids[:context]))
-        kv[context], uncached[context] = {}, {}
-        for n in range(1, max_new + 1):
-            new = mx.array(ids[context:context + n])[None]
-            best = None
-            for _ in range(repeats):
+        kv[context] = {n: float("inf") for n in lengths}
+        uncached[context] = {n: float("inf") for n in lengths}
+        for _ in range(repeats):
+            for n in lengths:
+                new = mx.array(ids[context:context + n])[None]
                 t = time.perf_counter()
                 mx.eval(model(new, cache=cache))
-                best = min(best or 1e9, time.perf_counter() - t)
+                kv[context][n] = min(kv[context][n], time.perf_counter() - t)
                 trim_prompt_cache(cache, n)
-            kv[context][n] = best
-            whole = mx.array(ids[:context + n])[None]
-            uncached[context][n] = min(_timed(lambda w=whole: mx.eval(model(w))) for _ in range(repeats))
+            for n in lengths:
+                whole = mx.array(ids[:context + n])[None]
+                uncached[context][n] = min(uncached[context][n], _timed(lambda w=whole: mx.eval(model(w))))
     return {"format": FORMAT, "verifier": verifier.name, "verifier_id": verifier_identity(verifier),
             "machine": machine(), "load_average": os.getloadavg()[0], "time": time.time(),
             "max_new": max_new, "kv": kv, "uncached": uncached}

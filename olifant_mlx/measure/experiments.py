@@ -101,7 +101,7 @@ def live_summary(runs: list, curve: dict, strategies) -> dict:
     decode-only speedup over plain, and the modelled speedup of the very same generations (their
     passes, tokens fed and drafting time under the curve's fit: measure.curves.modelled_seconds),
     with the modelled/measured (decode-only) ratio."""
-    from olifant_mlx.measure.curves import modelled_seconds
+    from olifant_mlx.measure.curves import fit, modelled_seconds
 
     rounds = sorted({r["round"] for r in runs})
 
@@ -121,6 +121,11 @@ def live_summary(runs: list, curve: dict, strategies) -> dict:
             row["vs_mlx_lm_rounds"] = [round(x, 4) for x in vs]
             row["vs_mlx_lm_median"] = round(statistics.median(vs), 4)
         if name in ("plain", "mlx-lm"):
+            # what one pass cost in this run, beside what the curve says (its fit at n = 1)
+            row["decode_s_per_token"] = round(total(name, "decode_s") / max(total(name, "tokens"), 1), 5)
+            if curve is not None and name == "plain":
+                a, b = fit(curve, "kv" if mine[0]["regime"] == "kv" else "uncached")
+                row["curve_s_per_token"] = round(a + b, 5)
             out[name] = row
             continue
         row["acceptance"] = round(sum(r["accepted"] for r in mine) / max(sum(r["drafted"] for r in mine), 1), 4)
