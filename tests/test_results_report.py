@@ -89,6 +89,13 @@ def test_nested_mappings_become_rows():
                     {"verifier": "b", "drafter": "x", "n": 3}]
     with pytest.raises(ReportError, match="f.json.*'drafter'"):
         records({"verifiers": {"a": {"x": 1}}}, "verifiers", "f.json", ["verifier", "drafter"])
+    # KEY>NAME: the level's mapping sits under KEY, beside other fields of its object
+    data = {"tasks": {"legal": {"kv": {"prompts": 6, "summary": {"plain": {"s": 1.0}, "auto": {"s": 2.0}}}}}}
+    rows = records(data, "tasks", "f.json", ["task", "regime", "summary>strategy"])
+    assert rows == [{"task": "legal", "regime": "kv", "strategy": "plain", "s": 1.0},
+                    {"task": "legal", "regime": "kv", "strategy": "auto", "s": 2.0}]
+    with pytest.raises(ReportError, match="f.json.*'nothing>strategy'"):
+        records(data, "tasks", "f.json", ["task", "regime", "nothing>strategy"])
 
 
 def test_links_inside_the_results_resolve():

@@ -63,12 +63,16 @@ def cell(value, digits=3) -> str:
 
 
 def _levels(found, names: list, source) -> list:
-    """Nested mappings flattened: each key of the first level becomes `names[0]` of its rows."""
+    """Nested mappings flattened: each key of the first level becomes `names[0]` of its rows.
+    A name `KEY>NAME` first steps into the object's `KEY` (a mapping kept beside other fields)."""
     if not names:
         return [found]
+    inside, _, name = names[0].rpartition(">")
+    if inside:
+        found = found.get(inside) if isinstance(found, dict) else None
     if not isinstance(found, dict) or not all(isinstance(v, dict) for v in found.values()):
         raise ReportError(f"{source}: no mapping of objects for the level {names[0]!r}")
-    return [{names[0]: k, **r} for k, v in found.items() for r in _levels(v, names[1:], source)]
+    return [{name: k, **r} for k, v in found.items() for r in _levels(v, names[1:], source)]
 
 
 def records(data, path: str, source, levels=()) -> list:
