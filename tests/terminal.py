@@ -11,8 +11,17 @@ def tmux(*args):
 
 
 def start(name, command, cols=80, rows=24):
-    """`command` (a shell line) in a new detached session of cols x rows."""
-    tmux("new-session", "-d", "-s", name, "-x", str(cols), "-y", str(rows), command)
+    """`command` (a shell line) in a new detached session of cols x rows. The server exits when
+    the previous test kills its last session; a new session asked for while it is exiting fails
+    (CI at 351fac1: exit status 1), so that is tried again a few times."""
+    for attempt in range(5):
+        try:
+            tmux("new-session", "-d", "-s", name, "-x", str(cols), "-y", str(rows), command)
+            return
+        except subprocess.CalledProcessError as e:
+            if attempt == 4:
+                raise AssertionError(f"tmux new-session {name}: {e.stderr.strip()}") from None
+            time.sleep(0.5)
 
 
 def screen(name):
