@@ -136,6 +136,7 @@ def test_live_summary_measures_and_models_the_same_generations():
 def test_live_refuses_what_it_cannot_run_before_loading_a_verifier(tmp_path, capsys):
     base = ["bench", "--experiment", "live", "--out-dir", str(tmp_path)]
     for extra, said in ((["-k", "3", "5"], "takes one -k"), (["--strategy", "plain=none"], "baselines"),
-                        (["--verifier", "reference"], "times a real verifier")):
+                        (["--verifier", "reference"], "times a real verifier"),
+                        (["--strategy", "x=nope", "--model", str(tmp_path / "absent")], "unknown drafter 'nope'")):
         assert main(base + extra) == 1
         assert said in capsys.readouterr().err

@@ -150,7 +150,7 @@ def live(args) -> int:
     over them. Printed and written as JSON to --out-dir/live-VERIFIER.json."""
     import os
 
-    from olifant_mlx.drafters import build_drafter
+    from olifant_mlx.drafters import build_drafter, parse_spec
     from olifant_mlx.engine import GenerationOptions
     from olifant_mlx.files import write_atomic
     from olifant_mlx.measure.bench import MlxLm, ModelRunner, alternating_rounds, read_prompts
@@ -174,6 +174,8 @@ def live(args) -> int:
     specs = dict(s.split("=", 1) for s in args.strategy or ())
     if "plain" in specs or "mlx-lm" in specs:
         raise ValueError("--experiment live: 'plain' and 'mlx-lm' are its baselines, not --strategy names")
+    for spec in specs.values():      # a misspelt drafter is named before the verifier loads
+        parse_spec(spec, check_files=False)
     prompts = {t: read_prompts(path)[: args.n_prompts] for t, path in tasks.items()}
     curve = load_curve(args.curve) if args.curve else None
     v = load_verifier(args.model)
