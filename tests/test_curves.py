@@ -3,7 +3,8 @@ import json
 
 import pytest
 
-from olifant_mlx.measure.curves import (fit, load_curve, modelled_speedup, save_curve, seeded_pass_cost)
+from olifant_mlx.measure.curves import (fit, load_curve, modelled_speedup, pass_seconds, save_curve,
+                                        seeded_pass_cost)
 
 CURVE = {"format": 1, "verifier": "v", "verifier_id": "abc", "machine": {"arch": "x"}, "max_new": 9,
          # a pass of n tokens: 0.5 + 0.05 n seconds (KV); uncached 2 + 0.01 n
@@ -22,6 +23,34 @@ def test_fit_and_modelled_speedup():
     unc = {**row, "regime": "uncached"}                               # fed: 10 corrections + 60 drafts
     assert modelled_speedup(unc, CURVE) == pytest.approx(40 * 2.01 / (10 * 2.0 + 0.01 * 70))
     assert modelled_speedup({**row, "strategy": "plain"}, CURVE) is None
+
+
+def test_a_row_with_its_pass_sizes_is_costed_at_the_curves_points():
+    """A bent curve (1 token: 0.1 s, the line through its points says more): a row that carries
+    its steps' sizes is costed at the points, the fit only past them; one without, by the fit."""
+    bent = {**CURVE, "kv": {64: {1: 0.10, 2: 0.15, 3: 0.17, 4: 0.18, 5: 0.18}}}
+    a, b = fit(bent)
+    assert a + b > 0.11                                               # the line misses the 1-token pass
+    assert pass_seconds(bent, 1) == 0.10 and pass_seconds(bent, 0) == 0.0
+    assert pass_seconds(bent, 9) == pytest.approx(a + 9 * b)          # past the points: the fit
+    # 12 tokens in 5 steps: three 3-token passes, one 1-token (fast path), one 9-token
+    row = {"strategy": "auto", "regime": "kv", "n_tokens": 12, "steps": 5, "forward_tokens": 19,
+           "drafted": 30, "draft_s_per_step": 0.01, "pass_sizes": {"3": 3, "1": 1, "9": 1}}
+    ours = 3 * 0.17 + 0.10 + (a + 9 * b) + 5 * 0.01
+    assert modelled_speedup(row, bent) == pytest.approx(12 * 0.10 / ours)
+    no_sizes = {k: v for k, v in row.items() if k != "pass_sizes"}
+    assert modelled_speedup(no_sizes, bent) == pytest.approx(12 * (a + b) / (5 * a + 19 * b + 0.05))
+
+
+def test_stats_count_the_steps_by_size_and_keep_them_out_of_outputs():
+    from olifant_mlx.engine.stats import Stats, Step
+
+    st = Stats()
+    for fed in (1, 4, 4, 9):
+        st.add(Step(index=0, drafted=[], accepted=0, emitted=[1], verifier_token=1, fast_path=False,
+                    forward_tokens=fed, draft_s=0.0, verify_s=0.0, step_s=0.0))
+    assert st.pass_sizes == {1: 1, 4: 2, 9: 1} and st.forward_tokens == 18
+    assert "pass_sizes" not in st.as_dict()
 
 
 def test_a_seeded_pass_cost_starts_from_the_curve():

@@ -43,6 +43,7 @@ class Stats:
     led_steps: int = 0              # KV passes led by the previous pass's correction
     reproposals: int = 0            # first drafts that re-proposed a token just rejected there
     stop_reason: str = ""
+    pass_sizes: dict = field(default_factory=dict)  # tokens fed in a step -> steps (the cost model's)
     extra: dict = field(default_factory=dict)
 
     def add(self, s: Step):
@@ -55,6 +56,7 @@ class Stats:
         self.verify_s += s.verify_s
         self.fast_path_steps += s.fast_path
         self.forward_tokens += s.forward_tokens
+        self.pass_sizes[s.forward_tokens] = self.pass_sizes.get(s.forward_tokens, 0) + 1
         self.partial_steps += bool(s.drafted) and not s.fast_path and s.accepted < len(s.drafted)
         self.led_steps += s.led
         self.reproposals += s.reproposed
@@ -97,6 +99,7 @@ class Stats:
     def as_dict(self):
         d = asdict(self)
         d.pop("extra")
+        d.pop("pass_sizes")             # for measurement code; outputs keep their fields
         d.update(self.extra, seconds=round(self.seconds, 4), tokens_per_s=round(self.tokens_per_s, 3),
                  prompt_tps=round(self.prompt_tps, 3), generation_tps=round(self.generation_tps, 3),
                  acceptance=round(self.acceptance, 4),

@@ -135,11 +135,31 @@ def modelled_speedup(row: dict, curve: dict, context: int | None = None):
     return plain / ours
 
 
+def pass_seconds(curve: dict, n: int, regime: str = "kv", context: int | None = None) -> float:
+    """What the curve says a pass feeding n new tokens costs: its own measured point at the
+    context nearest `context` (default: the shortest) where it has one, the fit beyond them,
+    nothing for n = 0. The points, not the line, because a curve need not be straight: Gemma-3's
+    1-token pass is 15 % under its line's (docs/benchmarks.md, "Live against modelled")."""
+    if n <= 0:
+        return 0.0
+    rows = curve[regime]
+    ctx = min(rows, key=lambda c: abs(c - context)) if context is not None else min(rows)
+    if n in rows[ctx]:
+        return rows[ctx][n]
+    a, b = fit(curve, regime, context)
+    return a + b * n
+
+
 def modelled_seconds(row: dict, curve: dict, context: int | None = None) -> tuple:
-    """(plain decoding's, the row's) seconds under the curve, as modelled_speedup counts them."""
+    """(plain decoding's, the row's) seconds under the curve, as modelled_speedup counts them.
+    A KV row that carries its steps' sizes (`pass_sizes`: tokens fed -> steps, as Stats keeps
+    them) is costed pass by pass at the curve's points (pass_seconds); one without, by the fit."""
     n, steps = row["n_tokens"], row["steps"]
     draft = (row.get("draft_s_per_step") or 0.0) * steps
     kv = row["regime"] == "kv"
+    if kv and row.get("pass_sizes"):
+        ours = sum(int(c) * pass_seconds(curve, int(size), "kv", context) for size, c in row["pass_sizes"].items())
+        return n * pass_seconds(curve, 1, "kv", context), ours + draft
     fed = (row.get("forward_tokens") or steps) if kv else steps + (row.get("drafted") or 0)
     a, b = fit(curve, "kv" if kv else "uncached", context)
     return n * (a + b), steps * a + b * fed + draft

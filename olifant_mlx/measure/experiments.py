@@ -96,12 +96,12 @@ def live_strategies(specs: dict, files: dict, tokenizer) -> dict:
 
 def live_summary(runs: list, curve: dict, strategies) -> dict:
     """Per strategy, from every generation of one task and regime (dicts: round, prompt, label,
-    seconds, decode_s, tokens, and the Stats' steps, forward_tokens, drafted, draft_s): the measured
-    speedup over plain and over mlx-lm per round (end to end, prefill included), the measured
-    decode-only speedup over plain, and the modelled speedup of the very same generations (their
-    passes, tokens fed and drafting time under the curve's fit: measure.curves.modelled_seconds),
-    with the modelled/measured (decode-only) ratio."""
-    from olifant_mlx.measure.curves import fit, modelled_seconds
+    seconds, decode_s, tokens, and the Stats' steps, forward_tokens, pass_sizes, drafted, draft_s):
+    the measured speedup over plain and over mlx-lm per round (end to end, prefill included), the
+    measured decode-only speedup over plain, and the modelled speedup of the very same generations
+    (their passes, each at the curve's cost for its size, and their drafting time:
+    measure.curves.modelled_seconds), with the modelled/measured (decode-only) ratio."""
+    from olifant_mlx.measure.curves import modelled_seconds, pass_seconds
 
     rounds = sorted({r["round"] for r in runs})
 
@@ -124,8 +124,7 @@ def live_summary(runs: list, curve: dict, strategies) -> dict:
             # what one pass cost in this run, beside what the curve says (its fit at n = 1)
             row["decode_s_per_token"] = round(total(name, "decode_s") / max(total(name, "tokens"), 1), 5)
             if curve is not None and name == "plain":
-                a, b = fit(curve, "kv" if mine[0]["regime"] == "kv" else "uncached")
-                row["curve_s_per_token"] = round(a + b, 5)
+                row["curve_s_per_token"] = round(pass_seconds(curve, 1, mine[0]["regime"]), 5)
             out[name] = row
             continue
         row["acceptance"] = round(sum(r["accepted"] for r in mine) / max(sum(r["drafted"] for r in mine), 1), 4)
@@ -208,7 +207,8 @@ def live(args) -> int:
                 runs.append({"round": rnd, "prompt": i, "label": label, "regime": regime,
                              "seconds": st.seconds, "decode_s": st.decode_s, "tokens": len(tokens),
                              "steps": st.steps, "forward_tokens": st.forward_tokens, "drafted": st.drafted,
-                             "accepted": st.accepted, "draft_s": st.draft_s})
+                             "accepted": st.accepted, "draft_s": st.draft_s,
+                             "pass_sizes": {str(size): c for size, c in sorted(st.pass_sizes.items())}})
                 print(f"{task} {regime} round {rnd + 1} prompt {i + 1}: {label} {st.seconds:.2f} s",
                       file=sys.stderr, flush=True)
 
