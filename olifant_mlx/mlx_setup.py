@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import json
 import os
 import signal
 import sys
@@ -27,12 +28,42 @@ OPENBLAS_CANDIDATES = (
 _state = {"blas": None}
 
 
+def ranks_here(env=None) -> int:
+    """How many ranks of this process's `mlx.launch --backend ring` run share its machine: the
+    hostfile's ranks at this rank's address (1 when started alone or the file is unreadable)."""
+    env = os.environ if env is None else env
+    try:
+        hosts = json.loads(open(env["MLX_HOSTFILE"], encoding="utf-8").read() or "[]")
+        mine = hosts[int(env["MLX_RANK"])][0].rpartition(":")[0]
+        return max(1, sum(1 for h in hosts if h and h[0].rpartition(":")[0] == mine))
+    except (KeyError, OSError, ValueError, IndexError, TypeError, AttributeError):
+        return 1
+
+
+def blas_threads(env=None) -> int | None:
+    """OpenBLAS's thread count for ranks that share a machine: its CPUs split between them. Each
+    pool otherwise takes every CPU, and ranks that wait on one another in every collective then
+    wait on the scheduler too: SmolLM2 over 3 ranks on 2 cores ran at 0.41 tokens/s, at 0.87
+    with one thread each. None (OpenBLAS decides) for a rank alone on its machine or when the
+    user has set OPENBLAS_NUM_THREADS."""
+    env = os.environ if env is None else env
+    n = ranks_here(env)
+    if n == 1 or env.get("OPENBLAS_NUM_THREADS"):
+        return None
+    from olifant_mlx.machine import cpus
+
+    return max(1, cpus() // n)
+
+
 def ensure_blas() -> str:
     """Load OpenBLAS before MLX on Linux; returns what was loaded ('' if nothing)."""
     if _state["blas"] is not None:
         return _state["blas"]
     loaded = ""
     if sys.platform.startswith("linux") and os.environ.get("OLIFANT_NO_OPENBLAS") != "1":
+        threads = blas_threads()
+        if threads is not None:                  # read by OpenBLAS as it loads
+            os.environ["OPENBLAS_NUM_THREADS"] = str(threads)
         if "mlx.core" in sys.modules:
             warnings.warn("mlx was imported before olifant_mlx could load OpenBLAS; "
                           "MLX may run on the slow reference BLAS", RuntimeWarning, stacklevel=2)
