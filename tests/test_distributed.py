@@ -67,16 +67,38 @@ def mlx_launch(n, argv, timeout=1200, stdin=None, env=None):
                           cwd=ROOT, env=env or ENV)
 
 
-def direct_launch(n, argv, env=None):
-    """The ranks started by hand, as on machines with no launcher watching them: a hostfile and
-    MLX_RANK per process. Returns their Popen objects."""
+def direct_launch(n, argv, folder, env=None):
+    """The ranks started by hand, as on machines with no launcher watching them: a hostfile (in
+    `folder`, the test's tmp_path) and MLX_RANK per process. Returns their Popen objects."""
     base = free_ports(n)
-    hostfile = Path(os.environ.get("TMPDIR", "/tmp")) / f"olifant-hosts-{base}.json"
+    hostfile = Path(folder) / "hosts.json"
     hostfile.write_text(json.dumps([[f"127.0.0.1:{base + r}"] for r in range(n)]))
     return [subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE,
                              env=dict(env or ENV, MLX_RANK=str(r), MLX_HOSTFILE=str(hostfile)))
             for r in range(n)]
+
+
+def direct_run(n, argv, folder, timeout=1200):
+    """direct_launch to the end: rank 0's output (a CompletedProcess) once every rank exited 0.
+    Not through mlx.launch, whose I/O threads poll without sleeping (select on the ranks'
+    always-writable stdin pipes) and so take one of this machine's two cores from the ranks:
+    SmolLM2 over 3 ranks took 148 s under it and 50 s without. Tests that are about the
+    launcher itself still use mlx_launch."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    procs = direct_launch(n, argv, folder)
+    try:                                 # every rank's pipes drained at once: none blocks on a full one
+        with ThreadPoolExecutor(n) as pool:
+            outs = list(pool.map(lambda p: p.communicate(timeout=timeout), procs))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for r, (p, (_, err)) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0, f"rank {r} exited {p.returncode}:\n{err.decode()[-3000:]}"
+    return subprocess.CompletedProcess(argv, 0, outs[0][0].decode(), outs[0][1].decode())
 
 
 def result(proc) -> dict:
@@ -353,13 +375,14 @@ def check_equalities(res, prompts, drafters, regimes, single=None, v=None):
 @pytest.mark.slow
 @pytest.mark.parametrize("family,mode,ranks", [("llama", "tensor", 2), ("qwen2", "pipeline", 2),
                                                ("qwen2", "pipeline", 3)])
-def test_sharded_speculation_equals_plain_and_single_process(tiny, family, mode, ranks):
+def test_sharded_speculation_equals_plain_and_single_process(tiny, family, mode, ranks, tmp_path):
+    """The ranks started by hand (direct_run); under mlx.launch: the commands' and sampling tests."""
     folder, olif = tiny[family]
     prompts = [PROMPTS[0], PROMPTS[4]]
     specs = drafter_specs(olif)
-    proc = mlx_launch(ranks, ["tests/sharded_run.py", "--model", str(folder), "--sharded", mode,
+    proc = direct_run(ranks, ["tests/sharded_run.py", "--model", str(folder), "--sharded", mode,
                               "--draft", *specs, "--regimes", "kv", "uncached", "-k", "4", "-m", "24",
-                              "--margins", "-p", *prompts])
+                              "--margins", "-p", *prompts], tmp_path)
     res = result(proc)
     assert res["mode"] == mode and res["ranks"] == ranks
     v, single = single_process_plain(folder, prompts, 24)
@@ -379,18 +402,19 @@ def test_sharded_sampling_stays_lossless(tiny):
 
 
 @pytest.mark.slow
-def test_smollm2_shards_three_ways_in_tensor_parallel(smol, draft_path):
-    """The offline verifier: 9 heads and 3 KV heads split 3 ways; drafts from the demo's
-    draft model (the MIT licence text continued). The single-process reference runs on the
-    session's loaded SmolLM2 (conftest's smol, draft_path): no second load here."""
+def test_smollm2_shards_three_ways_in_tensor_parallel(smol, draft_path, tmp_path):
+    """The offline verifier: 9 heads and 3 KV heads split 3 ways, the ranks started by hand
+    (direct_run: mlx.launch is the tiny models' tests'); drafts from the demo's draft model
+    (the MIT licence text continued). The single-process reference runs on the session's
+    loaded SmolLM2 (conftest's smol, draft_path): no second load here."""
     from olifant_mlx.cli.generate import DEMO_PROMPT
 
     v, single = single_process_plain(smol, [DEMO_PROMPT], 10)
     olif = draft_path
     specs = [f"olifant:{olif}", f"hybrid:{olif}", f"adaptive:hybrid:{olif}"]
-    proc = mlx_launch(3, ["tests/sharded_run.py", "--model", "smollm2-135m", "--sharded", "tensor",
+    proc = direct_run(3, ["tests/sharded_run.py", "--model", "smollm2-135m", "--sharded", "tensor",
                           "--draft", *specs, "--regimes", "kv", "uncached", "-k", "6", "-m", "10",
-                          "--margins", "-p", DEMO_PROMPT], timeout=3000)
+                          "--margins", "-p", DEMO_PROMPT], tmp_path, timeout=3000)
     res = result(proc)
     assert res["mode"] == "tensor" and res["ranks"] == 3
     check_equalities(res, [DEMO_PROMPT], specs, ["kv", "uncached"], single, v)
@@ -449,7 +473,7 @@ def wait_for_output(proc, n_bytes, limit):
 @pytest.mark.parametrize("victim,sig,bound", [(1, signal.SIGKILL, 10), (0, signal.SIGKILL, 10),
                                               (1, signal.SIGSTOP, 3 + 10)],
                          ids=["rank-1-killed", "rank-0-killed", "rank-1-frozen"])
-def test_a_lost_rank_ends_the_run_everywhere_within_seconds(tiny, victim, sig, bound):
+def test_a_lost_rank_ends_the_run_everywhere_within_seconds(tiny, victim, sig, bound, tmp_path):
     """Three ranks started by hand (no launcher to clean up after them), a long generation
     streaming on rank 0; one rank is killed (its sockets close) or frozen (they stay open:
     a hung machine, a pulled cable): the others exit with status 1 and one error line each,
@@ -457,7 +481,7 @@ def test_a_lost_rank_ends_the_run_everywhere_within_seconds(tiny, victim, sig, b
     folder, olif = tiny["qwen2"]
     procs = direct_launch(3, ["-m", "olifant_mlx", "generate", "--model", str(folder), "--sharded", "pipeline",
                               "--draft", f"adaptive:hybrid:{olif}", "-m", "3000", "-p", PROMPTS[2],
-                              "--dist-timeout", "3"])
+                              "--dist-timeout", "3"], folder=tmp_path)
     try:
         assert len(wait_for_output(procs[0], 10, 300)) >= 10, "rank 0 never started streaming"
         t = time.monotonic()
