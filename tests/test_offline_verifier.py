@@ -74,7 +74,7 @@ def test_generate_and_demo_commands(tmp_path):
     plain = json.loads(cli("generate", "--model", "smollm2-135m", "-p", LEGAL, "--max-tokens", "12",
                            "--json", "--no-kv-cache").stdout)
     assert plain["tokens"] == out["tokens"]
-    r = cli("demo", "--max-tokens", "30")
+    r = cli("demo", "--max-tokens", "30", "--rounds", "1")     # rounds: tests/test_demo_rounds.py
     assert "outputs identical: yes" in r.stdout and "speedup" in r.stdout
 
 

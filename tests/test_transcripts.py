@@ -74,7 +74,8 @@ def deterministic_drafters(ours, draft_path):
 def test_transcript_replay_equals_the_live_engine(tmp_path, monkeypatch, smol, draft_path):
     """SmolLM2, a legal prompt x 24 tokens with the KV cache and its first 16 without it
     (uncached passes re-read the whole context; one prompt, not two: CI's time), every
-    deterministic drafter, both regimes, k 3/5/8: drafted, accepted, passes and tokens equal
+    deterministic drafter, both regimes, k 3 and 8 (k 5 lies between them and adds nothing
+    they do not; CI's time): drafted, accepted, passes and tokens equal
     between the live verifier and the replay of its transcript. Both run the lead rule on one
     fixed cost curve: live, it plans with measured pass times, which would make which drafts are
     fed (not what is emitted) depend on the machine's timing."""
@@ -93,7 +94,7 @@ def test_transcript_replay_equals_the_live_engine(tmp_path, monkeypatch, smol, d
             plain, _, _, _ = live.run(p, None, 0, kv, n)
             assert plain == transcripts[p]["tokens"][:n], "the regime's greedy output differs from the transcript"
         for name, make in deterministic_drafters(v.identity, draft_path).items():
-            for k in (3, 5, 8):
+            for k in (3, 8):
                 for p in prompts:
                     a, sa, _, _ = live.run(p, make(), k, kv, n)
                     b, sb, _, _ = replay.run(p, make(), k, kv, n)
