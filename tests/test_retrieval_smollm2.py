@@ -44,7 +44,7 @@ def test_retrieval_peers_preserve_output(smol, files):
         n = 24 if kv else 12  # uncached steps re-read the whole context: keep them few
         ref, _ = generate(model, prompt, max_tokens=n, kv_cache=kv)
         for d in drafters:
-            for k in (1, 3, 8):
+            for k in (1, 8):     # the shortest draft and the longest (CI's time)
                 d.start(prompt)
                 out, st = generate(model, prompt, d, k=k, max_tokens=n, kv_cache=kv)
                 assert out == ref, (d.name, k, kv)
