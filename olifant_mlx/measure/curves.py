@@ -101,12 +101,17 @@ def stored_curves() -> list:
     return sorted(folder.glob("*.json")) if folder.is_dir() else []
 
 
+def _points(curve: dict, regime: str, context: int | None) -> dict:
+    """The regime's points (tokens fed -> seconds) at the context nearest `context` (default:
+    the shortest)."""
+    rows = curve[regime]
+    return rows[min(rows, key=lambda c: abs(c - context)) if context is not None else min(rows)]
+
+
 def fit(curve: dict, regime: str = "kv", context: int | None = None) -> tuple:
     """(a, b): a pass of n tokens costs a + b * n seconds, least squares over the curve's points
     at the context length nearest `context` (default: the shortest)."""
-    rows = curve[regime]
-    ctx = min(rows, key=lambda c: abs(c - context)) if context is not None else min(rows)
-    pts = sorted(rows[ctx].items())
+    pts = sorted(_points(curve, regime, context).items())
     mx_, mt = sum(n for n, _ in pts) / len(pts), sum(t for _, t in pts) / len(pts)
     var = sum((n - mx_) ** 2 for n, _ in pts)
     b = max(sum((n - mx_) * (t - mt) for n, t in pts) / var, 0.0) if var else 0.0
@@ -142,10 +147,9 @@ def pass_seconds(curve: dict, n: int, regime: str = "kv", context: int | None = 
     1-token pass is 15 % under its line's (docs/benchmarks.md, "Live against modelled")."""
     if n <= 0:
         return 0.0
-    rows = curve[regime]
-    ctx = min(rows, key=lambda c: abs(c - context)) if context is not None else min(rows)
-    if n in rows[ctx]:
-        return rows[ctx][n]
+    points = _points(curve, regime, context)
+    if n in points:
+        return points[n]
     a, b = fit(curve, regime, context)
     return a + b * n
 
