@@ -25,6 +25,20 @@ def shared():
     return SHARED
 
 
+@pytest.fixture(autouse=True)
+def server_logging_restored():
+    """A test that runs `serve` in process configures the server's loggers (configure_logging);
+    they are put back after it, so that later tests' servers do not log into the run's output."""
+    import logging
+
+    loggers = [logging.getLogger(n) for n in ("olifant_mlx.server", "uvicorn.error")]
+    saved = [(lg.handlers[:], lg.filters[:], lg.level, lg.propagate) for lg in loggers]
+    yield
+    for lg, (handlers, filters, level, propagate) in zip(loggers, saved):
+        lg.handlers[:], lg.filters[:], lg.propagate = handlers, filters, propagate
+        lg.setLevel(level)
+
+
 @pytest.fixture(scope="module")
 def tmux_server():
     """The tests' own tmux server (tests/terminal.py), ended after the module that used it."""

@@ -507,3 +507,19 @@ def test_serve_arguments_are_checked_before_any_model_loads(monkeypatch, capsys,
     code = main(base + ["--host", "127.0.0.2", "--drafters", "legal=lookup", "medical=ngram"])
     err = capsys.readouterr().err
     assert code == 1 and "loading smollm2-135m" in err and "a model was loaded" in err
+
+
+def test_the_log_goes_to_stderr_as_it_is_when_a_line_is_logged(monkeypatch):
+    """A server thread may outlive the stderr it started under (a closed capture): no logging error.
+    (conftest's server_logging_restored undoes configure_logging after the test.)"""
+    import io
+
+    from olifant_mlx.server.app import configure_logging
+
+    started_under, now = io.StringIO(), io.StringIO()
+    monkeypatch.setattr("sys.stderr", started_under)
+    configure_logging()
+    started_under.close()
+    monkeypatch.setattr("sys.stderr", now)
+    logging.getLogger("olifant_mlx.server.access").info("%s %s %s %.1fms", "POST", "/v1/x", 200, 1.0)
+    assert now.getvalue().endswith(" POST /v1/x 200 1.0ms\n")

@@ -18,6 +18,7 @@ import hmac
 import json
 import logging
 import socket
+import sys
 import threading
 import time
 import traceback
@@ -479,8 +480,21 @@ class QuietErrors(logging.Filter):
         return True
 
 
+class CurrentStderr(logging.StreamHandler):
+    """Writes to sys.stderr as it is when a line is logged, not as it was when the server started:
+    a server thread may outlive a capture of stderr (a test's, a redirect's) that is then closed."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value):
+        pass
+
+
 def configure_logging(level=logging.INFO) -> None:
-    handler = logging.StreamHandler()
+    handler = CurrentStderr()
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
     for name in ("olifant_mlx.server", "uvicorn.error"):
         lg = logging.getLogger(name)
