@@ -90,11 +90,12 @@ def parse_args(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace
 
 
 def _prog() -> str:
-    """How the user called us: the console script's name, or python -m olifant_mlx."""
+    """How the user called us: the console script's name, or python -m olifant_mlx (also from
+    python -c, as in a pytest-xdist worker, where argv[0] is "-c")."""
     import os
 
     name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
-    return "python -m olifant_mlx" if name in ("__main__.py", "-m", "") else name
+    return "python -m olifant_mlx" if name in ("__main__.py", "-m", "-c", "") else name
 
 
 def main(argv=None) -> int:
