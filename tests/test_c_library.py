@@ -32,6 +32,10 @@ from olifant_mlx.draftmodel.igtree import (FORMAT_VERSION, LIBRARY_VERSION, Buil
 ROOT = Path(__file__).resolve().parent.parent
 CSRC = ROOT / "csrc"
 FUZZ = ROOT / "fuzz"
+# libFuzzer's RSS limit reads the process's peak RSS, which Linux carries over fork and exec: a
+# pytest worker that loaded a verifier before (xdist) makes a fresh fuzzer "out of memory" at
+# its first input. So no RSS limit; any single allocation over 2 GB still fails the run.
+FUZZ_MEMORY = ["-rss_limit_mb=0", "-malloc_limit_mb=2048"]
 V1_FIXTURES = Path(__file__).resolve().parent / "data" / "v1"
 LIBRARY = sorted(p for p in CSRC.glob("*.c") if not p.name.startswith("test_"))
 SANITIZE = ["-std=c99", "-g", "-O1", "-fsanitize=address,undefined",
@@ -394,7 +398,7 @@ def test_libfuzzer_smoke(tmp_path):
     assert made.returncode == 0, made.stderr
     assert len(list(seeds.glob("*.olif"))) >= 4
     env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0", UBSAN_OPTIONS="print_stacktrace=1")
-    run = _run([exe, "-runs=20000", "-seed=1", "-timeout=10", f"-artifact_prefix={tmp_path}/",
+    run = _run([exe, "-runs=20000", "-seed=1", "-timeout=10", *FUZZ_MEMORY, f"-artifact_prefix={tmp_path}/",
                 corpus, seeds], env=env, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-6000:]
     assert "Done 20000 runs" in run.stderr, run.stderr[-2000:]

@@ -28,6 +28,10 @@ from olifant_mlx.draftmodel.suffix import (Corpus, NgramCache, RetrievalFileErro
 ROOT = Path(__file__).resolve().parent.parent
 CSRC = ROOT / "csrc"
 FUZZ = ROOT / "fuzz"
+# libFuzzer's RSS limit reads the process's peak RSS, which Linux carries over fork and exec: a
+# pytest worker that loaded a verifier before (xdist) makes a fresh fuzzer "out of memory" at
+# its first input. So no RSS limit; any single allocation over 2 GB still fails the run.
+FUZZ_MEMORY = ["-rss_limit_mb=0", "-malloc_limit_mb=2048"]
 SANITIZE = ["-std=c11", "-g", "-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
             "-fno-omit-frame-pointer", "-Wall", "-Wextra", "-Werror"]
 STRICT = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-O2"]
@@ -471,7 +475,7 @@ def test_libfuzzer_smoke(tmp_path):
     assert made.returncode == 0, made.stderr
     assert len(list(seeds.glob("*.sfx"))) >= 3 and len(list(seeds.glob("*.ngc"))) >= 4
     env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0", UBSAN_OPTIONS="print_stacktrace=1")
-    run = subprocess.run([str(exe), "-runs=20000", "-seed=1", "-timeout=10",
+    run = subprocess.run([str(exe), "-runs=20000", "-seed=1", "-timeout=10", *FUZZ_MEMORY,
                           f"-artifact_prefix={tmp_path}/", str(corpus), str(seeds)],
                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
     assert run.returncode == 0, run.stderr[-6000:]
