@@ -10,7 +10,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import olifant_mlx.mlx_setup  # noqa: F401  (OpenBLAS before anything imports MLX)
+# Under pytest-xdist (pyproject's addopts: -n auto) the workers share the machine's CPUs: each
+# starts OpenBLAS with its share, as ranks sharing a machine do (mlx_setup), not a pool of every CPU
+# spinning against the other worker's (stop 34: 832 s of system time in a 2-worker run without this).
+# Subprocesses the tests start inherit it; a set OPENBLAS_NUM_THREADS wins.
+from olifant_mlx.machine import cpus  # noqa: E402  (imports no MLX)
+
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT") and "OPENBLAS_NUM_THREADS" not in os.environ:
+    os.environ["OPENBLAS_NUM_THREADS"] = str(max(1, cpus() // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+
+import olifant_mlx.mlx_setup  # noqa: E402, F401  (OpenBLAS before anything imports MLX)
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("OLIFANT_SHARED", ROOT.parent / "shared"))
@@ -146,26 +155,53 @@ def pytest_runtest_logreport(report):
 
 
 def fast_loop_seconds() -> float:
-    """The fast loop's time as measured in this run (see above)."""
+    """The fast loop's time as measured in this process (see above)."""
     shared_by_slow = sum(t for key, t in _fast["setups"].items()
                          if key in _fast["fixtures"] and not _fast["set_up_by_fast"][key])
     return _fast["collect"] + sum(_fast["tests"].values()) + shared_by_slow
 
 
+# Under pytest-xdist each worker measures the fast tests it ran and sends that to the controller
+# (xdist's workeroutput). A fast-only run spreads the same tests over as many workers, each as busy
+# as here, so its time is the mean of the workers' times (each: its own collection, tests, shares).
+_workers: list[dict] = []
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    measured = getattr(node, "workeroutput", {}).get("fast_loop")
+    if measured:
+        _workers.append(measured)
+
+
+def fast_loop() -> tuple[float, dict[str, float], int]:
+    """The fast loop's seconds, its tests' seconds by id and the workers it was measured on."""
+    if not _workers:
+        return fast_loop_seconds(), _fast["tests"], 1
+    tests = {name: t for w in _workers for name, t in w["tests"].items()}
+    return sum(w["seconds"] for w in _workers) / len(_workers), tests, len(_workers)
+
+
 def pytest_sessionfinish(session, exitstatus):
+    if hasattr(session.config, "workeroutput"):      # an xdist worker: the controller judges
+        session.config.workeroutput["fast_loop"] = {"seconds": fast_loop_seconds(), "tests": _fast["tests"]}
+        return
     budget = os.environ.get(BUDGET_ENV)
-    if budget and _fast["tests"] and fast_loop_seconds() > float(budget) and session.exitstatus == 0:
+    seconds, tests, _ = fast_loop()
+    if budget and tests and seconds > float(budget) and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.hookimpl(trylast=True)     # after the durations table
 def pytest_terminal_summary(terminalreporter):
-    if not _fast["tests"]:
+    seconds, tests, workers = fast_loop()
+    if not tests:
         return
-    seconds, budget = fast_loop_seconds(), os.environ.get(BUDGET_ENV)
-    line = f"fast loop ({FAST_LOOP}): {len(_fast['tests'])} tests, {seconds:.1f} s as measured in this run"
+    budget = os.environ.get(BUDGET_ENV)
+    on = f" on {workers} workers" if workers > 1 else ""
+    line = f"fast loop ({FAST_LOOP}): {len(tests)} tests, {seconds:.1f} s{on} as measured in this run"
     if budget and seconds > float(budget):
-        slowest = sorted(_fast["tests"].items(), key=lambda kv: -kv[1])[:5]
+        slowest = sorted(tests.items(), key=lambda kv: -kv[1])[:5]
         terminalreporter.write_line(
             f"FAILED {line}, over its budget of {float(budget):.0f} s (${BUDGET_ENV}): make these "
             "cheaper or mark them @pytest.mark.slow: " + ", ".join(f"{n} {t:.1f} s" for n, t in slowest),

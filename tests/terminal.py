@@ -1,9 +1,11 @@
 """A real terminal for the tests that drive a program by keys: tmux on its own server socket, so a
 test's sessions never meet a user's tmux. `tmux_server` (in conftest.py) ends the server."""
+import os
 import subprocess
 import time
 
-SOCKET = "olifant-test"
+# one server per pytest-xdist worker: a worker ending its server must not end another's sessions
+SOCKET = f"olifant-test-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
 
 
 def tmux(*args):

@@ -24,12 +24,12 @@ def test_long():
 """
 
 
-def inner_run(pytester, monkeypatch, budget):
+def inner_run(pytester, monkeypatch, budget, *args):
     pytester.makeconftest(CONFTEST)
     pytester.makeini("[pytest]\nmarkers =\n    slow: slow\n")
     pytester.makepyfile(test_inner=SUITE)
     monkeypatch.setenv("OLIFANT_FAST_LOOP_BUDGET_S", str(budget))
-    return pytester.runpytest("-q", "-p", "no:cacheprovider")
+    return pytester.runpytest("-q", "-p", "no:cacheprovider", *args)
 
 
 def test_a_fast_loop_over_its_budget_fails_naming_the_slowest(pytester, monkeypatch):
@@ -43,3 +43,14 @@ def test_slow_tests_do_not_count_against_the_budget(pytester, monkeypatch):
     r = inner_run(pytester, monkeypatch, 0.6)       # 0.2 s fast + 0.6 s slow: under 0.6 s counted
     assert r.ret == pytest.ExitCode.OK, r.stdout.str()
     r.stdout.fnmatch_lines(["fast loop (*): 1 tests, * s as measured in this run (budget 1 s)"])
+
+
+def test_under_xdist_each_worker_measures_and_the_controller_judges(pytester, monkeypatch):
+    """Two workers: the fast test's time reaches the controller, which prints and enforces it."""
+    pytest.importorskip("xdist")
+    r = inner_run(pytester, monkeypatch, 60, "-n", "2")
+    assert r.ret == pytest.ExitCode.OK, r.stdout.str()
+    r.stdout.fnmatch_lines(["fast loop (*): 1 tests, * s on 2 workers as measured in this run (budget 60 s)"])
+    r = inner_run(pytester, monkeypatch, 0.05, "-n", "2")
+    assert r.ret == pytest.ExitCode.TESTS_FAILED
+    r.stdout.fnmatch_lines(["*FAILED fast loop (*): 1 tests, * on 2 workers * over its budget of 0 s*test_quick*"])
