@@ -6,7 +6,9 @@ A library lives in cache_dir()/libraries/NAME/ and holds
 - `tokens.u32`: the corpus token stream (every document's ids, in path order);
 - `documents.json`: the document table — id, path (relative to the folder), title, content
   hash, matter, the document's token offset and count, its paragraphs' token offsets and pages;
-- `library.json`: the name, folder, tokenizer, and the last build's counts and times.
+- `library.json`: the name, folder, tokenizer, and the last build's counts and times;
+- `passages.sqlite`: the ranked full-text index of its paragraphs (olifant_mlx.passages), which
+  `library search` and drafting with `--precedents` read (absent in a library built before it).
 Everything but library.json is a function of the files' contents and the tokenizer, so an
 incremental rebuild equals a full one byte for byte. A rebuild re-extracts and re-tokenizes
 only the files whose content hash is new; the others' tokens come from tokens.u32. The bundle
@@ -25,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from olifant_mlx import passages
 from olifant_mlx.draftmodel import documents
 from olifant_mlx.files import PRIVATE, cache_dir, fsync_dir, fsync_tree, read_regular, write_atomic
 
@@ -259,12 +262,14 @@ def _write(name, folder, tokenizer, window, stream, starts, rows) -> dict:
         write_atomic(tmp / "tokens.u32", stream.astype("<u4").tobytes())
         write_atomic(tmp / "documents.json", json.dumps({"format": FORMAT, "documents": rows}, indent=1,
                                                          sort_keys=True))   # the same bytes, however built
+        n_passages = passages.write(tmp / passages.FILE, rows, stream, tokenizer)
         meta = {"format": FORMAT, "name": name, "folder": str(folder.resolve()),
                 "tokenizer": tokenizer.identity(),
                 "documents": len(rows), "tokens": int(stream.size), "window": window,
-                "nodes": model.n_nodes, "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                "passages": n_passages, "nodes": model.n_nodes,
+                "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         write_atomic(tmp / "library.json", json.dumps(meta, indent=1))
-        for f in FILES:                  # every part holds the user's text: private, whoever wrote it
+        for f in FILES + (passages.FILE,):   # every part holds the user's text: private, whoever wrote it
             os.chmod(tmp / f, PRIVATE)
         fsync_tree(tmp)
         target = root / name

@@ -70,6 +70,15 @@ class LibraryIndex:
         self.indexed = [r for r in self.rows if r["tokens"]]
         self._stream = None
 
+    @classmethod
+    def of_parts(cls, index: SuffixIndex, rows: list[dict], stream: np.ndarray, library=None) -> LibraryIndex:
+        """An index over text that is no library's own: drafting's precedents (a row's
+        `numbers`, when given, are its paragraphs' numbers in their document)."""
+        li = cls.__new__(cls)
+        li.library, li.index, li.rows, li._stream = library, index, rows, stream
+        li.indexed = [r for r in rows if r["tokens"]]
+        return li
+
     @property
     def stream(self) -> np.ndarray:
         """The library's token stream (tokens.u32), read when first needed."""
@@ -82,12 +91,13 @@ class LibraryIndex:
 
     def place(self, document: int, offset: int, tokenizer=None) -> Place:
         row = self.indexed[document]
-        paragraph = max(bisect.bisect_right(row["paragraphs"], offset), 1)
+        i = max(bisect.bisect_right(row["paragraphs"], offset), 1)
         pages = row.get("pages") or []
-        page = int(pages[paragraph - 1]) if paragraph - 1 < len(pages) else 0
+        page = int(pages[i - 1]) if i - 1 < len(pages) else 0
+        paragraph = int(row["numbers"][i - 1]) if "numbers" in row else i
         char = None
         if tokenizer is not None:
-            begin = row["start"] + row["paragraphs"][paragraph - 1]
+            begin = row["start"] + row["paragraphs"][i - 1]
             char = len(tokenizer.decode([int(t) for t in self.stream[begin:row["start"] + offset]]))
         return Place(int(row["id"]), row["path"], row.get("title", ""), row.get("matter"), page,
                      paragraph, int(offset), char)

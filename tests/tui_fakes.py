@@ -167,6 +167,9 @@ class ByteTokenizer:
     def encode_batch(self, texts):
         return [list(t.encode()) for t in texts]
 
+    def decode(self, ids):          # a library's passage index holds its paragraphs' text
+        return bytes(ids).decode(errors="replace")
+
     def identity(self):
         return {"name": self.name, "vocab_size": self.vocab_size, "digest": self.digest.hex()}
 

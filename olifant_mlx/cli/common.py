@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from olifant_mlx.drafters.registry import help_text
@@ -88,9 +89,11 @@ def add_option_args(p, names, **helps) -> None:
         kw = dict(dest=flag_dest(name), help=helps.get(name, o.help))
         if o.kind == "flag":
             kw.update(action="store_true")
+        elif o.kind == "texts":          # repeatable, and several values after one flag
+            kw.update(type=str, default=None, metavar=o.metavar, nargs="+", action="extend")
         else:
             kw.update(type=type(o.choices[0]) if o.kind == "choice" else _FLAG_TYPES[o.kind],
-                      default=default, metavar=o.metavar, nargs="+" if o.kind == "texts" else None)
+                      default=default, metavar=o.metavar)
         p.add_argument(*o.flags, **{k: v for k, v in kw.items() if v is not None or k == "help"})
 
 
@@ -195,7 +198,7 @@ def options_from(args):
             continue
         value = getattr(args, dest)
         values[name] = (not value if o.negated else value) if o.kind == "flag" else \
-            tuple(value) if o.kind == "texts" else value
+            tuple(value or ()) if o.kind == "texts" else value
     return GenerationOptions(**values)
 
 
@@ -242,8 +245,38 @@ def prepare(args):
         from olifant_mlx.library import load
 
         load(options.sources)           # a LibraryError (a ValueError) names it before any weights load
+    if options.precedents or options.precedent_files:
+        check_precedents(options, args)
     meter = open_meter(getattr(args, "energy", None))
     return options, spec, meter
+
+
+def check_precedents(options, args) -> None:
+    """Refuse precedents that cannot be used before the verifier's weights load: a library
+    missing, unsearchable or built for another tokenizer, a pinned file that is not there, or
+    a prompt given as ids (a prefilled answer, a cached prompt), which has no request to add them to."""
+    from olifant_mlx.engine.options import OptionsError
+    from olifant_mlx.verifier import default_model, load_tokenizer
+
+    for flag in ("prefill_response", "prompt_cache_file"):
+        if getattr(args, flag, None) is not None:
+            raise OptionsError(f"--{flag.replace('_', '-')} cannot go with precedents: they go into the "
+                               f"request, which is then no longer the one cached or prefilled", "precedents")
+    for spec in options.precedent_files:
+        if not os.path.exists(os.path.expanduser(spec)) and not options.precedents:
+            raise OptionsError(f"--precedent {spec}: no such file", "precedent_files")
+    if options.precedents:
+        from olifant_mlx import library, passages
+
+        lib = library.load(options.precedents)
+        passages.open_index(lib).close()
+        name = getattr(args, "model", None) or default_model()
+        tok = load_tokenizer(name)
+        if not lib.fits(tok):
+            raise OptionsError(f"--precedents {lib.name}: the library was built for the tokenizer of "
+                               f"{lib.meta.get('tokenizer', {}).get('name')}, not {name}'s: build one for it with "
+                               f"`library build NEW_NAME {lib.meta.get('folder', 'FOLDER')} --model {name}`",
+                               "precedents")
 
 
 def check_draft_model(path, model_spec) -> None:

@@ -80,6 +80,11 @@ def stream_answer(session, prompt, options, args, out=None, cache=None):
             tokens.extend(r.tokens)
             if r.verbatim is not None:
                 warn_verbatim(r.verbatim, options)
+            if last is None and r.precedents is not None:
+                if ndjson:
+                    print_json({"type": "precedents", "precedents": r.precedents.as_list()}, stream=out)
+                elif not getattr(args, "quiet", False) and getattr(args, "verbose", True):
+                    sys.stderr.write(r.precedents.summary() + "\n")
             if ndjson:
                 print_json({"text": r.text, "tokens": r.tokens,
                             "provenance": [kind for _, kind in r.segments],
@@ -126,7 +131,8 @@ def report(session, prompt, text, tokens, last, args) -> None:
         energy = last.energy.as_dict(stats.tokens) if last.energy is not None else None
         print_json({"text": text, "tokens": tokens, "finish_reason": last.finish_reason,
                     "stats": stats.as_dict(), "energy": energy,
-                    "sources": [s.as_dict() for s in last.sources]})
+                    "sources": [s.as_dict() for s in last.sources],
+                    "precedents": last.precedents.as_list() if last.precedents is not None else None})
     elif text and not text.endswith("\n"):
         sys.stdout.write("\n")
     sys.stdout.flush()

@@ -13,6 +13,8 @@ def cmd_library(args) -> int:
 
     if args.action == "build":
         return _build(args)
+    if args.action == "search":
+        return _search(args)
     if args.action == "list":
         libs = library.list_libraries()
         if args.json:
@@ -36,6 +38,37 @@ def cmd_library(args) -> int:
     table(f"library {lib.name}", [("folder", d["folder"]), ("tokenizer", d["tokenizer"]["name"]),
                                   ("documents", f"{d['documents']:,}"), ("tokens", f"{d['tokens']:,}"),
                                   ("built", d["built_at"]), ("size", mb(d["size"])), ("where", d["path"])])
+    return 0
+
+
+def _search(args) -> int:
+    """`library search NAME "query"`: the best passages, with their citations."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from olifant_mlx import library, passages
+
+    if not args.name or args.folder is None:
+        raise ValueError('library search needs a NAME and a query: library search NAME "words to find"')
+    if args.n < 1:
+        raise ValueError(f"-n must be at least 1, got {args.n}")
+    lib = library.load(args.name)
+    found = passages.search(lib, args.folder, matter=args.matter, n=args.n)
+    if args.json:
+        print_json([p.as_dict() for p in found], indent=2)
+        return 0
+    if not found:
+        wall = f" (matter {args.matter} and none)" if args.matter else ""
+        print(f"no passage of library {lib.name} matches{wall}")
+        return 0
+    t = Table(title=f"library {lib.name}: {len(found)} passage{'s' * (len(found) != 1)}, best first",
+              show_lines=True)
+    for col in ("#", "where", "passage", "score"):
+        t.add_column(col, overflow="fold", ratio=1 if col == "where" else 3 if col == "passage" else None)
+    for i, p in enumerate(found, 1):
+        text = p.text if len(p.text) <= 300 else p.text[:300] + " …"
+        t.add_row(str(i), p.citation() + (f"\nmatter {p.matter}" if p.matter else ""), text, f"{p.score:.2f}")
+    Console().print(t)
     return 0
 
 
@@ -73,9 +106,12 @@ def _build(args) -> int:
 
 
 def add_library(p):
-    p.add_argument("action", choices=["build", "list", "info", "rm"])
+    p.add_argument("action", choices=["build", "list", "info", "rm", "search"])
     p.add_argument("name", nargs="?", help="the library's name")
-    p.add_argument("folder", nargs="?", help="with build: the folder of documents")
+    p.add_argument("folder", nargs="?", metavar="FOLDER|QUERY",
+                   help="with build: the folder of documents; with search: the words to find")
+    p.add_argument("--matter", help="with search: passages of this matter and of documents without one only")
+    p.add_argument("-n", type=int, default=10, help="with search: how many passages (default 10)")
     p.add_argument("--model", "-m", help="the verifier whose tokenizer the library is for")
     p.add_argument("--tokenizer", help="a tokenizer instead of --model's")
     p.add_argument("--window", type=int, default=4, help="the IGTree's context window (default 4)")

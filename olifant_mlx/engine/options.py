@@ -196,6 +196,24 @@ class GenerationOptions:
                                 tui_section="provenance", tui_hint="blank: every document counts",
                                 help="the matter this text is for: the guard counts only documents of "
                                      "other matters")
+    # drafting with precedents (olifant_mlx.precedents): passages put into the prompt ahead of the request
+    precedents: str | None = option(None, what="the precedents library", kind="text", optional=True,
+                                    flags=("--precedents",), metavar="NAME", ranks=False, server="precedents",
+                                    tui="precedents library", tui_section="precedents",
+                                    tui_hint="blank: no precedents",
+                                    help="put the passages of library NAME that best match the request into the "
+                                         "prompt, with their citations (docs/precedents.md)")
+    precedent_files: tuple = option((), what="pinned precedents", kind="texts", flags=("--precedent",),
+                                    metavar="FILE", ranks=False,
+                                    help="pin a document (a file of any format the libraries read, or a document "
+                                         "of the --precedents library by its path there): its passages go into "
+                                         "the prompt first (repeatable)")
+    precedent_tokens: int | None = option(None, what="the precedent budget", low=1, optional=True,
+                                          note=" of tokens", flags=("--precedent-tokens",), metavar="N",
+                                          ranks=False, server="precedent_tokens", tui="precedent tokens",
+                                          tui_section="precedents", tui_hint="blank: 1024, context permitting",
+                                          help="tokens of precedents at most (default 1024, or what the "
+                                               "verifier's context leaves beside the prompt and the answer)")
     # the KV rule after a correction (engine.loop.LeadRule): "auto" decides per pass, True
     # always leads, False holds the correction back (the older rule, for measuring) ...
     lead: object = option("auto", what="the lead rule", kind="choice", choices=LEAD_RULES)

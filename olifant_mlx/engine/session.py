@@ -138,6 +138,7 @@ class Response:
     energy: object = None           # an energy Window (final response, with a meter)
     sources: list = dataclasses.field(default_factory=list)
     verbatim: object = None         # a provenance.Source: the guard tripped in this pass
+    precedents: object = None       # the precedents.Precedents the prompt was given (options.precedents)
 
 
 @dataclass
@@ -148,6 +149,7 @@ class Result:
     finish_reason: str
     energy: object = None
     sources: list = dataclasses.field(default_factory=list)     # every provenance.Source, by start
+    precedents: object = None       # the precedents.Precedents the prompt was given, if any
 
 
 class Session:
@@ -211,10 +213,20 @@ class Session:
 
         return library_of_spec(self.spec)
 
-    def tracker(self, opts: GenerationOptions | None = None):
+    def tracker(self, opts: GenerationOptions | None = None, precedents=None):
         """A provenance.SourceTracker for one generation with these options, or None (no
-        library). OptionsError for a library missing or built for another tokenizer."""
+        library). OptionsError for a library missing or built for another tokenizer. With
+        `precedents` (and no options.sources) the spans are found in the passages the prompt
+        was given."""
         opts = opts or self.options
+        ident = self.verifier.identity
+        decode = ident if hasattr(ident, "decode") else None
+        if precedents is not None and precedents.passages and not opts.sources:
+            from olifant_mlx.precedents import provenance_index
+            from olifant_mlx.provenance import SourceTracker
+
+            return SourceTracker(provenance_index(precedents, ident), opts.min_source_tokens, opts.max_verbatim,
+                                 opts.matter, tokenizer=decode)
         name = self.sources_library(opts)
         if name is None:
             if opts.max_verbatim is not None:
@@ -228,13 +240,33 @@ class Session:
             index = index_of(name)
         except LibraryError as e:
             raise OptionsError(f"--sources {name}: {e}", "sources") from None
-        ident = self.verifier.identity
         if not index.library.fits(ident):
             raise OptionsError(f"--sources {name}: the library was built for another tokenizer than "
                                f"{self.verifier.name}'s: rebuild it with --model {self.verifier.name}",
                                "sources")
-        return SourceTracker(index, opts.min_source_tokens, opts.max_verbatim, opts.matter,
-                             tokenizer=ident if hasattr(ident, "decode") else None)
+        return SourceTracker(index, opts.min_source_tokens, opts.max_verbatim, opts.matter, tokenizer=decode)
+
+    def with_precedents(self, prompt, opts: GenerationOptions):
+        """(the prompt with its precedents, the precedents.Precedents), or (prompt, None) when
+        the options ask for none. The request is the query; the budget is options'
+        precedent_tokens, else what the verifier's context leaves (at most DEFAULT_BUDGET)."""
+        if not (opts.precedents or opts.precedent_files):
+            return prompt, None
+        from olifant_mlx import precedents
+
+        query = precedents.query_of(prompt)
+        budget = opts.precedent_tokens
+        if budget is None:
+            limit = self.verifier.context_length
+            room = limit - len(self.encode(prompt)) - opts.max_tokens - 32 if limit else precedents.DEFAULT_BUDGET
+            if room <= precedents.LABEL_TOKENS:
+                raise ContextError(f"{self.verifier.name}'s context ({limit:,} tokens) leaves no room for "
+                                   f"precedents beside the prompt and {opts.max_tokens:,} tokens of answer: "
+                                   f"ask for fewer tokens (--max-tokens)")
+            budget = min(precedents.DEFAULT_BUDGET, room)
+        used = precedents.gather(self.verifier.identity, query, opts.precedents, opts.precedent_files,
+                                 budget, opts.matter)
+        return precedents.with_block(prompt, used), used
 
     def prompt_for(self, text: str, system_prompt: str | None = None,
                    chat_template: bool = True, template_kwargs=None):
@@ -305,6 +337,7 @@ class Session:
     def _stream(self, prompt, options, drafter, should_stop, on_prefill, continuation, cache=None):
         opts = options or self.options
         drafter = self.drafter if drafter is None else as_drafter(drafter)
+        prompt, used = self.with_precedents(prompt, opts)
         ids = self.fit_context(self.encode(prompt), opts)
         eos = self.eos_ids(opts)
         v = self.verifier
@@ -316,7 +349,7 @@ class Session:
         meter = self.meter
         start = meter.mark() if meter is not None else None
         tokens = []
-        tracker = self.tracker(opts)
+        tracker = self.tracker(opts, used)
         guarded = -1                    # the open run the guard last reported (once a run)
         steps = self._steps(ids, drafter, opts, stats, on_prefill, eos, cache)
         last = None
@@ -360,13 +393,14 @@ class Session:
                 if tracker is not None:
                     found += tracker.close()
             yield Response("".join(s for s, _ in segments), segments, list(step.emitted), step,
-                           stats, reason, last, found, trip)
+                           stats, reason, last, found, trip, used)
             if reason is not None:
                 steps.close()
                 return
         # max_tokens == 0: no pass at all
         stats.stop_reason = "max_tokens"
-        yield Response("", [], [], None, stats, "max_tokens", self._finish(ids, tokens, stats, drafter, start))
+        yield Response("", [], [], None, stats, "max_tokens", self._finish(ids, tokens, stats, drafter, start),
+                       precedents=used)
 
     def _keep_leading_space(self, ids, tokens, segments):
         """The first segments with the space before the first word put back when decoding
@@ -414,4 +448,4 @@ class Session:
             tokens.extend(r.tokens)
             sources += r.sources
             last = r
-        return Result("".join(text), tokens, last.stats, last.finish_reason, last.energy, sources)
+        return Result("".join(text), tokens, last.stats, last.finish_reason, last.energy, sources, last.precedents)

@@ -33,20 +33,22 @@ def transcript_file(verifier_id: str, prompt: str, max_tokens: int) -> Path:
 def make_transcripts(verifier, prompts, max_tokens: int, on_progress=None) -> dict:
     """{prompt: transcript} for `verifier`: cached ones read, missing ones generated (greedy,
     KV cache, the engine's plain loop) and cached as each finishes. A transcript holds the
-    prompt ids the engine fed, the tokens, their text and the verifier's EOS/BOS ids."""
+    prompt ids the engine fed, the tokens, their text and the verifier's EOS/BOS ids.
+    `prompts`: texts, or {key text: prompt} for prompts of another kind (a Chat)."""
     vid = verifier_identity(verifier)
     out = {}
-    for i, prompt in enumerate(prompts):
-        path = transcript_file(vid, prompt, max_tokens)
+    items = prompts.items() if isinstance(prompts, dict) else ((p, p) for p in prompts)
+    for i, (key, prompt) in enumerate(items):
+        path = transcript_file(vid, key, max_tokens)
         t = _read(path)
         if t is None:
             session = Session(verifier, "none", GenerationOptions(k=0, max_tokens=max_tokens))
             r = session.generate(prompt)
             t = {"format": FORMAT, "verifier": verifier.name, "verifier_id": vid, "max_tokens": max_tokens,
-                 "prompt": prompt, "prompt_ids": session.encode(prompt), "tokens": list(r.tokens),
+                 "prompt": key, "prompt_ids": session.encode(prompt), "tokens": list(r.tokens),
                  "text": r.text, "eos_ids": list(verifier.eos_ids), "bos_id": verifier.bos_id}
             write_atomic(path, json.dumps(t))
-        out[prompt] = t
+        out[key] = t
         if on_progress:
             on_progress(i + 1, len(prompts))
     return out

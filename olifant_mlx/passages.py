@@ -1,0 +1,227 @@
+"""A library's passages as a ranked full-text index: what `library search` and drafting with
+precedents (olifant_mlx.precedents) retrieve from.
+
+    hits = search(library.load("contracts"), "confidentiality auditors three years", matter="acme", n=5)
+    hits[0].citation()   # 'nda-2019.docx, page 2, paragraph 4'
+
+`passages.sqlite` in the library folder is an SQLite FTS5 table, one row per paragraph of every
+document (the library's paragraphs, as documents.json numbers them): the window of that
+paragraph and the ones after it up to WINDOW_TOKENS tokens (so a heading is found with the text
+under it), ranked by BM25 over the window's text (Porter-stemmed words) and, at half weight,
+its document's title. A paragraph's text is its tokens decoded, exactly what the verifier reads. The file is built
+with the rest of the library in its temporary folder, from the token stream and the document
+table alone, so an updated library's index equals a full build's.
+"""
+from __future__ import annotations
+
+import re
+import sqlite3
+from itertools import zip_longest
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+FILE = "passages.sqlite"
+FORMAT = 1
+TITLE_WEIGHT = 0.5
+PHRASE_WEIGHT = 3        # a quoted phrase counts as this many words
+FIRST_STAGE = 200        # passages ranked to find the documents, with a quoted part
+DOCUMENTS = 3            # documents whose passages the quoted part ranks
+WINDOW_TOKENS = 200      # a passage: a paragraph and the ones after it, until this many tokens
+MAX_QUERY_WORDS = 64     # a conversation as a query: its most recent words
+# words that match nearly every passage: dropped from queries (BM25 weighs them low, but an
+# OR of them would still rank a passage full of "the" and "of" above none)
+STOPWORDS = frozenset("""a an and are as at be been by can could do does for from has have he her his
+i if in into is it its me my no not of on or our shall she should so such than that the their them
+then there these they this those to under up us was we were what when where which who will with would
+you your please draft write using use above below following headed titled entitled called new based""".split())
+
+
+class PassageError(ValueError):
+    """A query or an index that cannot be used; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Passage:
+    """A run of paragraphs of one document (one paragraph, or a retrieval window of them), as
+    retrieved or pinned."""
+    document: int            # its id in documents.json (-1: a pinned file outside any library)
+    path: str                # relative to the library's folder (a pinned file: as given)
+    title: str
+    matter: str | None
+    paragraph: int           # its first paragraph, from 1
+    page: int                # that paragraph's page, from 1; 0 when the format has none
+    tokens: int              # its ids in the library (with the blank line after each paragraph)
+    text: str                # its paragraphs' text, joined by blank lines
+    score: float = 0.0       # BM25 (higher is better); 0 for a pinned passage
+    library: str | None = None
+    pinned: bool = False
+    last: int = 0            # its last paragraph (0: the first one alone)
+
+    @property
+    def end(self) -> int:
+        return max(self.last, self.paragraph)
+
+    def citation(self) -> str:
+        page = f", page {self.page}" if self.page else ""
+        one = self.end == self.paragraph
+        return f"{self.path}{page}, " + (f"paragraph {self.paragraph}" if one else
+                                         f"paragraphs {self.paragraph}-{self.end}")
+
+    def paragraphs(self) -> list[str]:
+        """Its paragraphs' texts (one text when they cannot be told apart)."""
+        parts = self.text.split("\n\n")
+        return parts if len(parts) == self.end - self.paragraph + 1 else [self.text]
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "last": self.end, "citation": self.citation()}
+
+
+def path_of(lib) -> Path:
+    return Path(lib.path) / FILE
+
+
+COLUMNS = "document, path, title, matter, paragraph, page, tokens, text, last"
+
+
+def write(path: Path, rows: list[dict], stream, tokenizer) -> int:
+    """Write the index of the documents in `rows` (documents.json's table) whose ids are in
+    `stream`, the library's token stream; return the number of passages (windows)."""
+    path = Path(path)
+    con = sqlite3.connect(path)
+    try:
+        con.executescript(f"""
+            PRAGMA journal_mode = OFF;
+            PRAGMA user_version = {FORMAT};
+            CREATE VIRTUAL TABLE passages USING fts5(
+                text, title, path UNINDEXED, document UNINDEXED, matter UNINDEXED, paragraph UNINDEXED,
+                page UNINDEXED, tokens UNINDEXED, last UNINDEXED, own UNINDEXED, own_tokens UNINDEXED,
+                tokenize = 'porter unicode61');""")
+        n = 0
+        with con:
+            for row in rows:
+                paras = _paragraphs(row, stream, tokenizer)
+                for i, (number, page, text, size) in enumerate(paras):
+                    j, tokens = i, size
+                    while tokens < WINDOW_TOKENS and j + 1 < len(paras) and paras[j + 1][0] == paras[j][0] + 1:
+                        j += 1
+                        tokens += paras[j][3]
+                    window = "\n\n".join(p[2] for p in paras[i:j + 1])
+                    con.execute("INSERT INTO passages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                (window, row.get("title", ""), row["path"], int(row["id"]), row.get("matter"),
+                                 number, page, tokens, paras[j][0], text, size))
+                    n += 1
+    finally:
+        con.close()
+    return n
+
+
+def _paragraphs(row: dict, stream, tokenizer) -> list[tuple]:
+    """(number from 1, page, text, tokens) of each paragraph of a document row with text."""
+    start, offsets = int(row["start"]), [int(o) for o in row["paragraphs"]]
+    ends = offsets[1:] + [int(row["tokens"])]
+    pages = row.get("pages") or []
+    out = []
+    for i, (a, b) in enumerate(zip(offsets, ends)):
+        text = tokenizer.decode([int(t) for t in stream[start + a:start + b]]).strip() if b > a else ""
+        if text:
+            out.append((i + 1, int(pages[i]) if i < len(pages) else 0, text, b - a))
+    return out
+
+
+def query_words(text: str) -> list[str]:
+    """The words of a query that can match: lower-cased, stopwords and one-letter words out,
+    each once, at most MAX_QUERY_WORDS (the last ones: in a conversation, the latest)."""
+    seen, words = set(), []
+    for w in reversed(re.findall(r"\w+", text.lower())):
+        if len(w) > 1 and w not in STOPWORDS and w not in seen:
+            seen.add(w)
+            words.append(w)
+    return list(reversed(words[:MAX_QUERY_WORDS]))
+
+
+def open_index(lib) -> sqlite3.Connection:
+    """The library's passage index, read-only; PassageError naming the rebuild when the
+    library was built before passages were indexed (or the file is damaged)."""
+    path = path_of(lib)
+    fix = (f"rebuild it: `python -m olifant_mlx library build {lib.name} {lib.meta.get('folder', 'FOLDER')} "
+           f"--tokenizer {lib.meta.get('tokenizer', {}).get('name', 'TOKENIZER')}`")
+    if not path.is_file() or path.is_symlink():
+        raise PassageError(f"library {lib.name!r} has no passage index (built before libraries were "
+                           f"searchable): {fix}")
+    try:
+        con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        version = con.execute("PRAGMA user_version").fetchone()[0]
+        con.execute("SELECT count(*) FROM passages").fetchone()
+    except sqlite3.Error as e:
+        raise PassageError(f"library {lib.name!r}: its passage index {path} cannot be read ({e}): {fix}") from None
+    if version != FORMAT:
+        con.close()
+        raise PassageError(f"library {lib.name!r}: its passage index {path} is format {version}, "
+                           f"this version reads {FORMAT}: {fix}")
+    return con
+
+
+def search(lib, query: str, matter: str | None = None, n: int = 10) -> list[Passage]:
+    """The `n` passages of the library that best match `query`, best first. With `matter`,
+    only passages of documents of that matter or of none (the matter wall).
+
+    A quoted part of the query ("force majeure", 'Operating licence') names what is wanted
+    (a heading, a defined term) and the rest where: then the whole query finds the best
+    DOCUMENTS documents, and inside each of them the quoted words rank its passages (its
+    phrase PHRASE_WEIGHT times a word); those come first, each document's best in turn, then
+    the rest."""
+    if n < 1:
+        raise PassageError(f"the number of passages must be at least 1, got {n}")
+    words = query_words(query)
+    if not words:
+        raise PassageError("the query has no words to search for" + (
+            f" (only common words: {query.strip()[:60]!r})" if query.strip() else " (it is empty)"))
+    phrases = query_phrases(query)
+    wanted = [f'"{p}"' for p in phrases] * PHRASE_WEIGHT + [f'"{w}"' for p in phrases for w in p.split()]
+    con = open_index(lib)
+    try:
+        found = _ranked(con, [f'"{w}"' for w in words] + wanted, matter, max(n, FIRST_STAGE if phrases else n))
+        per_document = [_ranked(con, wanted, matter, n, document=d)
+                        for d in (list(dict.fromkeys(row[0] for row in found))[:DOCUMENTS] if phrases else ())]
+        inside = [r for rank in zip_longest(*per_document) for r in rank if r is not None]   # round robin
+    except sqlite3.Error as e:
+        raise PassageError(f"library {lib.name!r}: searching its passage index failed ({e})") from None
+    finally:
+        con.close()
+    rows = list({(r[0], r[4]): r for r in inside + found}.values())[:n]     # the first of each, in order
+    return [Passage(int(d), p, t, m, int(para), int(page), int(tok), text, round(float(s), 4), lib.name,
+                    last=int(last)) for d, p, t, m, para, page, tok, text, last, s in rows]
+
+
+def _ranked(con, terms, matter, limit, document=None) -> list:
+    """Rows (COLUMNS, BM25 score) matching any of the FTS5 `terms`, best first."""
+    where = ("" if matter is None else " AND (matter = ? OR matter IS NULL)") + \
+        ("" if document is None else " AND document = ?")
+    args = (" OR ".join(terms),) + (() if matter is None else (matter,)) + \
+        (() if document is None else (document,)) + (limit,)
+    return con.execute(
+        f"SELECT {COLUMNS}, -bm25(passages, 1.0, {TITLE_WEIGHT}) FROM passages WHERE passages MATCH ?{where} "
+        f"ORDER BY bm25(passages, 1.0, {TITLE_WEIGHT}), document, paragraph LIMIT ?", args).fetchall()
+
+
+def query_phrases(text: str) -> list[str]:
+    """The quoted parts of a query, as FTS5 phrases (words lower-cased)."""
+    out = []
+    for quoted in re.findall(r"(?<!\w)[\"'‘“]([^\"'’”]{3,80})[\"'’”](?!\w)", text):
+        words = re.findall(r"\w+", quoted.lower())
+        if words:
+            out.append(" ".join(words))
+    return out
+
+
+def document_passages(lib, path: str) -> list[Passage]:
+    """Every passage of the library's document at `path` (relative to its folder), in order;
+    [] when the library has no such document."""
+    con = open_index(lib)
+    try:
+        found = con.execute("SELECT document, path, title, matter, paragraph, page, own_tokens, own FROM passages "
+                            "WHERE path = ? ORDER BY paragraph", (path,)).fetchall()
+    finally:
+        con.close()
+    return [Passage(int(d), p, t, m, int(para), int(page), int(tok), text, 0.0, lib.name, True)
+            for d, p, t, m, para, page, tok, text in found]

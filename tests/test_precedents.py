@@ -1,0 +1,216 @@
+"""Drafting with precedents: a library's passages searched (SQLite FTS5), chosen within a token
+budget behind the matter wall, put into the prompt with their citations, and the copied spans
+traced to them. Real .docx and .pdf files, SmolLM2's real tokenizer, the CLI; the slow tests
+load the real verifier."""
+import json
+import sqlite3
+
+import pytest
+from document_fixtures import cache_with_models, write_pdf
+
+from olifant_mlx import library, passages, precedents
+from olifant_mlx.cli import main
+from olifant_mlx.engine import Chat
+from olifant_mlx.engine.options import GenerationOptions, OptionsError
+from olifant_mlx.verifier import load_tokenizer
+
+CONFIDENTIALITY = ("Each party shall keep the Confidential Information of the other party strictly "
+                   "confidential and shall not disclose it to any third party other than its auditors "
+                   "and professional advisers, for a period of three years from the date of disclosure.")
+GOVERNING_LAW = "This agreement is governed by and construed in accordance with the laws of England and Wales."
+TERMINATION = "Either party may terminate this agreement by giving the other party ninety days' written notice."
+RENT = "The tenant shall pay the rent quarterly in advance on the usual quarter days without deduction."
+REPAIR = "The landlord shall keep the structure and exterior of the building in good and substantial repair."
+SECRET = ("The auditors of Gamma Plc shall keep every record of the merger confidential for three years and "
+          "disclose it to no third party.")
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    return load_tokenizer("smollm2-135m")      # from the shared cache, before $OLIFANT_CACHE moves
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):       # as tests/test_library.py's
+    root = cache_with_models(tmp_path / "cache")
+    monkeypatch.setenv("OLIFANT_CACHE", str(root))
+    return root
+
+
+def write_docx(path, paragraphs, title=None):
+    import docx
+
+    d = docx.Document()
+    if title:
+        d.add_heading(title, level=1)
+    for text in paragraphs:
+        d.add_paragraph(text)
+    d.save(path)
+
+
+def precedent_folder(root):
+    """Two matters (acme: an NDA in Word, a lease in PDF; gamma: a merger note) and a clause
+    bank without a matter."""
+    (root / "acme").mkdir(parents=True)
+    (root / "gamma").mkdir()
+    write_docx(root / "acme" / "nda.docx", [CONFIDENTIALITY, GOVERNING_LAW], title="Mutual NDA")
+    write_pdf(root / "acme" / "lease.pdf", [RENT, REPAIR], header="Lease of Unit 4", per_page=2)
+    write_docx(root / "gamma" / "merger.docx", [SECRET], title="Project Gamma")
+    write_docx(root / "clauses.docx", [TERMINATION, GOVERNING_LAW], title="Clause bank")
+    return root
+
+
+@pytest.fixture
+def built(tmp_path, cache, smollm2):
+    folder = precedent_folder(tmp_path / "precedents")
+    library.build("firm", folder, smollm2)
+    return library.load("firm"), folder
+
+
+def test_search_ranks_the_intended_passage_first_and_cites_it(built, capsys):
+    lib, _ = built
+    assert lib.meta["passages"] >= 7
+    best = passages.search(lib, "keep confidential information from third parties, auditors, three years")
+    # a passage is a paragraph and the ones after it (up to WINDOW_TOKENS): cited as such
+    assert best[0].paragraphs() == [CONFIDENTIALITY, GOVERNING_LAW] and best[0].path == "acme/nda.docx"
+    assert best[0].citation() == f"acme/nda.docx, paragraphs {best[0].paragraph}-{best[0].paragraph + 1}"
+    rent = passages.search(lib, "quarterly rent paid in advance")[0]
+    assert rent.text.startswith(RENT) and rent.path == "acme/lease.pdf" and rent.page == 1
+    # the command: ranked passages with their citations, as a table and as JSON
+    assert main(["library", "search", "firm", "rent quarterly in advance", "-n", "2", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) <= 2 and rows[0]["text"].startswith(RENT)
+    assert rows[0]["citation"].startswith("acme/lease.pdf, page 1")
+    assert main(["library", "search", "firm", "terminate ninety days notice"]) == 0
+    out = capsys.readouterr().out
+    assert "clauses.docx" in out and "ninety" in out
+
+
+def test_the_index_is_built_with_the_library_and_updated_with_it(built, smollm2, cache):
+    lib, folder = built
+    path = passages.path_of(lib)
+    assert path.stat().st_mode & 0o777 == 0o600
+    write_docx(folder / "acme" / "loan.docx", ["The borrower shall repay the loan in twelve monthly instalments."])
+    library.build("firm", folder, smollm2)
+    again = library.load("firm")
+    assert passages.search(again, "repay loan instalments")[0].path == "acme/loan.docx"
+    library.build("full", folder, smollm2)                       # a full build indexes the same rows
+    rows = [sqlite3.connect(passages.path_of(library.load(n))).execute(
+        "SELECT text, path, paragraph, page, matter, tokens FROM passages ORDER BY rowid").fetchall()
+        for n in ("firm", "full")]
+    assert rows[0] == rows[1]
+
+
+def test_the_matter_wall_keeps_another_matters_document_out(built, smollm2):
+    lib, _ = built
+    query = "Draft a clause: the auditors keep the merger records confidential for three years"
+    # without a wall the gamma merger note is the best match ...
+    assert passages.search(lib, query)[0].path == "gamma/merger.docx"
+    # ... for matter acme it never reaches the prompt nor the precedents list
+    walled = precedents.gather(smollm2, query, library="firm", budget=2000, matter="acme")
+    assert walled.passages and all(p.matter in ("acme", None) for p in walled.passages)
+    assert "merger" not in walled.block and "Gamma" not in walled.block
+    assert all(p.path != "gamma/merger.docx" for p in passages.search(lib, query, matter="acme", n=50))
+    # pinned by name, it does
+    pinned = precedents.gather(smollm2, query, library="firm", pinned=("gamma/merger.docx",), budget=2000,
+                               matter="acme")
+    assert pinned.passages[0].path == "gamma/merger.docx" and pinned.passages[0].pinned
+
+
+def test_passages_fill_the_budget_and_go_into_the_prompt_with_citations(built, smollm2, tmp_path):
+    query = "Draft the confidentiality clause for Acme Ltd and Beta GmbH: three years, auditors"
+    used = precedents.gather(smollm2, query, library="firm", budget=4000, matter="acme")
+    assert used.passages[0].paragraphs()[0] == CONFIDENTIALITY
+    assert 0 < used.tokens <= 4000 and "[1] acme/nda.docx, paragraphs" in used.block
+    chat = precedents.with_block(Chat.of(query, system_prompt="Be brief."), used)
+    assert chat.messages[0] == {"role": "system", "content": "Be brief."}
+    last = chat.messages[-1]["content"]
+    assert last.startswith(precedents.CHAT_HEAD) and last.endswith(f"{precedents.CHAT_TAIL}\n{query}")
+    text = precedents.with_block("The Recipient shall", used)       # a base model's prompt
+    assert text.startswith(precedents.TEXT_HEAD) and text.endswith("---\n\nThe Recipient shall")
+    small = precedents.gather(smollm2, query, library="firm", budget=used.passages[0].tokens + 20, matter="acme")
+    assert small.passages == used.passages[:1]
+    lines = used.summary()
+    assert lines.startswith(f"precedents: {len(used.passages)} passage") and "acme/nda.docx" in lines
+    # a pinned file outside any library comes first, whole, and is cited by the name given
+    outside = tmp_path / "memo.docx"
+    write_docx(outside, ["Memo: the client wants a five-year term.", "Keep the auditors' carve-out."])
+    both = precedents.gather(smollm2, query, library="firm", pinned=(str(outside),), budget=4000, matter="acme")
+    assert [p.text for p in both.passages[:2]] == ["Memo: the client wants a five-year term.",
+                                                    "Keep the auditors' carve-out."]
+    assert both.passages[0].citation() == f"{outside}, paragraph 1" and both.passages[0].library is None
+
+
+def test_the_copied_spans_are_traced_to_the_passages_given(built, smollm2):
+    from olifant_mlx.provenance import SourceTracker
+
+    used = precedents.gather(smollm2, "confidential information auditors three years", library="firm",
+                             budget=4000)
+    index = precedents.provenance_index(used, smollm2)
+    copied = smollm2.encode("It says: " + CONFIDENTIALITY[:120])
+    tracker = SourceTracker(index, min_tokens=8, tokenizer=smollm2)
+    tracker.feed(copied)
+    found = tracker.close()
+    assert found and found[0].tokens >= 15
+    place = found[0].places[0]
+    nda = next(p for p in used.passages if p.paragraphs()[0] == CONFIDENTIALITY)
+    assert (place.path, place.paragraph, place.document) == ("acme/nda.docx", nda.paragraph, nda.document)
+
+
+def test_bad_precedents_get_clear_errors(built, smollm2, tmp_path, capsys, monkeypatch):
+    lib, folder = built
+    with pytest.raises(passages.PassageError, match="no words to search for"):
+        passages.search(lib, "  ")
+    with pytest.raises(passages.PassageError, match="only common words"):
+        passages.search(lib, "the of and")
+    with pytest.raises(OptionsError, match="--precedent-tokens 20 holds no passage"):
+        precedents.gather(smollm2, "confidential auditors", library="firm", budget=20)
+    broken = tmp_path / "broken.docx"
+    broken.write_bytes(b"PK\x03\x04 not really a zip")
+    with pytest.raises(OptionsError, match="--precedent .*broken.docx: not read"):
+        precedents.gather(smollm2, "x", pinned=(str(broken),))
+    with pytest.raises(OptionsError, match="no such file nor a document of library 'firm'"):
+        precedents.gather(smollm2, "x", library="firm", pinned=("nowhere/else.docx",))
+    with pytest.raises(OptionsError, match="precedent budget must be"):
+        GenerationOptions(precedent_tokens=0)
+
+    # on the command line, before any verifier loads
+    def no_verifier(*a, **k):
+        raise AssertionError("the verifier was loaded")
+
+    monkeypatch.setattr("olifant_mlx.verifier.load_verifier", no_verifier)
+    meta = json.loads((lib.path / "library.json").read_text())
+    (lib.path / "library.json").write_text(json.dumps({**meta, "tokenizer": {**meta["tokenizer"], "digest": "00"}}))
+    assert main(["generate", "--model", "smollm2-135m", "--precedents", "firm", "-p", "confidential"]) != 0
+    err = capsys.readouterr().err
+    assert "built for the tokenizer of" in err and "library build NEW_NAME" in err and "Traceback" not in err
+    (lib.path / "library.json").write_text(json.dumps(meta))
+    passages.path_of(lib).unlink()              # a library built before passages were indexed
+    assert main(["generate", "--model", "smollm2-135m", "--precedents", "firm", "-p", "confidential"]) != 0
+    err = capsys.readouterr().err
+    assert "no passage index" in err and f"library build firm {folder.resolve()}" in err
+    assert main(["library", "search", "firm", "rent"]) != 0
+    assert "no passage index" in capsys.readouterr().err
+    assert main(["generate", "--model", "smollm2-135m", "--precedent", str(tmp_path / "gone.pdf"), "-p", "x"]) != 0
+    assert "gone.pdf: no such file" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_generate_with_precedents_cites_traces_and_equals_plain(built, capsys):
+    """The real verifier: the passages it was given are listed, the spans it copies are traced
+    to them, and drafting changes nothing in the text."""
+    lib, _ = built
+    args = ["generate", "--model", "smollm2-135m", "--precedents", "firm", "--ignore-chat-template", "-m", "40",
+            "--min-source-tokens", "8", "--json", "-p", "Each party shall keep the Confidential Information"]
+    outs = []
+    for draft in ("none", "auto"):
+        assert main(args + ["--draft", draft]) == 0
+        outs.append(json.loads(capsys.readouterr().out))
+    plain, drafted = outs
+    assert plain["text"] == drafted["text"] and plain["tokens"] == drafted["tokens"]
+    cited = drafted["precedents"]
+    assert cited and cited[0]["path"] == "acme/nda.docx" and cited[0]["text"].startswith(CONFIDENTIALITY)
+    assert drafted["sources"], drafted["text"]
+    place = drafted["sources"][0]["places"][0]
+    assert (place["path"], place["paragraph"]) == ("acme/nda.docx", cited[0]["paragraph"])
+    assert drafted["stats"]["steps"] < plain["stats"]["steps"]
