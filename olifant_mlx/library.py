@@ -20,6 +20,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -75,45 +76,114 @@ class Library:
         return t.get("vocab_size") == tokenizer.vocab_size and t.get("digest") == tokenizer.digest.hex()
 
     def table(self) -> list[dict]:
-        """The document table; a library built before matters were recorded reads matter None."""
-        rows = json.loads((self.path / "documents.json").read_text(encoding="utf-8"))["documents"]
-        for row in rows:
-            row.setdefault("matter", None)
-        return rows
+        """The document table, checked (LibraryError naming documents.json when it is damaged);
+        a library built before matters were recorded reads matter None."""
+        return read_table(self.name, self.path)
 
     def as_dict(self) -> dict:
         return {"name": self.name, "path": str(self.path), **self.meta,
                 "size": sum(f.stat().st_size for f in self.path.iterdir() if f.is_file())}
 
 
-def load(name: str) -> Library:
-    """The library called `name`; LibraryError if there is none (or it is damaged)."""
-    path = libraries_dir() / check_name(name)
+# what each metadata file must hold: field -> the types it may have (bool is never a number)
+META_FIELDS = {"name": str, "folder": str, "tokenizer": dict, "documents": int, "tokens": int,
+               "built_at": str}
+TOKENIZER_FIELDS = {"name": str, "vocab_size": int, "digest": str}
+ROW_FIELDS = {"id": int, "path": str, "title": str, "hash": str, "tokens": int, "start": int,
+              "paragraphs": list, "pages": list}
+
+
+def damaged(name: str, file: Path, problem: str) -> LibraryError:
+    """The one-line error of a damaged metadata file: which library, which file, the fix."""
+    return LibraryError(f"library {name!r}: {file} {problem}: rebuild it with `python -m olifant_mlx "
+                        f"library build {name} FOLDER --model VERIFIER` (or remove it: `library rm {name}`)")
+
+
+def _fields_problem(obj, fields: dict, what: str) -> str | None:
+    """Why `obj` (parsed JSON) is not an object with these fields of these types, or None."""
+    if not isinstance(obj, dict):
+        return f"holds {type(obj).__name__}, not {what}"
+    for key, kind in fields.items():
+        value = obj.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool) or (kind is int and value < 0):
+            return f"has no valid {key!r} in {what}"
+    return None
+
+
+def _read_json(name: str, file: Path):
     try:
-        meta = json.loads((path / "library.json").read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        have = ", ".join(lib.name for lib in list_libraries()) or "none yet"
-        raise LibraryError(f"no library {name!r} (libraries: {have}; build one with "
-                           f"`python -m olifant_mlx library build {name} FOLDER --model VERIFIER`)") from None
-    except (OSError, ValueError) as e:
-        raise LibraryError(f"library {name!r} at {path} cannot be read ({e}): rebuild it") from None
+        return json.loads(read_regular(file).decode("utf-8"))
+    except (OSError, ValueError) as e:      # a FIFO, bad UTF-8, bad JSON: NotARegularFile is one too
+        raise damaged(name, file, f"cannot be read ({str(e)[:120]})") from None
+
+
+def read_meta(name: str, path: Path) -> dict:
+    """library.json, checked: the fields every reader of a library uses, with their types."""
+    file = path / "library.json"
+    meta = _read_json(name, file)
+    problem = _fields_problem(meta, META_FIELDS, "the library's description")
+    if problem is None:
+        problem = _fields_problem(meta["tokenizer"], TOKENIZER_FIELDS, "its tokenizer")
+    if problem is not None:
+        raise damaged(name, file, problem)
+    return meta
+
+
+def read_table(name: str, path: Path) -> list[dict]:
+    """documents.json's rows, checked: each a document with the fields provenance reads."""
+    file = path / "documents.json"
+    table = _read_json(name, file)
+    rows = table.get("documents") if isinstance(table, dict) else None
+    if not isinstance(rows, list):
+        raise damaged(name, file, "has no list of documents")
+    for i, row in enumerate(rows):
+        problem = _fields_problem(row, ROW_FIELDS, f"document {i}")
+        if problem is None and not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
+                                       for x in row["paragraphs"] + row["pages"]):
+            problem = f"has paragraph offsets or pages that are not whole numbers in document {i}"
+        if problem is None and not isinstance(row.get("matter"), (str, type(None))):
+            problem = f"has a matter that is not text in document {i}"
+        if problem is not None:
+            raise damaged(name, file, problem)
+        row.setdefault("matter", None)
+    return rows
+
+
+def load(name: str, list_others: bool = True) -> Library:
+    """The library called `name`, its metadata checked; LibraryError if there is none (naming
+    the others unless `list_others` is False: a server's clients) or it is damaged (naming
+    the file and the fix)."""
+    path = libraries_dir() / check_name(name)
+    if not (path / "library.json").exists() and not (path / "library.json").is_symlink():
+        have = ", ".join(lib.name for lib in list_libraries(warn=False)) or "none yet"
+        listed = f"libraries: {have}; " if list_others else ""
+        raise LibraryError(f"no library {name!r} ({listed}build one with "
+                           f"`python -m olifant_mlx library build {name} FOLDER --model VERIFIER`)")
     missing = [f for f in FILES if not (path / f).is_file()]
     if missing:
         raise LibraryError(f"library {name!r} at {path} lacks {', '.join(missing)}: rebuild it")
+    meta = read_meta(name, path)
+    read_table(name, path)
     return Library(name, path, meta)
 
 
-def list_libraries() -> list[Library]:
-    """Every readable library, by name."""
+def list_libraries(warn: bool = True) -> list[Library]:
+    """Every readable library, by name; a damaged one is left out, with one warning line on
+    stderr (`warn`) naming it, its file and the fix."""
     root = libraries_dir()
     found = []
     for p in sorted(root.iterdir()) if root.is_dir() else ():
         if p.is_dir() and NAME_RE.fullmatch(p.name) and (p / "library.json").is_file():
             try:
                 found.append(load(p.name))
-            except LibraryError:
-                continue
+            except LibraryError as e:
+                if warn and str(e) not in _warned:      # once per process, however often listed
+                    _warned.add(str(e))
+                    sys.stderr.write(f"warning: skipped {e}\n")
     return found
+
+
+_warned: set = set()
 
 
 def best_library(tokenizer) -> Library | None:

@@ -162,14 +162,22 @@ def _source(li: LibraryIndex, ids, start: int, end: int, lo: int, hi: int, token
     return Source(start, end, end - start, text, li.places(lo, hi, max_places, tokenizer, keep), hi - lo)
 
 
+def token_ids(ids) -> np.ndarray:
+    """The output's ids as uint32, by the IGTree binding's one rule for ids (ValueError for -5,
+    1.5 or 2**32, where numpy's cast would wrap, truncate or alias them)."""
+    from olifant_mlx.draftmodel.igtree import _u32
+
+    return _u32(ids, "output token ids")
+
+
 def find_sources(library, ids, min_tokens: int = MIN_TOKENS, tokenizer=None,
                  max_places: int = MAX_PLACES) -> list[Source]:
     """The maximal spans of >= min_tokens ids of `ids` that occur verbatim in the library,
     by start (a span inside a longer reported one is not reported again; spans may overlap)."""
     if min_tokens < 1:
         raise ValueError(f"min_tokens must be >= 1, got {min_tokens}")
+    ids = token_ids(ids)
     li = index_of(library)
-    ids = np.ascontiguousarray(ids, dtype=np.uint32)
     ms = li.index.matching_stats(ids)
     length = ms["length"].astype(np.int64)
     prev = np.concatenate([[-1], length[:-1]])
@@ -212,7 +220,7 @@ class SourceTracker:
 
     def feed(self, ids) -> list[Source]:
         """Add emitted ids; return the sources closed by them."""
-        new = [int(t) for t in ids]
+        new = token_ids(ids).tolist()
         if not new:
             return []
         self.ids.extend(new)

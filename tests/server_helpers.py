@@ -108,3 +108,45 @@ def check_refused(client, cases):
         assert "Traceback" not in r.text and "File \"" not in r.text, label
         if what is not None:
             assert what in (err["code"], err["param"]), (label, err)
+
+
+# ---- a library on the tiny verifier's tokens (provenance on the server) ----------------------
+
+TINY_BASE = 63 * (0x4E00 // 63 + 1)      # a CJK character per tiny-model id: 1 + ord(c) % 63 == id
+
+
+def text_of(ids) -> str:
+    """Text the tiny tokenizer reads back as these ids."""
+    return "".join(chr(TINY_BASE + t - 1) for t in ids)
+
+
+def tiny_tokenizer():
+    """The tiny verifier's tokenizer as a library builder takes one."""
+    from tiny_models import Tok
+
+    from olifant_mlx.verifier.tokenizers import Tokenizer
+
+    tok = Tok()
+    return Tokenizer(tok.name, tok.vocab_size, tok.digest, lambda texts: [tok.encode(t) for t in texts],
+                     tok.decode)
+
+
+def own_cache(tmp_path_factory):
+    """A module fixture's body: $OLIFANT_CACHE on a fresh folder while the module runs."""
+    import pytest
+
+    mp = pytest.MonkeyPatch()
+    root = tmp_path_factory.mktemp("cache")
+    mp.setenv("OLIFANT_CACHE", str(root))
+    yield root
+    mp.undo()
+
+
+def tiny_library(name, folder, copied):
+    """A library of two documents on the tiny tokenizer, the first holding `copied` (ids)."""
+    from olifant_mlx import library
+
+    (folder / "deed.txt").write_text(text_of([3, 3, 60, 2]) + text_of(copied) + text_of([61, 62, 2]))
+    (folder / "other.txt").write_text(text_of([5, 6, 7, 8, 9, 10, 11, 12]))
+    library.build(name, folder, tiny_tokenizer())
+    return library.load(name)

@@ -156,6 +156,21 @@ def test_sources_name_document_place_and_text(legal):
     assert d["places"][0]["path"].endswith(".txt") and d["tokens"] == src.tokens
 
 
+def test_ids_that_are_no_token_ids_are_refused_not_wrapped(legal):
+    """Issue 37, item 17: numpy's cast wrapped np.int64(-5) to 4294967291 and truncated 1.5."""
+    li = legal["li"]
+    good = [int(t) for t in li.stream[:20]]
+    for bad, said in ((np.array(good[:5] + [-5]), "got -5"), (np.array(good[:5] + [1.5]), "got 1.5"),
+                      ([*good[:5], -1], "got -1"), ([*good[:5], 2 ** 32], "got 4294967296"),
+                      (np.array([1.0, np.nan]), "got nan")):
+        with pytest.raises(ValueError, match=f"output token ids must be .*{said}"):
+            find_sources(li, bad)
+        with pytest.raises(ValueError, match=f"output token ids must be .*{said}"):
+            SourceTracker(li).feed(bad)
+    whole = np.array(good, dtype=np.float64)                 # whole floats are the same ids
+    assert [s.as_dict() for s in find_sources(li, whole)] == [s.as_dict() for s in find_sources(li, good)]
+
+
 def test_matters_recorded(legal):
     rows = legal["li"].rows
     by_path = {r["path"]: r["matter"] for r in rows}

@@ -10,38 +10,21 @@ pytest.importorskip("uvicorn")
 httpx = pytest.importorskip("httpx")
 openai = pytest.importorskip("openai")
 
-from server_helpers import DEFAULTS, LIMITS  # noqa: E402
-from tiny_models import Tok, tiny_chat_verifier  # noqa: E402
+from server_helpers import DEFAULTS, LIMITS, own_cache, tiny_library, tiny_tokenizer  # noqa: E402
+from tiny_models import tiny_chat_verifier  # noqa: E402
 
-from olifant_mlx import library  # noqa: E402
 from olifant_mlx.drafters.registry import parse_spec  # noqa: E402
 from olifant_mlx.engine import Session  # noqa: E402
 from olifant_mlx.server.app import start  # noqa: E402
 from olifant_mlx.server.config import DrafterChoice  # noqa: E402
-from olifant_mlx.verifier.tokenizers import Tokenizer  # noqa: E402
 
 PROMPT = "abcdefgh"
 N = 40
-BASE = 63 * (0x4E00 // 63 + 1)      # a CJK character per tiny-model id: 1 + ord(c) % 63 == id
-
-
-def text_of(ids) -> str:
-    return "".join(chr(BASE + t - 1) for t in ids)
-
-
-def tiny_tokenizer() -> Tokenizer:
-    tok = Tok()
-    return Tokenizer(tok.name, tok.vocab_size, tok.digest, lambda texts: [tok.encode(t) for t in texts],
-                     tok.decode)
 
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    root = tmp_path_factory.mktemp("cache")
-    mp.setenv("OLIFANT_CACHE", str(root))
-    yield root
-    mp.undo()
+    yield from own_cache(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -56,11 +39,7 @@ def output(verifier):
 
 @pytest.fixture(scope="module")
 def tinylib(cache, output, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("precedents")
-    (folder / "deed.txt").write_text(text_of([3, 3, 60, 2]) + text_of(output[4:30]) + text_of([61, 62, 2]))
-    (folder / "other.txt").write_text(text_of([5, 6, 7, 8, 9, 10, 11, 12]))
-    library.build("tinylib", folder, tiny_tokenizer())
-    return library.load("tinylib")
+    return tiny_library("tinylib", tmp_path_factory.mktemp("precedents"), output[4:30])
 
 
 @pytest.fixture(scope="module")

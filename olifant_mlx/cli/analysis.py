@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+from olifant_mlx.cli.common import whole_number
 from olifant_mlx.measure import calc
 
 
@@ -73,14 +74,17 @@ def cmd_analyze(args) -> int:
     from olifant_mlx.measure.metrics import redundancy
     from olifant_mlx.verifier import load_tokenizer
 
+    sets = {}
+    for spec in args.texts:                # read before the tokenizer loads: a bad path fails first
+        name, _, path = spec.rpartition("=") if "=" in spec else ("", "", spec)
+        sets[name or path] = texts = list(iter_documents(path, args.text_field))[:args.max_texts]
+        if not texts:
+            raise ValueError(f"analyze: {path} holds no texts (a .txt file is one text, a .jsonl "
+                             f"file one per line with a {args.text_field!r} field)")
     tok = load_tokenizer(args.tokenizer)
     rows = {}
-    for spec in args.texts:
-        name, _, path = spec.rpartition("=") if "=" in spec else ("", "", spec)
-        texts = list(iter_documents(path, args.text_field))
-        if args.max_texts:
-            texts = texts[:args.max_texts]
-        rows[name or path] = redundancy(texts, tok.encode_batch(texts), args.n)
+    for name, texts in sets.items():
+        rows[name] = redundancy(texts, tok.encode_batch(texts), args.n)
     if args.json:
         print(json.dumps({"tokenizer": tok.name, "n": args.n, "sets": rows}))
         return 0
@@ -115,8 +119,8 @@ def add_calc(c):
 def add_analyze(a):
     a.add_argument("texts", nargs="+", help="[NAME=]PATH: .txt/.jsonl corpus of texts, one set each")
     a.add_argument("--tokenizer", default="mistral")
-    a.add_argument("--n", type=int, default=4, help="n-gram order")
-    a.add_argument("--max-texts", type=int)
+    a.add_argument("--n", type=whole_number(1), default=4, help="n-gram order")
+    a.add_argument("--max-texts", type=whole_number(1), help="read at most this many texts of each set")
     a.add_argument("--text-field", default="text")
     a.add_argument("--json", action="store_true")
     a.set_defaults(func=cmd_analyze)

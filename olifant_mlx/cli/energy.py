@@ -10,12 +10,14 @@ from olifant_mlx.energy.backends import ENV, choices, detect, open_meter, parse_
 from olifant_mlx.energy.meter import Mark
 
 NOT_MEASURED = "not measured"
+MIN_INTERVAL = 0.01         # seconds: the meters update no faster (RAPL ~1 ms, NVML and IOReport slower)
+MAX_READINGS = 100_000      # one run's readings, each kept and printed
 
 
 def add_energy(e):
     e.add_argument("--backend", help=f"{choices()} (default: ${ENV}, else auto)")
     e.add_argument("--seconds", type=float, default=3.0, help="how long to read (default 3)")
-    e.add_argument("--interval", type=float, default=0.5, help="seconds between readings")
+    e.add_argument("--interval", type=float, default=0.5, help=f"seconds between readings (at least {MIN_INTERVAL})")
     e.add_argument("--json", action="store_true", help="one JSON object instead of tables")
     e.set_defaults(func=cmd_energy)
 
@@ -75,9 +77,13 @@ def _summary(window) -> str:
 def cmd_energy(args) -> int:
     spec = args.backend or os.environ.get(ENV) or "auto"
     parse_spec(spec)                       # a bad name fails before anything is probed
-    if not (0 < args.interval < math.inf and 0 <= args.seconds < math.inf):   # NaN fails both
-        raise ValueError(f"--interval must be a positive number and --seconds a number >= 0, "
+    if not (MIN_INTERVAL <= args.interval < math.inf and 0 <= args.seconds < math.inf):   # NaN fails both
+        raise ValueError(f"--interval must be a positive number (at least {MIN_INTERVAL} s) and --seconds a "
+                         f"number >= 0, "
                          f"got --interval {args.interval} --seconds {args.seconds}")
+    if args.seconds / args.interval > MAX_READINGS:
+        raise ValueError(f"--seconds {args.seconds} / --interval {args.interval} is over {MAX_READINGS:,} "
+                         f"readings: read less often (a longer --interval)")
     status = detect()
     meter = open_meter(spec)
     used = meter.info.backend

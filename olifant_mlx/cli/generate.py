@@ -218,8 +218,7 @@ def cmd_cache_prompt(args) -> int:
     from olifant_mlx.verifier import load_verifier
 
     GenerationOptions(max_kv_size=args.max_kv_size)           # checked before the model loads
-    if not args.prompt_cache_file.endswith(prompt_file.SUFFIX):
-        raise ValueError(f"{args.prompt_cache_file}: a prompt cache file must end in {prompt_file.SUFFIX}")
+    prompt_file.check_target(args.prompt_cache_file)
     text = sys.stdin.read() if args.prompt == "-" else args.prompt
     v = load_verifier(args.model)
     if v.has_chat_template and not args.ignore_chat_template:

@@ -114,7 +114,9 @@ def add_library(p):
     p.add_argument("-n", type=int, default=10, help="with search: how many passages (default 10)")
     p.add_argument("--model", "-m", help="the verifier whose tokenizer the library is for")
     p.add_argument("--tokenizer", help="a tokenizer instead of --model's")
-    p.add_argument("--window", type=int, default=4, help="the IGTree's context window (default 4)")
+    from olifant_mlx.cli.train import window_size
+
+    p.add_argument("--window", type=window_size, default=4, help="the IGTree's context window (1..16, default 4)")
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_library)

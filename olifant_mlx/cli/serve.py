@@ -38,8 +38,8 @@ def prepare(args):
     require_stack()
     from olifant_mlx.engine import GenerationOptions
     from olifant_mlx.server.app import bind
-    from olifant_mlx.server.config import (Limits, check_api_key, check_bind, check_port,
-                                           parse_drafters)
+    from olifant_mlx.server.config import (Limits, check_api_keys, check_bind, check_port, parse_drafters,
+                                           read_key_file)
 
     defaults = GenerationOptions(k=args.k, max_tokens=args.max_tokens, temperature=args.temperature,
                                  top_p=args.top_p, top_k=args.top_k, min_p=args.min_p)
@@ -47,7 +47,11 @@ def prepare(args):
                     max_tokens=args.max_tokens_limit, queue_size=args.queue_size,
                     timeout_s=args.timeout, prompt_cache_size=args.prompt_cache_size,
                     prompt_cache_bytes=args.prompt_cache_bytes)
-    api_key = check_api_key(args.api_key if args.api_key is not None else os.environ.get(KEY_ENV) or None)
+    keys = list(args.api_key or ())
+    if not keys and not args.api_key_file and os.environ.get(KEY_ENV):
+        keys = [os.environ[KEY_ENV]]
+    keys += read_key_file(args.api_key_file) if args.api_key_file else []
+    api_key = check_api_keys(keys) or None
     host = check_bind(args.host, api_key)
     port = check_port(args.port)
     draft = f"neural:{args.draft_model}" if args.draft_model else args.draft
@@ -144,9 +148,13 @@ def add_serve(s):
     s.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1; any other needs --api-key)")
     s.add_argument("--port", type=int, default=8080, help="port (default 8080)")
-    s.add_argument("--api-key", metavar="KEY",
+    s.add_argument("--api-key", metavar="KEY", action="append",
                    help=f"require Authorization: Bearer KEY (also ${KEY_ENV}, which keeps it out "
-                        f"of the process list)")
+                        f"of the process list); repeat it for several clients: each key's prompt "
+                        f"cache is its own")
+    s.add_argument("--api-key-file", metavar="FILE",
+                   help="API keys, one a line (a client each, with its own prompt cache; '#' starts "
+                        "a comment): with or instead of --api-key")
     s.add_argument("--energy", metavar="BACKEND", help=energy_help())
     add_option_args(s, ["max_tokens"],
                     max_tokens=f"tokens per answer when a request does not say (default {MAX_TOKENS})")

@@ -76,13 +76,30 @@ def where(e: BaseException) -> str:
     return f"{tb[-1].filename}:{tb[-1].lineno}" if tb else "?"
 
 
+def api_keys(api_key) -> tuple:
+    """The keys a server accepts: none, one (text) or several (a list)."""
+    if api_key is None:
+        return ()
+    return (api_key,) if isinstance(api_key, str) else tuple(api_key)
+
+
+def key_index(keys: tuple, given: bytes) -> int | None:
+    """Which of `keys` was given (its index), None for none; every key is compared, each in
+    constant time, so the time says nothing of which one (or how much of one) matched."""
+    found = None
+    for i, key in enumerate(keys):
+        if hmac.compare_digest(given, key) and found is None:
+            found = i
+    return found
+
+
 class Guard:
     """Host, API key and body-size checks, the access log and the last-resort 500."""
 
-    def __init__(self, app, api_key: str | None, loopback_only: bool, max_body_bytes: int,
+    def __init__(self, app, api_key, loopback_only: bool, max_body_bytes: int,
                  access_log: bool = True):
         self.app = app
-        self.key = api_key.encode() if api_key else None
+        self.keys = tuple(k.encode() for k in api_keys(api_key))    # none: no key asked
         self.loopback_only = loopback_only
         self.max_body = max_body_bytes
         self.access_log = access_log
@@ -95,9 +112,12 @@ class Guard:
             name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
             if name not in LOOPBACK_NAMES:
                 return 400, "this server answers only to 127.0.0.1 / localhost (Host header)", "bad_host", None
-        if self.key is not None and scope["path"] not in PUBLIC:
+        if self.keys and scope["path"] not in PUBLIC:
             scheme, _, given = headers.get("authorization", "").partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self.key):
+            owner = key_index(self.keys, given.strip().encode()) if scheme.lower() == "bearer" else None
+            # the key's index goes with the request: its prompt cache is that key's alone
+            scope.setdefault("state", {})["api_key"] = owner
+            if owner is None:
                 # closed after the answer: a client without the key holds no connection
                 return (401, "a valid API key is needed: Authorization: Bearer KEY", "invalid_api_key",
                         {"WWW-Authenticate": "Bearer", "Connection": "close"})
@@ -255,7 +275,8 @@ class Api:
     async def run(self, request: Request, plan):
         events = Mailbox(asyncio.get_running_loop(), wake_on_text=plan.stream)
         job = Job(new_id(plan.kind), plan.prompt, plan.options, plan.drafter,
-                  time.monotonic() + plan.timeout_s, events.put, plan.explicit_max, plan.param, plan.model)
+                  time.monotonic() + plan.timeout_s, events.put, plan.explicit_max, plan.param, plan.model,
+                  owner=request.scope.get("state", {}).get("api_key"))
         try:
             self.queue.submit(job)
         except QueueFull as e:
@@ -362,10 +383,11 @@ async def _server_error(request, exc: Exception):
     return error_response(ApiError(500, "internal error on the server (see its log)", code="server_error"))
 
 
-def create_app(queue: GenerationQueue, defaults, limits: Limits, api_key: str | None = None,
+def create_app(queue: GenerationQueue, defaults, limits: Limits, api_key=None,
                loopback_only: bool = True, access_log: bool = True):
-    """The ASGI app for a started queue. `loopback_only`: answer only requests addressed to a
-    loopback name (a server bound to 127.0.0.1 / ::1)."""
+    """The ASGI app for a started queue. `api_key`: None, a key or a list of keys (each its own
+    prompt cache). `loopback_only`: answer only requests addressed to a loopback name (a server
+    bound to 127.0.0.1 / ::1)."""
     from olifant_mlx import __version__
 
     api = Api(queue, defaults, limits, f"olifant_mlx-{__version__}")
@@ -442,7 +464,7 @@ class Running:
         self.thread.join(10)
 
 
-def start(verifier, choice, defaults=None, limits: Limits | None = None, api_key: str | None = None,
+def start(verifier, choice, defaults=None, limits: Limits | None = None, api_key=None,
           host: str = "127.0.0.1", port: int = 0, meter=None, access_log: bool = True,
           others=(), connections: ConnectionLimits | None = None) -> Running:
     """A whole server on threads: the worker (over `verifier`, a Verifier or a loader, and the

@@ -75,6 +75,7 @@ class ModelInfo:
     drafters: tuple                 # names a request may use ("none" included)
     default_drafter: str
     meter_label: str
+    libraries: tuple = ()           # (drafter name, the library it drafts from) of each that does
 
 
 @dataclass(frozen=True)
@@ -93,9 +94,10 @@ class Job:
     the context); `deadline` a time.monotonic() value; `sink(event)` is called from the worker."""
 
     def __init__(self, id, prompt, options, drafter, deadline, sink, explicit_max=True, param="prompt",
-                 model=None):
+                 model=None, owner=None):
         self.id, self.prompt, self.options, self.drafter = id, prompt, options, drafter
         self.model = model             # a served verifier's id (None: the default one)
+        self.owner = owner             # whose prompt cache it reads and adds to (the API key's index)
         self.deadline, self.sink, self.explicit_max, self.param = deadline, sink, explicit_max, param
         self.created = time.monotonic()
         self.stop_flag = threading.Event()
@@ -278,11 +280,23 @@ class GenerationQueue:
                             job.param))
             return
         queue_s = time.monotonic() - job.created
-        job.emit(Started(len(ids), queue_s))
         name, drafter = job.drafter, drafters[job.drafter]
+        # the drafter's library is the provenance library unless the request named one: passed
+        # with the options, since the Session's own spec is the last one built, not this one's
+        drafted_from = dict(info.libraries).get(name)
+        if opts.sources is None and drafted_from is not None:
+            opts = opts.replace(sources=drafted_from)
+        elif opts.sources is not None:
+            refused = unknown_library(opts.sources)
+            if refused is not None:
+                self._record(job, "bad_sources", 0, 0)
+                job.emit(Failed(400, refused, "invalid_value", "sources"))
+                return
+        job.emit(Started(len(ids), queue_s))
+        cache = None if self.prompt_cache is None else OwnedCache(self.prompt_cache, job.owner)
         last, found = None, []
         try:
-            for r in session.stream(ids, opts, drafter, should_stop=job.should_stop, cache=self.prompt_cache):
+            for r in session.stream(ids, opts, drafter, should_stop=job.should_stop, cache=cache):
                 job.passes += 1
                 if r.text:
                     job.emit(Delta(r.text))
@@ -311,6 +325,18 @@ class GenerationQueue:
             self.recent.append(Record(job.id, stop_reason, tokens, passes, job.cancelled_at_pass))
 
 
+def unknown_library(name) -> str | None:
+    """Why a request's `sources` cannot be used, or None: a missing library is named without
+    listing the others (the server's clients may not all be allowed to know them)."""
+    from olifant_mlx.library import LibraryError, load
+
+    try:
+        load(name, list_others=False)
+    except LibraryError as e:
+        return f"sources {name[:100]!r}: {e}"
+    return None
+
+
 def sources_library(session, opts) -> str | None:
     """The library the Session reports provenance from for these options (the request's or
     the server's `sources`, else the drafter's library), None for none."""
@@ -326,6 +352,20 @@ def response_sources(found, library) -> list | None:
         return None
     spans = {(s.start, s.end): s for s in found}
     return [spans[k].as_dict() for k in sorted(spans)]
+
+
+class OwnedCache:
+    """One owner's part of a server's PrefixCache: its keys carry the owner, so a request
+    reuses (and its cached_tokens counts) only prefixes its own API key's requests left."""
+
+    def __init__(self, cache, owner):
+        self.cache, self.owner = cache, owner
+
+    def take(self, key, prompt):
+        return self.cache.take((*key, ("owner", self.owner)), prompt)
+
+    def keep(self, key, tokens, layers) -> None:
+        self.cache.keep((*key, ("owner", self.owner)), tokens, layers)
 
 
 def prompt_cache(limits):
@@ -347,16 +387,22 @@ def make_setup(verifier, choice, defaults, meter=None, warm_up: bool = True):
         from olifant_mlx.drafters.base import NoDrafter
         from olifant_mlx.engine.session import Session
 
+        from olifant_mlx.provenance import library_of_spec
+
         v = verifier() if callable(verifier) else verifier
         session = Session(v, "none", defaults, meter=meter)
-        drafters = {name: session.set_drafter(spec) for name, spec in choice.specs.items()}
+        drafters, libraries = {}, []
+        for name, spec in choice.specs.items():
+            drafters[name] = session.set_drafter(spec)
+            if library_of_spec(session.spec) is not None:    # what this spec (auto too) drafts from
+                libraries.append((name, library_of_spec(session.spec)))
         drafters["none"] = NoDrafter()
         session.set_drafter(drafters[choice.default])
         if warm_up:
             session.generate("Hello", defaults.replace(max_tokens=2, stop=()), drafters["none"])
         label = meter.info.label if meter is not None else "not measured"
         info = ModelInfo(v.name, v.context_length, v.identity.vocab_size, bool(v.has_chat_template),
-                         tuple(drafters), choice.default, label)
+                         tuple(drafters), choice.default, label, tuple(libraries))
         return session, drafters, info
 
     return setup
