@@ -81,7 +81,7 @@ def gather(tokenizer, query: str, library: str | None = None, pinned=(), budget:
     lib = None
     if library is not None:
         try:
-            lib = libraries.load(library)
+            lib = libraries.load(library, list_others=False)      # a server's clients may not know the others
         except libraries.LibraryError as e:
             raise OptionsError(f"--precedents {library}: {e}", "precedents") from None
         if not lib.fits(tokenizer):

@@ -214,3 +214,38 @@ def test_generate_with_precedents_cites_traces_and_equals_plain(built, capsys):
     place = drafted["sources"][0]["places"][0]
     assert (place["path"], place["paragraph"]) == ("acme/nda.docx", cited[0]["paragraph"])
     assert drafted["stats"]["steps"] < plain["stats"]["steps"]
+
+
+@pytest.mark.slow
+def test_the_server_takes_precedents_and_answers_with_them(built, smol):
+    """A real server on loopback with the real verifier: the request field `precedents` (and
+    `matter`) put the passages into the prompt; the answer lists them beside `sources`, which
+    trace the copied spans to them, streamed or not; an unknown library lists no other."""
+    httpx = pytest.importorskip("httpx")
+    pytest.importorskip("uvicorn")
+    from olifant_mlx.server.app import start
+    from olifant_mlx.server.config import DrafterChoice, Limits
+
+    from olifant_mlx.drafters.registry import parse_spec
+
+    run = start(smol, DrafterChoice({"lookup": parse_spec("lookup")}, "lookup"), GenerationOptions(k=8, max_tokens=64),
+                Limits(max_tokens=256, default_max_tokens=64, max_body_bytes=1 << 20, timeout_s=300))
+    try:
+        with httpx.Client(base_url=run.url, timeout=300) as c:
+            req = {"prompt": "Each party shall keep the Confidential Information", "max_tokens": 32,
+                   "precedents": "firm", "matter": "acme", "min_source_tokens": 8}
+            body = c.post("/v1/completions", json=req).json()
+            cited = body["precedents"]
+            assert cited[0]["path"] == "acme/nda.docx" and all(p["matter"] in ("acme", None) for p in cited)
+            assert body["sources"] and body["sources"][0]["places"][0]["path"] == "acme/nda.docx"
+            with c.stream("POST", "/v1/completions", json={**req, "stream": True}) as r:
+                events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+            assert events[-1]["precedents"] == cited and events[-1]["sources"] == body["sources"]
+            assert "".join(e["choices"][0]["text"] for e in events if e["choices"]) == body["choices"][0]["text"]
+            plain = c.post("/v1/completions", json={"prompt": req["prompt"], "max_tokens": 8}).json()
+            assert "precedents" not in plain
+            r = c.post("/v1/completions", json={**req, "precedents": "nope"})
+            assert r.status_code == 400 and r.json()["error"]["param"] == "precedents"
+            assert "firm" not in r.json()["error"]["message"]
+    finally:
+        run.stop()

@@ -308,7 +308,7 @@ class Session:
     def stream(self, prompt, options: GenerationOptions | None = None, drafter=None,
                should_stop: Callable[[], bool] | None = None,
                on_prefill: Callable[[int, int], None] | None = None,
-               continuation: bool = False, cache=None) -> Iterator[Response]:
+               continuation: bool = False, cache=None, precedents=None) -> Iterator[Response]:
         """Generate from `prompt` (text or ids), one Response per verifier pass. `drafter`
         overrides the session's for this call; `should_stop()` is asked after every pass.
         `cache` (engine.cache's PromptCache, a conversation's; or PrefixCache, a server's): the
@@ -316,8 +316,11 @@ class Session:
         only the prompt's tokens past the prefix they share; the output is the same.
         `continuation=True` (a text prompt whose text the output is appended to, as in a
         document being continued): the output keeps the space before its first word, which a
-        streaming detokenizer drops at the start of a generation."""
-        responses = self._stream(prompt, options, drafter, should_stop, on_prefill, continuation, cache)
+        streaming detokenizer drops at the start of a generation. `precedents`: the
+        precedents.Precedents already put into a prompt given as ids (with_precedents), for the
+        answer and its provenance; else the options' precedents are gathered here."""
+        responses = self._stream(prompt, options, drafter, should_stop, on_prefill, continuation, cache,
+                                 precedents)
         return responses if self.shard is None else self._to_the_end(responses)
 
     def _to_the_end(self, responses):
@@ -334,10 +337,11 @@ class Session:
                                     "should_stop)")
                 raise
 
-    def _stream(self, prompt, options, drafter, should_stop, on_prefill, continuation, cache=None):
+    def _stream(self, prompt, options, drafter, should_stop, on_prefill, continuation, cache=None,
+                precedents=None):
         opts = options or self.options
         drafter = self.drafter if drafter is None else as_drafter(drafter)
-        prompt, used = self.with_precedents(prompt, opts)
+        prompt, used = (prompt, precedents) if precedents is not None else self.with_precedents(prompt, opts)
         ids = self.fit_context(self.encode(prompt), opts)
         eos = self.eos_ids(opts)
         v = self.verifier

@@ -311,7 +311,7 @@ class Api:
                     elif isinstance(event, Finished):
                         ended = True
                         return OpenAIJSON(responder.whole("".join(text), event.finish_reason, event.usage,
-                                                          event.sources))
+                                                          event.sources, event.precedents))
                     elif isinstance(event, Failed):
                         ended = True
                         raise ApiError(event.status, event.message, event.param, event.code)
@@ -346,9 +346,10 @@ class Api:
                         finished = True
                         last = responder.chunk(None, event.finish_reason)
                         if responder.plan.include_usage:   # sources go with the usage ...
-                            out += [sse(last), sse(responder.usage_chunk(event.usage, event.sources))]
+                            out += [sse(last), sse(responder.usage_chunk(event.usage, event.sources,
+                                                                         event.precedents))]
                         else:                              # ... else with the finish_reason
-                            out.append(sse(with_sources(last, event.sources)))
+                            out.append(sse(with_sources(last, event.sources, event.precedents)))
                         out.append(DONE)
                         break
                     elif isinstance(event, Failed):

@@ -55,6 +55,7 @@ class Finished:
     finish_reason: str          # OpenAI's: "stop" | "length" | "content_filter"
     usage: dict
     sources: list | None = None     # Source.as_dict() of each copied span; None: no library asked
+    precedents: list | None = None  # the passages the prompt was given (request field `precedents`)
 
 
 @dataclass(frozen=True)
@@ -261,8 +262,9 @@ class GenerationQueue:
             return
         session, drafters, info = self.models.get(job.model, (self.session, self.drafters, self.info))
         try:
-            ids = session.encode(job.prompt)
             opts = job.options
+            prompt, used = session.with_precedents(job.prompt, opts)
+            ids = session.encode(prompt)
             room = (info.context_length or 0) - len(ids)
             if not job.explicit_max and info.context_length and 0 < room < opts.max_tokens:
                 opts = opts.replace(max_tokens=room)
@@ -273,6 +275,10 @@ class GenerationQueue:
                                  f"asked for, but {info.id}'s context holds "
                                  f"{info.context_length:,}: shorten the prompt or ask for fewer "
                                  f"tokens (max_tokens)", "context_length_exceeded", job.param))
+            return
+        except OptionsError as e:        # precedents that cannot be used (the library, the budget)
+            self._record(job, "bad_precedents", 0, 0)
+            job.emit(Failed(400, str(e), "invalid_value", e.option or None))
             return
         except Exception as e:           # a chat template that refuses the conversation, ...
             self._record(job, "bad_prompt", 0, 0)
@@ -296,13 +302,15 @@ class GenerationQueue:
         cache = None if self.prompt_cache is None else OwnedCache(self.prompt_cache, job.owner)
         last, found = None, []
         try:
-            for r in session.stream(ids, opts, drafter, should_stop=job.should_stop, cache=cache):
+            for r in session.stream(ids, opts, drafter, should_stop=job.should_stop, cache=cache,
+                                    precedents=used):
                 job.passes += 1
                 if r.text:
                     job.emit(Delta(r.text))
                 found += getattr(r, "sources", None) or ()
                 last = r
-            sources = response_sources(found, sources_library(session, opts))
+            traced = used is not None and bool(used.passages) and opts.sources is None   # from the passages given
+            sources = response_sources(found, "precedents" if traced else sources_library(session, opts))
         except OptionsError as e:        # the sources library is built for another tokenizer
             self._record(job, "bad_sources", 0, job.passes)
             job.emit(Failed(400, str(e), "invalid_value", e.option or None))
@@ -317,7 +325,8 @@ class GenerationQueue:
         stop = job.reason if stats.stop_reason == "stopped" else stats.stop_reason
         self._record(job, stop, stats.tokens, stats.steps)
         job.emit(Finished(FINISH.get(stats.stop_reason, "stop"),
-                          usage(stats, last.energy, len(ids), name, stop, queue_s, info.meter_label), sources))
+                          usage(stats, last.energy, len(ids), name, stop, queue_s, info.meter_label), sources,
+                          used.as_list() if used is not None else None))
 
     def _record(self, job, stop_reason, tokens, passes):
         with self._cv:

@@ -373,13 +373,14 @@ class Responder:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.plan.model,
                 "system_fingerprint": self.fingerprint}
 
-    def whole(self, text: str, finish_reason: str, usage: dict, sources: list | None = None) -> dict:
+    def whole(self, text: str, finish_reason: str, usage: dict, sources: list | None = None,
+              precedents: list | None = None) -> dict:
         if self.plan.kind == "chat":
             choice = {"index": 0, "message": {"role": "assistant", "content": text},
                       "logprobs": None, "finish_reason": finish_reason}
         else:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
-        return with_sources({**self._head(self.object), "choices": [choice], "usage": usage}, sources)
+        return with_sources({**self._head(self.object), "choices": [choice], "usage": usage}, sources, precedents)
 
     def chunk(self, text: str | None, finish_reason: str | None = None, first: bool = False) -> dict:
         if self.plan.kind == "chat":
@@ -395,13 +396,16 @@ class Responder:
             out["usage"] = None
         return out
 
-    def usage_chunk(self, usage: dict, sources: list | None = None) -> dict:
+    def usage_chunk(self, usage: dict, sources: list | None = None, precedents: list | None = None) -> dict:
         obj = "chat.completion.chunk" if self.plan.kind == "chat" else "text_completion"
-        return with_sources({**self._head(obj), "choices": [], "usage": usage}, sources)
+        return with_sources({**self._head(obj), "choices": [], "usage": usage}, sources, precedents)
 
 
-def with_sources(body: dict, sources: list | None) -> dict:
-    """The answer with our `sources` extension beside `usage` when a library was asked for."""
+def with_sources(body: dict, sources: list | None, precedents: list | None = None) -> dict:
+    """The answer with our extensions beside `usage`: `sources` when a library was asked for,
+    `precedents` (the passages the prompt was given) when precedents were."""
     if sources is not None:
         body["sources"] = sources
+    if precedents is not None:
+        body["precedents"] = precedents
     return body
