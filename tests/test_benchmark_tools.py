@@ -77,3 +77,26 @@ def test_tokens_of_caps_the_corpus_and_caches_it_privately(tmp_path):
     corpus.write_text("changed\n")                # read from the cache, not the corpus
     again, again_starts = tokens_of(corpus, tok, cache, max_tokens=6)
     assert again.tolist() == tokens.tolist() and again_starts.tolist() == starts.tolist()
+
+
+def test_the_committed_drafting_workload_is_what_its_script_builds(tmp_path):
+    """docs/workload/precedents.jsonl is made from the shared corpora's validation splits by
+    benchmarks/precedent_workload.py: built again, it is the same bytes, with >= 12 requests of
+    each scenario and every legal request's intended article in the library's acts."""
+    import pytest
+
+    from olifant_mlx.measure.corpora import shared_dir
+
+    if not (shared_dir() / "corpora" / "legal").is_dir():
+        pytest.skip("the shared corpora are not here")
+    out = tmp_path / "workload.jsonl"
+    subprocess.run([sys.executable, str(BENCHMARKS / "precedent_workload.py"), "build", "--out", str(out)],
+                   check=True, capture_output=True)
+    committed = BENCHMARKS.parent / "docs" / "workload" / "precedents.jsonl"
+    assert out.read_bytes() == committed.read_bytes()
+    items = [json.loads(line) for line in out.read_text().splitlines()]
+    for scenario in ("legal", "medical", "fresh"):
+        assert sum(it["scenario"] == scenario for it in items) >= 12, scenario
+    acts = {f"act-{n:03d}.txt" for n in range(40)}
+    assert all(it["intended"]["path"] in acts and it["intended"]["paragraphs"] for it in items
+               if it["scenario"] == "legal")
