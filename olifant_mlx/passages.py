@@ -168,7 +168,8 @@ def search(lib, query: str, matter: str | None = None, n: int = 10) -> list[Pass
     A quoted part of the query ("force majeure", 'Operating licence') names what is wanted
     (a heading, a defined term) and the rest where: then the whole query finds the best
     DOCUMENTS documents, and inside each of them the quoted words rank its passages (its
-    phrase PHRASE_WEIGHT times a word); those come first, each document's best in turn, then
+    phrase PHRASE_WEIGHT times a word; a passage that starts at a paragraph which is the
+    phrase alone, a heading, first); those come first, each document's best in turn, then
     the rest."""
     if n < 1:
         raise PassageError(f"the number of passages must be at least 1, got {n}")
@@ -181,7 +182,8 @@ def search(lib, query: str, matter: str | None = None, n: int = 10) -> list[Pass
     con = open_index(lib)
     try:
         found = _ranked(con, [f'"{w}"' for w in words] + wanted, matter, max(n, FIRST_STAGE if phrases else n))
-        per_document = [_ranked(con, wanted, matter, n, document=d)
+        per_document = [_headings_first(con, _ranked(con, wanted, matter, max(n, FIRST_STAGE), document=d), d,
+                                        phrases)[:n]
                         for d in (list(dict.fromkeys(row[0] for row in found))[:DOCUMENTS] if phrases else ())]
         inside = [r for rank in zip_longest(*per_document) for r in rank if r is not None]   # round robin
     except sqlite3.Error as e:
@@ -191,6 +193,15 @@ def search(lib, query: str, matter: str | None = None, n: int = 10) -> list[Pass
     rows = list({(r[0], r[4]): r for r in inside + found}.values())[:n]     # the first of each, in order
     return [Passage(int(d), p, t, m, int(para), int(page), int(tok), text, round(float(s), 4), lib.name,
                     last=int(last)) for d, p, t, m, para, page, tok, text, last, s in rows]
+
+
+def _headings_first(con, rows: list, document: int, phrases: list[str]) -> list:
+    """`rows` of one document with the passages that start at a heading first: a paragraph
+    whose words are exactly a quoted phrase's ('Outsourcing' asks for the article headed so)."""
+    heads = {int(para) for para, own in con.execute(
+        "SELECT paragraph, own FROM passages WHERE document = ? AND length(own) <= 200", (document,))
+        if " ".join(re.findall(r"\w+", own.lower())) in phrases}
+    return sorted(rows, key=lambda r: int(r[4]) not in heads)
 
 
 def _ranked(con, terms, matter, limit, document=None) -> list:
