@@ -39,6 +39,7 @@ LEGAL_VALID = "legal/eurlexsum.valid.txt.xz"
 MEDICAL_VALID = "medical/sumpubmed.valid.txt.xz"
 LIBRARY_ACTS = 40
 PER_SCENARIO = 12
+SCENARIOS = ("legal", "medical", "fresh")
 EXCERPT_WORDS = 320
 GENERIC = {"definitions", "entry into force", "addressees", "subject matter", "scope", "repeal",
            "committee procedure", "committee", "amendments", "final provisions", "penalties",
@@ -216,8 +217,8 @@ def cmd_transcripts(args) -> None:
 
     verifier = load_verifier(args.model)
     session = Session(verifier, "none")
-    chats = prompts_for(session, args.model)
     scenario = {it["id"]: it["scenario"] for it in read_workload()}
+    chats = {i: chat for i, chat in prompts_for(session, args.model).items() if scenario[i] in args.scenarios}
     keyed = {json.dumps(chat.messages): chat for chat in chats.values()}
     ts = make_transcripts(verifier, keyed, args.max_tokens,
                           on_progress=lambda done, total: print(f"  {done}/{total} transcripts", file=sys.stderr))
@@ -245,11 +246,13 @@ def cmd_tables(args) -> None:
         curve_file = ROOT / "docs" / "results" / "curves" / f"{v}.json"
         curve = load_curve(curve_file) if curve_file.is_file() else None
         items = read_transcript_set(ROOT / "docs" / "transcripts" / f"workload-{v}.json")
-        for scenario in ("legal", "medical", "fresh"):
+        for scenario in SCENARIOS:
             task = "medical" if scenario == "medical" else "legal"
             files = task_corpus_files(task, tok, v, OUT / "models", args.train_tokens)
             lib = workload_library(tok, v)
             ts = {t["prompt"]: t for t in items if t.get("task") == scenario}
+            if not ts:          # a transcript set of some scenarios only (transcripts --scenarios)
+                continue
             specs = dict(SPECS, auto=_auto_spec(files["model"], lib.index_path, files["sfx"]))
             drafters = {name: build_drafter(spec.format(**files), tok) for name, spec in specs.items()}
             results = OUT / f"tables-{v}-{scenario}.jsonl"
@@ -304,6 +307,7 @@ def main():
     t = sub.add_parser("transcripts")
     t.add_argument("--model", default="smollm2-135m")
     t.add_argument("--max-tokens", type=int, default=96)
+    t.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=SCENARIOS)
     t.set_defaults(func=cmd_transcripts)
     b = sub.add_parser("tables")
     b.add_argument("--verifiers", nargs="+", default=["smollm2-135m"])
