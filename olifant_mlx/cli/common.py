@@ -238,10 +238,8 @@ def prepare(args):
         check_draft_model(spec.model_file, args.model)
     if getattr(args, "prompt_cache_file", None):
         check_prompt_file(args.prompt_cache_file, args.model, options)
-    if options.sources:
-        from olifant_mlx.library import load
-
-        load(options.sources)           # a LibraryError (a ValueError) names it before any weights load
+    for name in {n for n in (options.sources, spec.arg if spec.kind == "library" else None) if n}:
+        check_library(name, args.model)   # a LibraryError (a ValueError) before any weights load
     meter = open_meter(getattr(args, "energy", None))
     return options, spec, meter
 
@@ -259,6 +257,23 @@ def check_draft_model(path, model_spec) -> None:
     fix = f"train one with `train --model {name}`" if kind is IGTree else \
         f"build one with `build-rest --tokenizer {name}`"    # rest: and ngram-cache: files
     check_model_tokenizer(path, tok.name, tok.vocab_size, tok.digest, fix=fix)
+
+
+def check_library(name, model_spec) -> None:
+    """Refuse a precedent library built for another tokenizer before any verifier is fetched or
+    converted: two offline aliases are told apart by name (their tokenizers differ), any other
+    verifier by its tokenizer, which loads in a moment."""
+    from olifant_mlx.library import LibraryError, load
+    from olifant_mlx.verifier import ALIASES, default_model, load_tokenizer
+
+    lib = load(name)
+    model = model_spec or default_model()
+    built = lib.meta.get("tokenizer", {}).get("name")
+    fits = built == model if model in ALIASES and built in ALIASES else lib.fits(load_tokenizer(model))
+    if not fits:
+        raise LibraryError(f"library {name} was built for tokenizer {built!r}, not {model}'s: build one "
+                           f"for {model} with `library build NEW_NAME {lib.meta.get('folder', 'FOLDER')} "
+                           f"--model {model}`, or use --model {built}")
 
 
 def check_prompt_file(path, model_spec, options) -> None:
