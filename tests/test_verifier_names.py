@@ -4,7 +4,7 @@ lists every offline alias, and a precedent library built for another tokenizer i
 any verifier is fetched or converted, naming the fix. Real pieces: SmolLM2's tokenizer, a real
 library bundle, huggingface_hub's own cache lookup over a cache folder laid out as the hub's."""
 import pytest
-from document_fixtures import cache_with_models
+from document_fixtures import smollm2_library
 
 from olifant_mlx.cli import main
 from olifant_mlx.verifier import aliases
@@ -76,21 +76,14 @@ def test_the_offline_hint_lists_every_offline_alias(monkeypatch):
 
 
 @pytest.fixture
-def smollm2_library(tmp_path, monkeypatch, capsys):
-    """A library `deeds` built for SmolLM2's tokenizer (its tokenizer is in the shared cache)."""
-    monkeypatch.setenv("OLIFANT_CACHE", str(cache_with_models(tmp_path / "cache")))
-    folder = tmp_path / "precedents"
-    folder.mkdir()
-    (folder / "deed.txt").write_text("The Licensee shall keep the Software confidential. " * 20)
-    assert main(["library", "build", "deeds", str(folder), "--tokenizer", "smollm2-135m", "--quiet"]) == 0
-    capsys.readouterr()
-    return folder
+def deeds(tmp_path, monkeypatch):
+    return smollm2_library(tmp_path, monkeypatch)
 
 
 @pytest.mark.parametrize("how", [["--draft", "library:deeds"], ["--sources", "deeds"]])
-def test_a_library_for_another_tokenizer_is_refused_before_any_fetch(smollm2_library, no_fetch, capsys, how):
+def test_a_library_for_another_tokenizer_is_refused_before_any_fetch(deeds, no_fetch, capsys, how):
     code = main(["generate", "--model", "gemma3-270m", "-p", "x", *how])
     err = capsys.readouterr().err
     assert code == 1 and err.count("\n") == 1, err
     assert "deeds was built for tokenizer 'smollm2-135m', not gemma3-270m's" in err
-    assert f"`library build NEW_NAME {smollm2_library} --model gemma3-270m`" in err
+    assert f"`library build NEW_NAME {deeds} --model gemma3-270m`" in err
