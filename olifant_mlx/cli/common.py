@@ -288,13 +288,15 @@ def check_prompt_file(path, model_spec, options) -> None:
 
 
 def table(title, rows) -> None:
-    """A two-column table of (label, value) for people, on stdout."""
+    """A two-column table of (label, value) for people, on stdout. What does not fit the width
+    (80 columns in a log file) is folded onto the next line, never cut: a file's name is the
+    thing its reader needs."""
     from rich.console import Console
     from rich.table import Table
 
     t = Table(title=title, show_header=False)
-    t.add_column("", style="bold")
-    t.add_column("", justify="right")
+    t.add_column("", style="bold", overflow="fold")
+    t.add_column("", justify="right", overflow="fold")
     for k, v in rows:
         t.add_row(k, v)
     Console().print(t)

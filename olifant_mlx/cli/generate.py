@@ -121,6 +121,16 @@ def source_lines(sources) -> list[str]:
     return lines
 
 
+def source_documents(sources) -> list[str]:
+    """Each document the output copies from, one line each, with the page and paragraph of every
+    place listed (a span held by three documents names all three)."""
+    where = {}
+    for s in sources:
+        for p in s.places:
+            where.setdefault(p.path, {})[f"p. {p.page} ¶{p.paragraph}" if p.page else f"¶{p.paragraph}"] = None
+    return [f"  {path}: {', '.join(spots)}" for path, spots in where.items()]
+
+
 def report(session, prompt, text, tokens, last, args) -> None:
     """The summary on stderr (unless --quiet), the final JSON object, the empty-answer hint."""
     stats = last.stats
@@ -141,9 +151,10 @@ def report(session, prompt, text, tokens, last, args) -> None:
     if not getattr(args, "quiet", False):
         sys.stderr.write("\n".join(summary_lines(stats, session, last.energy, args.stats)) + "\n")
         if last.sources:        # where, not what: the spans' text stays in --json
-            docs = sorted({p.path for s in last.sources for p in s.places[:1]})
+            docs = source_documents(last.sources)
             sys.stderr.write(f"sources: {len(last.sources)} verbatim span(s), the longest "
-                             f"{max(s.tokens for s in last.sources)} tokens, from {', '.join(docs)}\n")
+                             f"{max(s.tokens for s in last.sources)} tokens, from {len(docs)} document(s):\n"
+                             + "\n".join(docs) + "\n")
 
 
 def cmd_generate(args) -> int:
