@@ -86,3 +86,16 @@ def test_generate_lists_the_three_documents_it_copies_from(tmp_path):
     assert re.search(r"sources: \d+ verbatim span\(s\), the longest \d+ tokens, from 3 document\(s\):", err), err
     for name in ("one.txt", "two.txt", "three.txt"):
         assert re.search(rf"^  {name}: ¶1$", err, re.M), err
+
+
+def test_models_names_libraries_and_their_folders_whole(precedents, capsys):
+    name = "brokerage-precedents-2024-for-smollm2"
+    assert main(["library", "build", name, str(precedents), "--tokenizer", "smollm2-135m", "--quiet", "--json"]) == 0
+    capsys.readouterr()
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("precedent libraries"):]
+    assert "…" not in table, table
+    lines = [line.split("│") for line in table.splitlines() if line.startswith("│")]
+    assert "".join(cells[1].strip() for cells in lines) == name
+    assert "".join(cells[5].strip() for cells in lines) == str(precedents)
