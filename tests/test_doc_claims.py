@@ -93,3 +93,23 @@ def test_architecture_md_exit_statuses_are_mains(no_model_loads, capsys, tmp_pat
     # a ValueError of another layer (a drafter spec): 1
     code, err = exit_status(["generate", "--model", "smollm2-135m", "-p", "x", "--draft", "foo"], capsys)
     assert code == 1 and "unknown drafter 'foo'" in err
+
+
+README_MAX_LINES = 249          # issue 38, item 8: the README stays under 250 lines
+# a test's or CI's duration (`20 minutes`, `17.3 min`, `168 s`): it belongs in CONTRIBUTING.md or docs/
+TIMING = re.compile(r"\b\d+(?:[.,]\d+)?\s*(?:s|sec|seconds?|min|minutes?|h|hours?)\b")
+
+
+def test_readme_is_short_and_carries_no_timings():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= README_MAX_LINES, len(text.splitlines())
+    assert not TIMING.findall(text), TIMING.findall(text)
+
+
+def test_readme_explains_its_terms_once_and_lists_library_drafters():
+    text = (ROOT / "README.md").read_text()
+    for term in ("IGTree", "verifier pass", "mean accepted length"):
+        assert text.count(f"*{term}*") == 1, f"the README explains {term!r} (in italics) once"
+    drafters = text[text.index("Drafters (`--draft`"):]
+    drafters = drafters[:drafters.index("\n\n")]
+    assert "`library:NAME`" in drafters
