@@ -57,8 +57,9 @@ CHAT_INPUT = "Say hello.\nq\n"               # a message, then q (what quits, as
 # user's environment (to run a follow-up command as the README's user).
 
 class Ran:
-    def __init__(self, command, out, err, clone, env):
+    def __init__(self, command, out, err, clone, env, started):
         self.command, self.out, self.err, self.clone, self.env = command, out, err, clone, env
+        self.started = started              # the wall clock when the command started (file times)
         self.home, self.cache = Path(env["HOME"]), Path(env["OLIFANT_CACHE"])
 
     def olifant(self, *argv):
@@ -112,7 +113,8 @@ def chat_effect(ran):
     said = CHAT_INPUT.splitlines()[0].encode()
     for root in (ran.home, ran.cache, ran.clone):
         for path in root.rglob("*"):
-            if path.is_file() and not path.is_symlink() and path.stat().st_size < 1 << 24:
+            if (path.is_file() and not path.is_symlink() and path.stat().st_size < 1 << 24
+                    and path.stat().st_mtime >= ran.started - 1):       # written while it ran
                 assert said not in path.read_bytes(), f"chat wrote the conversation to {path}"
 
 
@@ -383,7 +385,7 @@ def test_every_readme_command_runs_on_a_fresh_clone(tmp_path, tmux_server):
             command = INSTEAD.get(text, text) if kind == "sh" else text
             if command is None:
                 continue
-            started = time.monotonic()
+            started, wall = time.monotonic(), time.time()
             effect = effect_of(text)
             if kind == "python":
                 r = subprocess.run(["python", "-"], input=command, cwd=clone, env=env, capture_output=True,
@@ -402,7 +404,7 @@ def test_every_readme_command_runs_on_a_fresh_clone(tmp_path, tmux_server):
                 assert_clean(command, r)
                 if command.startswith("curl "):
                     replies.append(json.loads(r.stdout))
-            effect(Ran(command, r.stdout, r.stderr, clone, env))
+            effect(Ran(command, r.stdout, r.stderr, clone, env, wall))
             times.append(f"{time.monotonic() - started:6.1f} s  {command.splitlines()[0][:90]}")
     finally:
         if server is not None:
