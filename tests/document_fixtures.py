@@ -173,3 +173,17 @@ def make_mixed_folder(folder: Path) -> Path:
     (folder / ".git").mkdir()
     (folder / ".git" / "HEAD").write_text("ref: refs/heads/main\n")       # a hidden folder: not entered
     return folder
+
+
+def smollm2_library(tmp_path: Path, monkeypatch, name: str = "deeds") -> Path:
+    """A library `name` for SmolLM2's tokenizer from one short document, in a cache of its own
+    ($OLIFANT_CACHE, finding the verifiers by links); the folder it was built from."""
+    from olifant_mlx import library
+    from olifant_mlx.verifier import load_tokenizer
+
+    monkeypatch.setenv("OLIFANT_CACHE", str(cache_with_models(tmp_path / "cache")))
+    folder = tmp_path / "precedents"
+    folder.mkdir()
+    (folder / "deed.txt").write_text("The Licensee shall keep the Software confidential. " * 20)
+    library.build(name, folder, load_tokenizer("smollm2-135m"))
+    return folder

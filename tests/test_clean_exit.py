@@ -126,6 +126,7 @@ def test_serve_after_a_request_exits_cleanly(sig, status):
             proc.wait()
     assert ABORT not in err, err[-2000:]
     assert proc.returncode == status, err[-2000:]
+    assert f"stopped serving {url}/v1\n" in err, err[-2000:]      # it says when it stops
 
 
 @pytest.mark.parametrize("run", range(3))

@@ -180,10 +180,11 @@ def test_bad_precedents_get_clear_errors(built, smollm2, tmp_path, capsys, monke
 
     monkeypatch.setattr("olifant_mlx.verifier.load_verifier", no_verifier)
     meta = json.loads((lib.path / "library.json").read_text())
-    (lib.path / "library.json").write_text(json.dumps({**meta, "tokenizer": {**meta["tokenizer"], "digest": "00"}}))
+    other = {**meta, "tokenizer": {**meta["tokenizer"], "name": "gemma3-270m"}}
+    (lib.path / "library.json").write_text(json.dumps(other))
     assert main(["generate", "--model", "smollm2-135m", "--precedents", "firm", "-p", "confidential"]) != 0
     err = capsys.readouterr().err
-    assert "built for the tokenizer of" in err and "library build NEW_NAME" in err and "Traceback" not in err
+    assert "built for tokenizer 'gemma3-270m'" in err and "library build NEW_NAME" in err and "Traceback" not in err
     (lib.path / "library.json").write_text(json.dumps(meta))
     passages.path_of(lib).unlink()              # a library built before passages were indexed
     assert main(["generate", "--model", "smollm2-135m", "--precedents", "firm", "-p", "confidential"]) != 0

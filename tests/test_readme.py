@@ -7,7 +7,8 @@ virtual environment's, which sees this environment's packages (so installs resol
 fast) but not its olifant_mlx: the README's `pip install -e .` builds the clone's. The verifier is
 fetched from PyPI into the empty cache, as on a first run. The few commands that cannot run as
 written are in INSTEAD, each with the reason; every other one must exit 0 with no traceback and no
-abort in MLX's teardown."""
+abort in MLX's teardown, and then have done what its comment or the README's text says it does:
+EFFECTS holds one check per command (issue 38: exit status 0 alone is not the effect)."""
 import json
 import os
 import re
@@ -51,6 +52,189 @@ INSTEAD = {
 CHAT_INPUT = "Say hello.\nq\n"               # a message, then q (what quits, as the README says)
 
 
+# ---- what each README command says it does, checked after it ran --------------------------------
+# Each check gets a Ran: the command, its output, the clone, the user's home and cache, and the
+# user's environment (to run a follow-up command as the README's user).
+
+class Ran:
+    def __init__(self, command, out, err, clone, env, started):
+        self.command, self.out, self.err, self.clone, self.env = command, out, err, clone, env
+        self.started = started              # the wall clock when the command started (file times)
+        self.home, self.cache = Path(env["HOME"]), Path(env["OLIFANT_CACHE"])
+
+    def olifant(self, *argv):
+        """A follow-up command as the README's user runs it; its stdout."""
+        r = subprocess.run(["python", "-m", "olifant_mlx", *argv], cwd=self.clone, env=self.env,
+                           capture_output=True, text=True, timeout=600)
+        assert_clean(" ".join(argv), r)
+        return r.stdout
+
+
+def first_cells(out, header):
+    """The first column of the table whose header row holds `header`, its folded lines joined."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if header in line)
+    cells = []
+    for line in lines[start + 1:]:
+        if line.startswith("└"):
+            break
+        if line.startswith("│"):
+            cells.append(line.split("│")[1].strip())
+    return "".join(cells)
+
+
+def demo_effect(ran):
+    """Both outputs (identical), tokens/s, acceptance, mean accepted length, the drafter, the median
+    and range of the round speedups with the load average; the first run fetched the verifier's
+    GGUF, converted it and trained the demo's draft model, all into the cache."""
+    out = " ".join(ran.out.split())
+    assert "plain:" in out and "speculative:" in out and "outputs identical: yes" in out, out
+    assert "tok/s" in out and "acceptance" in out and "mean accepted" in out, out     # a header may wrap
+    assert "drafter adaptive:hybrid:" in out, out
+    assert re.search(r"speedup \d+\.\d\dx \(median of 3 rounds, range \d+\.\d\d-\d+\.\d\dx, load average", out), out
+    assert "stand-in for a real verifier: its text is not legal advice" in out, out
+    assert (ran.cache / "gguf" / "smollm2-135m.gguf").is_file() and any((ran.cache / "drafts").glob("*.olif"))
+
+
+def instruct_effect(ran):
+    """An answer, through the chat template (the prompt grew by the template's tokens), drafting on."""
+    from olifant_mlx.verifier import load_tokenizer
+
+    assert ran.out.strip(), "generate answered nothing"
+    prompt = shlex.split(ran.command)[shlex.split(ran.command).index("-p") + 1]
+    shown = int(re.search(r"Prompt: (\d+) tokens", ran.err).group(1))
+    assert shown > len(load_tokenizer("smollm2-135m").encode(prompt)), ran.err      # the template's tokens
+    assert re.search(r"^Drafting: auto -> \S+", ran.err, re.M), ran.err
+
+
+def chat_effect(ran):
+    """An answer; the conversation kept in memory only: no file of the user's has its text."""
+    assert ran.out.strip(), "chat answered nothing"
+    said = CHAT_INPUT.splitlines()[0].encode()
+    for root in (ran.home, ran.cache, ran.clone):
+        for path in root.rglob("*"):
+            if (path.is_file() and not path.is_symlink() and path.stat().st_size < 1 << 24
+                    and path.stat().st_mtime >= ran.started - 1):       # written while it ran
+                assert said not in path.read_bytes(), f"chat wrote the conversation to {path}"
+
+
+def train_effect(ran):
+    """A draft model for SmolLM2's tokenizer, from the licence texts, where --out says."""
+    from olifant_mlx.draftmodel.igtree import IGTree
+    from olifant_mlx.draftmodel.open import open_model_file
+
+    model = open_model_file(ran.clone / "models" / "licenses.smollm2-135m.olif", want=IGTree)
+    assert model.tokenizer_name == "smollm2-135m" and model.n_instances > 100_000, model.n_instances
+
+
+def library_build_effect(ran):
+    """A library of the folder's two documents for SmolLM2; a rerun after adding a file reads only it."""
+    argv = [str(ran.home) + word[1:] if word.startswith("~/") else word for word in shlex.split(ran.command)[3:]]
+    name, folder = argv[2:4]                               # library build NAME FOLDER ...
+    meta = json.loads((ran.cache / "libraries" / name / "library.json").read_text())
+    assert meta["documents"] == 2 and meta["tokenizer"]["name"] == "smollm2-135m", meta
+    added = Path(folder) / "added.html"
+    added.write_text("<p>The Licensor may terminate this Agreement on thirty days' written notice.</p>")
+    again = json.loads(ran.olifant(*argv, "--json", "--quiet"))
+    assert again["reread"] == 1 and again["reused"] == 2 and again["documents"] == 3, again
+    added.unlink()
+    ran.olifant(*argv, "--quiet")                          # the library as the README built it
+
+
+def precedents_effect(ran):
+    """TODO(lead): the `--precedents` example (issue 38): its comment says the output cites the
+    passages it used; check that here, e.g. that stderr names licence.html or reply.eml with a
+    paragraph (`  licence.html: ¶1`) whenever the output copies from them. Until then: an answer."""
+    assert ran.out.strip(), "generate answered nothing"
+
+
+def models_effect(ran):
+    """The verifiers, the draft models with their tokenizers, the libraries, the cache."""
+    assert "smollm2-135m" in first_cells(ran.out, "┃ name") and "gemma3-270m" in first_cells(ran.out, "┃ name")
+    assert "licenses.smollm2-135m.olif" in first_cells(ran.out, "┃ path"), ran.out
+    assert "contracts" in first_cells(ran.out, "precedent libraries"), ran.out
+    assert re.search(r"^cache ", ran.out, re.M), ran.out
+
+
+def calc_effect(ran):
+    """The speedup calculator: alpha 0.8, gamma 4, c 0.1 give 2.40x (the closed form)."""
+    assert re.search(r"speedup\s*│\s*2\.40x", ran.out), ran.out
+
+
+def energy_effect(ran):
+    """Which energy meter this machine has: every backend with its status."""
+    for backend in ("ioreport", "powermetrics", "rapl", "nvml"):
+        assert re.search(rf"│ {backend}\s+│ (available|unavailable)", ran.out), ran.out
+
+
+def sharded_effect(ran):
+    """SmolLM2-135M split 3 ways, 16 tokens."""
+    output = ran.out + ran.err
+    assert "Sharded: tensor parallel over 3 ranks" in output and "Generation: 16 tokens" in output, output
+
+
+def session_effect(ran):
+    """The text as it streams, then the finish reason, tokens/s and acceptance."""
+    *text, last = ran.out.strip().splitlines()
+    assert "".join(text).strip() and re.fullmatch(r"(max_tokens|length|eos|stop) [\d.]+ [\d.]+", last), ran.out
+
+
+def openai_effect(ran):
+    """The answer and its acceptance, through the OpenAI client, from the README's server."""
+    *text, acceptance = ran.out.split()
+    assert text and 0.0 <= float(acceptance) <= 1.0, ran.out
+
+
+def curl_effect(ran):
+    """A completion from the lookup drafter, with our drafting stats in usage."""
+    reply = json.loads(ran.out)
+    assert reply["choices"][0]["text"] and "acceptance" in reply["usage"], ran.out
+
+
+def serve_effect(ran):
+    """Serving http://127.0.0.1:8080/v1 with the two drafters named (and "none")."""
+    served = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{PORT}/v1/models", timeout=30).read())
+    model = served["data"][0]
+    assert model["id"] == "smollm2-135m" and {"legal", "lookup", "none"} <= set(model["drafters"]), served
+
+
+def installed(ran):
+    """An install or a simulated one: its effect is that the commands after it run."""
+
+
+# (what the command starts with, its check): every README command has one (test below)
+EFFECTS = [
+    ("pip install -e . && python -m olifant_mlx demo", demo_effect),
+    ("apt-get install ", installed),
+    ("pip install -e '.[test]'", installed),
+    ("pip install -e '.[server]'", installed),
+    ("python -m olifant_mlx generate --model smollm2-135m -m 120 ", instruct_effect),
+    ("python -m olifant_mlx chat ", chat_effect),
+    ("python -m olifant_mlx train ", train_effect),
+    ("python -m olifant_mlx library build ", library_build_effect),
+    ("python -m olifant_mlx generate --model smollm2-135m --draft library:", precedents_effect),
+    ("python -m olifant_mlx generate --model smollm2-135m --precedents ", precedents_effect),
+    ("python -m olifant_mlx models", models_effect),
+    ("python -m olifant_mlx tui ", installed),          # run_tui: an answer is written ("done")
+    ("python -m olifant_mlx calc ", calc_effect),
+    ("python -m olifant_mlx energy", energy_effect),
+    ("mlx.distributed_config ", installed),             # not run (INSTEAD)
+    ("mlx.launch --hostfile ", installed),              # not run (INSTEAD)
+    ("mlx.launch --backend ring -n 3 ", sharded_effect),
+    ("python -m olifant_mlx serve ", serve_effect),
+    ("curl ", curl_effect),
+    ("from olifant_mlx.engine import", session_effect),
+    ("from openai import OpenAI", openai_effect),
+]
+
+
+def effect_of(text):
+    """The check of a README command (sh) or block (python), by how it starts."""
+    found = [check for start, check in EFFECTS if text.startswith(start)]
+    assert len(found) == 1, f"README command with {len(found)} effect checks in EFFECTS: {text[:100]}"
+    return found[0]
+
+
 def readme_steps(text):
     """("sh", command) for each command of the ```sh blocks (comment lines dropped, backslash
     continuations joined) and ("python", code) for each ```python block, in the README's order."""
@@ -84,6 +268,11 @@ def test_readme_steps_parses_blocks_and_continuations():
 def test_instead_names_only_readme_commands():
     commands = {c for kind, c in readme_steps((ROOT / "README.md").read_text()) if kind == "sh"}
     assert set(INSTEAD) <= commands, set(INSTEAD) - commands
+
+
+def test_every_readme_command_has_one_effect_check():
+    for _, text in readme_steps((ROOT / "README.md").read_text()):
+        effect_of(text)
 
 
 def fresh_clone(tmp_path):
@@ -180,6 +369,7 @@ def stop_server(command, proc, log):
     log.close()
     assert proc.returncode == 0 and not any(s in output for s in FAILURE_SIGNS), \
         f"README command failed (status {proc.returncode}): {command}\n{output[-3000:]}"
+    assert f"stopped serving http://127.0.0.1:{PORT}/v1" in output, output[-3000:]     # it says so
 
 
 def test_every_readme_command_runs_on_a_fresh_clone(tmp_path, tmux_server):
@@ -195,25 +385,26 @@ def test_every_readme_command_runs_on_a_fresh_clone(tmp_path, tmux_server):
             command = INSTEAD.get(text, text) if kind == "sh" else text
             if command is None:
                 continue
-            started = time.monotonic()
+            started, wall = time.monotonic(), time.time()
+            effect = effect_of(text)
             if kind == "python":
                 r = subprocess.run(["python", "-"], input=command, cwd=clone, env=env, capture_output=True,
                                    text=True, timeout=600)
                 assert_clean(command, r)
             elif re.match(r"python -m olifant_mlx tui\b", command):
                 run_tui(command, clone, env, tmp_path)
+                r = subprocess.CompletedProcess(command, 0, "", "")
             elif re.match(r"python -m olifant_mlx serve\b", command):
                 server = (command, *start_server(command, clone, env, tmp_path))
+                r = subprocess.CompletedProcess(command, 0, "", "")
             else:
                 chat = re.match(r"python -m olifant_mlx chat\b", command)
                 r = subprocess.run(["bash", "-c", command], cwd=clone, env=env, capture_output=True, text=True,
                                    input=CHAT_INPUT if chat else "", timeout=600)
                 assert_clean(command, r)
-                if chat:
-                    assert r.stdout.strip(), "chat answered nothing"
                 if command.startswith("curl "):
                     replies.append(json.loads(r.stdout))
-                    assert replies[-1]["choices"][0]["text"] and "acceptance" in replies[-1]["usage"], r.stdout
+            effect(Ran(command, r.stdout, r.stderr, clone, env, wall))
             times.append(f"{time.monotonic() - started:6.1f} s  {command.splitlines()[0][:90]}")
     finally:
         if server is not None:

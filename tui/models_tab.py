@@ -1,7 +1,7 @@
-"""The Models tab: the draft models on this machine (olifant_mlx.catalog), each with the
-tokenizer it was trained for and whether that is the verifier's; training one with the
-verifier's tokenizer. A model trained for another tokenizer is marked here and refused
-before anything is generated with it."""
+"""The Models tab: the draft models and precedent libraries on this machine
+(olifant_mlx.catalog, olifant_mlx.library), each with the tokenizer it was made for and whether
+that is the verifier's; training one with the verifier's tokenizer. A model or library made for
+another tokenizer is marked here and refused before anything is generated with it."""
 from __future__ import annotations
 
 import os
@@ -72,6 +72,7 @@ class ModelsTab(TabPane):
 
     def refresh_models(self) -> None:
         from olifant_mlx.catalog import draft_models
+        from olifant_mlx.library import list_libraries
 
         table = self.query_one("#model-table", DataTable)
         table.clear()
@@ -81,12 +82,20 @@ class ModelsTab(TabPane):
             table.add_row(e.path.name, f"{e.tokenizer} ({e.vocab_size:,})", fit_text(e, self.identity),
                           f"{e.instances:,}", f"{e.size / 1e6:.2f} MB", str(e.path.parent),
                           key=str(e.path))
+        for lib in list_libraries():          # a library drafts as `library:NAME`
+            key, made_for, d = f"library:{lib.name}", lib.meta.get("tokenizer", {}), lib.as_dict()
+            self.entries[key] = lib
+            table.add_row(key, f"{made_for.get('name')} ({made_for.get('vocab_size', 0):,})",
+                          fit_text(lib, self.identity), f"{lib.tokens:,} tokens", f"{d['size'] / 1e6:.2f} MB",
+                          str(d.get("folder", "")), key=key)
         verifier = self.identity.name if self.identity is not None else "the verifier (not loaded yet)"
         self.query_one("#models-about", Static).update(
-            f"draft models in {', '.join(str(d) for d in self.dirs)}; marked for {verifier}")
+            f"draft models in {', '.join(str(d) for d in self.dirs)} and precedent libraries "
+            f"(library:NAME); marked for {verifier}")
         if not table.row_count:
             self.query_one("#train-status", Static).update(
-                "no draft models found in " + ", ".join(str(d) for d in self.dirs))
+                "no draft models found in " + ", ".join(str(d) for d in self.dirs)
+                + "; no precedent libraries (`library build NAME FOLDER`)")
 
     def selected(self):
         """The highlighted DraftModelEntry, or None."""
@@ -110,11 +119,16 @@ class ModelsTab(TabPane):
         if entry is None:
             self.notify("no draft model to use", severity="warning")
             return
+        library = getattr(entry, "meta", None) is not None     # a precedent library, not an .olif
         if self.identity is not None and not entry.fits(self.identity):
-            self.notify(f"{entry.path.name} was trained for {entry.tokenizer}, not the verifier's "
-                        f"{self.identity.name}: not used", severity="error")
+            made_for = entry.meta.get("tokenizer", {}).get("name") if library else entry.tokenizer
+            self.notify(f"{entry.name if library else entry.path.name} was made for {made_for}, not the "
+                        f"verifier's {self.identity.name}: not used", severity="error")
             return
-        spec = f"olifant:{entry.path}" if event.button.id == "use-model" else f"adaptive:hybrid:{entry.path}"
+        if library:                  # its own drafter: the adaptive hybrid over its IGTree and index
+            spec = f"library:{entry.name}"
+        else:
+            spec = f"olifant:{entry.path}" if event.button.id == "use-model" else f"adaptive:hybrid:{entry.path}"
         self.app.query_one(SettingsTab).use_drafter(spec)
         self.notify(f"drafter set to {spec} (the verifier stays loaded)")
 

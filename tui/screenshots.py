@@ -10,12 +10,14 @@ trace (`--energy replay:PATH`), labelled as a replay. The screenshots are SVGs (
 `export_screenshot`); `--png` also turns them into PNGs with rsvg-convert (apt-get install
 librsvg2-bin) or cairosvg when installed. `--sources` makes only the provenance shots: a
 library built here (in a temporary cache) from the MIT licence, the document continued with
-its copied spans marked, and the Sources tab (ctrl+l) with the first span's passage.
+its copied spans marked, and the Sources tab (ctrl+l) with the first span's passage. `--models`
+makes only the Models tab at 80x24, listing a draft model and a library built here.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import shutil
 import subprocess
 import tempfile
@@ -152,16 +154,14 @@ async def shoot_sources(out: Path, size, max_tokens: int) -> list[Path]:
     return shots
 
 
-def sources_shots(out: Path, max_tokens: int) -> list[Path]:
-    """Build the library in a temporary cache (the verifiers found by links), then shoot."""
+@contextlib.contextmanager
+def temporary_cache():
+    """A temporary folder whose `cache` is $OLIFANT_CACHE meanwhile, finding the real cache's
+    verifiers and draft models by links (so nothing is fetched), for libraries built here."""
     import os
 
-    from olifant_mlx import library
-    from olifant_mlx.engine import GenerationOptions, Session
     from olifant_mlx.files import cache_dir
-    from olifant_mlx.verifier import load_tokenizer, load_verifier
 
-    tokenizer = load_tokenizer("smollm2-135m")
     shared = cache_dir()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "cache"
@@ -169,7 +169,26 @@ def sources_shots(out: Path, max_tokens: int) -> list[Path]:
         for kind in ("models", "gguf", "drafts"):
             if (shared / kind).is_dir():
                 (root / kind).symlink_to(shared / kind)
-        folder = Path(tmp) / "licences"
+        old = os.environ.get("OLIFANT_CACHE")
+        os.environ["OLIFANT_CACHE"] = str(root)
+        try:
+            yield Path(tmp)
+        finally:
+            if old is None:
+                os.environ.pop("OLIFANT_CACHE", None)
+            else:
+                os.environ["OLIFANT_CACHE"] = old
+
+
+def sources_shots(out: Path, max_tokens: int) -> list[Path]:
+    """Build the library in a temporary cache (the verifiers found by links), then shoot."""
+    from olifant_mlx import library
+    from olifant_mlx.engine import GenerationOptions, Session
+    from olifant_mlx.verifier import load_tokenizer, load_verifier
+
+    tokenizer = load_tokenizer("smollm2-135m")
+    with temporary_cache() as tmp:
+        folder = tmp / "licences"
         folder.mkdir()
         # the precedent holds the verifier's own greedy continuation of the editor's text (the
         # licence as SmolLM2 remembers it, not as written), so the shot shows copied spans
@@ -177,16 +196,41 @@ def sources_shots(out: Path, max_tokens: int) -> list[Path]:
                           GenerationOptions(k=0, max_tokens=max_tokens)).generate(DEFAULT_DOCUMENT).text
         write_atomic(folder / "mit.txt", "MIT License\n\nPermission is hereby granted, free of charge, to "
                      "any person obtaining a copy of this software.\n\n" + DEFAULT_DOCUMENT + written)
-        old = os.environ.get("OLIFANT_CACHE")
-        os.environ["OLIFANT_CACHE"] = str(root)
-        try:
-            library.build("licences", folder, tokenizer)
-            return [svg for size in SIZES for svg in asyncio.run(shoot_sources(out, size, max_tokens))]
-        finally:
-            if old is None:
-                os.environ.pop("OLIFANT_CACHE", None)
-            else:
-                os.environ["OLIFANT_CACHE"] = old
+        library.build("licences", folder, tokenizer)
+        return [svg for size in SIZES for svg in asyncio.run(shoot_sources(out, size, max_tokens))]
+
+
+async def shoot_models(out: Path, size, draft_dir: Path) -> Path:
+    """The Models tab (F6) once the verifier's tokenizer has marked what fits."""
+    app = OlifantApp(model="smollm2-135m", draft="auto", energy="none", model_dirs=[draft_dir])
+    async with app.run_test(size=size) as pilot:
+        await pilot.press("f6")
+        t0 = time.monotonic()
+        while app.query_one("ModelsTab").identity is None and time.monotonic() - t0 < 600:
+            await pilot.pause(0.2)
+        await pilot.pause(0.5)
+        app.set_focus(None)
+        svg = out / f"tui-models-{size[0]}x{size[1]}.svg"
+        write_atomic(svg, app.export_screenshot(title=f"olifant_mlx tui: models-{size[0]}x{size[1]}"), mode=PUBLIC)
+    return svg
+
+
+def models_shots(out: Path) -> list[Path]:
+    """The Models tab at 80x24: a draft model and a precedent library for SmolLM2 (built here, in
+    a temporary cache, from the MIT licence text)."""
+    from olifant_mlx import library
+    from olifant_mlx.draftmodel.train import train
+    from olifant_mlx.verifier import load_tokenizer
+
+    tokenizer = load_tokenizer("smollm2-135m")
+    with temporary_cache() as tmp:
+        folder, drafts = tmp / "precedents", tmp / "models"
+        folder.mkdir()
+        drafts.mkdir()
+        write_atomic(folder / "mit.txt", DEFAULT_DOCUMENT + MIT_TAIL)
+        train([str(folder / "mit.txt")], tokenizer, str(drafts / "mit-licence.olif"), show_progress=False)
+        library.build("licences", folder, tokenizer)
+        return [asyncio.run(shoot_models(out, (80, 24), drafts))]
 
 
 def main(argv=None) -> int:
@@ -201,11 +245,12 @@ def main(argv=None) -> int:
     ap.add_argument("-m", "--max-tokens", type=int, default=60)
     ap.add_argument("--png", action="store_true", help="also write PNGs (rsvg-convert or cairosvg)")
     ap.add_argument("--sources", action="store_true", help="only the provenance shots (Sources tab)")
+    ap.add_argument("--models", action="store_true", help="only the Models tab at 80x24, with a library")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    if args.sources:
-        for svg in sources_shots(out, args.max_tokens):
+    if args.sources or args.models:
+        for svg in sources_shots(out, args.max_tokens) if args.sources else models_shots(out):
             print(svg)
         return 0
     energy = args.energy

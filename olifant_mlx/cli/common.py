@@ -241,10 +241,8 @@ def prepare(args):
         check_draft_model(spec.model_file, args.model)
     if getattr(args, "prompt_cache_file", None):
         check_prompt_file(args.prompt_cache_file, args.model, options)
-    if options.sources:
-        from olifant_mlx.library import load
-
-        load(options.sources)           # a LibraryError (a ValueError) names it before any weights load
+    for name in {n for n in (options.sources, options.precedents, spec.arg if spec.kind == "library" else None) if n}:
+        check_library(name, args.model)   # a LibraryError (a ValueError) before any weights load
     if options.precedents or options.precedent_files:
         check_precedents(options, args)
     meter = open_meter(getattr(args, "energy", None))
@@ -252,11 +250,11 @@ def prepare(args):
 
 
 def check_precedents(options, args) -> None:
-    """Refuse precedents that cannot be used before the verifier's weights load: a library
-    missing, unsearchable or built for another tokenizer, a pinned file that is not there, or
-    a prompt given as ids (a prefilled answer, a cached prompt), which has no request to add them to."""
+    """Refuse precedents that cannot be used before the verifier's weights load (the library's
+    tokenizer: check_library): a library without a passage index, a pinned file that is not
+    there, or a prompt given as ids (a prefilled answer, a cached prompt), which has no request
+    to add them to."""
     from olifant_mlx.engine.options import OptionsError
-    from olifant_mlx.verifier import default_model, load_tokenizer
 
     for flag in ("prefill_response", "prompt_cache_file"):
         if getattr(args, flag, None) is not None:
@@ -268,15 +266,7 @@ def check_precedents(options, args) -> None:
     if options.precedents:
         from olifant_mlx import library, passages
 
-        lib = library.load(options.precedents)
-        passages.open_index(lib).close()
-        name = getattr(args, "model", None) or default_model()
-        tok = load_tokenizer(name)
-        if not lib.fits(tok):
-            raise OptionsError(f"--precedents {lib.name}: the library was built for the tokenizer of "
-                               f"{lib.meta.get('tokenizer', {}).get('name')}, not {name}'s: build one for it with "
-                               f"`library build NEW_NAME {lib.meta.get('folder', 'FOLDER')} --model {name}`",
-                               "precedents")
+        passages.open_index(library.load(options.precedents)).close()
 
 
 def check_draft_model(path, model_spec) -> None:
@@ -294,6 +284,23 @@ def check_draft_model(path, model_spec) -> None:
     check_model_tokenizer(path, tok.name, tok.vocab_size, tok.digest, fix=fix)
 
 
+def check_library(name, model_spec) -> None:
+    """Refuse a precedent library built for another tokenizer before any verifier is fetched or
+    converted: two offline aliases are told apart by name (their tokenizers differ), any other
+    verifier by its tokenizer, which loads in a moment."""
+    from olifant_mlx.library import LibraryError, load
+    from olifant_mlx.verifier import ALIASES, default_model, load_tokenizer
+
+    lib = load(name)
+    model = model_spec or default_model()
+    built = lib.meta.get("tokenizer", {}).get("name")
+    fits = built == model if model in ALIASES and built in ALIASES else lib.fits(load_tokenizer(model))
+    if not fits:
+        raise LibraryError(f"library {name} was built for tokenizer {built!r}, not {model}'s: build one "
+                           f"for {model} with `library build NEW_NAME {lib.meta.get('folder', 'FOLDER')} "
+                           f"--model {model}`, or use --model {built}")
+
+
 def check_prompt_file(path, model_spec, options) -> None:
     """Refuse a prompt cache file made for another model before the verifier loads (its
     tokenizer loads in a moment)."""
@@ -306,13 +313,15 @@ def check_prompt_file(path, model_spec, options) -> None:
 
 
 def table(title, rows) -> None:
-    """A two-column table of (label, value) for people, on stdout."""
+    """A two-column table of (label, value) for people, on stdout. What does not fit the width
+    (80 columns in a log file) is folded onto the next line, never cut: a file's name is the
+    thing its reader needs."""
     from rich.console import Console
     from rich.table import Table
 
     t = Table(title=title, show_header=False)
-    t.add_column("", style="bold")
-    t.add_column("", justify="right")
+    t.add_column("", style="bold", overflow="fold")
+    t.add_column("", justify="right", overflow="fold")
     for k, v in rows:
         t.add_row(k, v)
     Console().print(t)

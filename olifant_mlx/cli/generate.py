@@ -19,6 +19,10 @@ DEMO_PROMPT = (  # the warranty disclaimer of the MIT licence: legal boilerplate
     "THE SOFTWARE IS PROVIDED \"AS IS\", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED, "
     "INCLUDING BUT NOT LIMITED TO")
 
+# said after the demo on the embedded verifier: what its text is, and how to get a real one
+STAND_IN_NOTE = ("SmolLM2-135M is a 135M-parameter stand-in for a real verifier: its text is not legal "
+                 "advice; for a real one, `python -m olifant_mlx models pull mistral --default` (4 GB).")
+
 
 class PrefillBar:
     """Prefill progress on a terminal (stderr), for prompts long enough to notice."""
@@ -122,6 +126,16 @@ def source_lines(sources) -> list[str]:
     return lines
 
 
+def source_documents(sources) -> list[str]:
+    """Each document the output copies from, one line each, with the page and paragraph of every
+    place listed (a span held by three documents names all three)."""
+    where = {}
+    for s in sources:
+        for p in s.places:
+            where.setdefault(p.path, {})[f"p. {p.page} ¶{p.paragraph}" if p.page else f"¶{p.paragraph}"] = None
+    return [f"  {path}: {', '.join(spots)}" for path, spots in where.items()]
+
+
 def report(session, prompt, text, tokens, last, args) -> None:
     """The summary on stderr (unless --quiet), the final JSON object, the empty-answer hint."""
     stats = last.stats
@@ -143,9 +157,10 @@ def report(session, prompt, text, tokens, last, args) -> None:
     if not getattr(args, "quiet", False):
         sys.stderr.write("\n".join(summary_lines(stats, session, last.energy, args.stats)) + "\n")
         if last.sources:        # where, not what: the spans' text stays in --json
-            docs = sorted({p.path for s in last.sources for p in s.places[:1]})
+            docs = source_documents(last.sources)
             sys.stderr.write(f"sources: {len(last.sources)} verbatim span(s), the longest "
-                             f"{max(s.tokens for s in last.sources)} tokens, from {', '.join(docs)}\n")
+                             f"{max(s.tokens for s in last.sources)} tokens, from {len(docs)} document(s):\n"
+                             + "\n".join(docs) + "\n")
 
 
 def cmd_generate(args) -> int:
@@ -351,6 +366,7 @@ def cmd_demo(args) -> int:
     from olifant_mlx.engine import GenerationOptions, Session
     from olifant_mlx.measure import rounds
     from olifant_mlx.verifier import EMBEDDED_DEFAULT, load_verifier
+    from olifant_mlx.verifier.aliases import stderr_progress
 
     options = GenerationOptions(k=args.k, max_tokens=args.max_tokens)
     verifier = load_verifier(args.model or EMBEDDED_DEFAULT)
@@ -363,16 +379,25 @@ def cmd_demo(args) -> int:
     plain_opts = options.replace(k=0)
     # a warm-up of both runs (first-call costs, the drafter's first lookups), then rounds that
     # alternate which runs first, so that a drift in the machine's load hits both alike
-    session.generate(prompt, plain_opts, NoDrafter())
-    session.generate(prompt, options)
+    runs = [("warm-up", "plain"), ("warm-up", "speculative")] + [
+        (f"round {i + 1}/{args.rounds}", which) for i in range(args.rounds)
+        for which in (("plain", "speculative") if i % 2 == 0 else ("speculative", "plain"))]
     plains, specs = [], []
-    for i in range(args.rounds):
-        order = ("plain", "spec") if i % 2 == 0 else ("spec", "plain")
-        for which in order:
-            if which == "plain":
-                plains.append(session.generate(prompt, plain_opts, NoDrafter()))
-            else:
-                specs.append(session.generate(prompt, options))
+    with stderr_progress("demo", len(runs)) as advance:     # on a terminal: which run, its passes
+        for n, (stage, which) in enumerate(runs):
+            passes = []
+
+            def tick(stage=stage, which=which, passes=passes):    # asked after each verifier pass
+                passes.append(1)
+                advance(0, f"{stage}: {which}, {len(passes)} verifier passes")
+                return False
+
+            advance(0, f"{stage}: {which}")
+            drafter = NoDrafter() if which == "plain" else None
+            r = session.generate(prompt, plain_opts if which == "plain" else options, drafter, should_stop=tick)
+            advance()
+            if n >= 2:                         # the warm-up's runs are not measured
+                (plains if which == "plain" else specs).append(r)
     plain, spec_run = plains[-1], specs[-1]
     con = Console()
     con.print(f"[bold]verifier[/] {verifier.name} (KV cache, prompt continued as raw text), "
@@ -396,6 +421,8 @@ def cmd_demo(args) -> int:
     con.print(f"outputs identical: [bold]{'yes' if same else 'NO'}[/]   verifier {verifier.name}, drafter {spec}")
     for i, line in enumerate(rounds.summary(measured, rounds.load_average())):
         con.print(f"[bold]{line}[/]" if i == 0 else f"[yellow]{line}[/]", highlight=False)
+    if verifier.name == EMBEDDED_DEFAULT:
+        con.print(STAND_IN_NOTE, soft_wrap=True, highlight=False, markup=False)
     return 0 if same else 1
 
 

@@ -95,7 +95,7 @@ def _build(args) -> int:
         return 0
     from olifant_mlx.draftmodel.documents import Outcome, Report
 
-    files_table(Report([Outcome(**f) for f in s["files"]["files"]]))
+    files_table(Report([Outcome(**f) for f in s["files"]["files"]]), [args.folder])
     table(f"library {args.name} built", [
         ("where", s["path"]), ("documents", f"{s['documents']:,}"), ("tokens", f"{s['tokens']:,}"),
         ("re-read", f"{s['reread']:,} changed or new files ({s['reused']:,} unchanged, reused)"),

