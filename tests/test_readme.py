@@ -142,10 +142,12 @@ def library_build_effect(ran):
 
 
 def precedents_effect(ran):
-    """TODO(lead): the `--precedents` example (issue 38): its comment says the output cites the
-    passages it used; check that here, e.g. that stderr names licence.html or reply.eml with a
-    paragraph (`  licence.html: ¶1`) whenever the output copies from them. Until then: an answer."""
+    """The passages of ~/Precedents that match the request went into the prompt: stderr lists
+    them with their citations before the answer, and the answer was given."""
     assert ran.out.strip(), "generate answered nothing"
+    listed = re.search(r"^precedents: (\d+) passages? \(.*\) from \d+ documents?: (.*)$", ran.err, re.M)
+    assert listed and int(listed.group(1)) >= 1, ran.err
+    assert re.search(r"\[1\] (licence\.html|reply\.eml), paragraphs? \d", listed.group(2)), listed.group(2)
 
 
 def models_effect(ran):
@@ -212,7 +214,6 @@ EFFECTS = [
     ("python -m olifant_mlx chat ", chat_effect),
     ("python -m olifant_mlx train ", train_effect),
     ("python -m olifant_mlx library build ", library_build_effect),
-    ("python -m olifant_mlx generate --model smollm2-135m --draft library:", precedents_effect),
     ("python -m olifant_mlx generate --model smollm2-135m --precedents ", precedents_effect),
     ("python -m olifant_mlx models", models_effect),
     ("python -m olifant_mlx tui ", installed),          # run_tui: an answer is written ("done")
