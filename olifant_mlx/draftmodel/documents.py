@@ -550,7 +550,12 @@ def pdf_paragraphs(data: bytes, gap: float = 1.6, lim: dict | None = None) -> Ex
         title = pdf.get_metadata_value("Title")
         pages, chars = [], 0
         for i in range(len(pdf)):
-            pages.append(_pdf_lines(pdf[i]))
+            try:
+                page = pdf[i]
+            except pdfium.PdfiumError:
+                raise Skip(f"damaged: page {i + 1} cannot be loaded (a page tree that is broken, "
+                           f"loops or nests too deeply)") from None
+            pages.append(_pdf_lines(page))
             chars += sum(len(t) for t, _, _ in pages[-1])
             _check_chars(chars, lim or limits())
     finally:
