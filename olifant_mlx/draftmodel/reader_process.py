@@ -108,11 +108,14 @@ def read(suffix: str, data: bytes, limits: dict) -> dict:
     if worker is None or not worker.alive():
         worker = Worker(limits["memory_bytes"])
     try:
-        return worker.read(suffix, data, limits)
-    finally:
-        if worker.alive():
-            with _lock:
-                _free.append(worker)
+        reply = worker.read(suffix, data, limits)
+    except BaseException:          # Ctrl-C mid-file: its reply would answer the next file
+        worker.close()
+        raise
+    if worker.alive():
+        with _lock:
+            _free.append(worker)
+    return reply
 
 
 @atexit.register
