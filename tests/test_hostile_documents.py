@@ -15,7 +15,7 @@ for name in ("docx", "docx2python", "fpdf", "pypdfium2", "odf"):
     pytest.importorskip(name)
 
 import document_fixtures as fx  # noqa: E402
-import hostile_files as hf  # noqa: E402
+from olifant_mlx.draftmodel import hostile_files as hf  # noqa: E402
 
 from olifant_mlx import library  # noqa: E402
 from olifant_mlx.draftmodel import documents  # noqa: E402

@@ -1,5 +1,5 @@
-"""Hostile documents (issue 37), written at any size: the tests write small ones under lowered
-limits, benchmarks/hostile_library.py the sizes of the issue's reports."""
+"""Hostile documents (issue 37), written at any size: for the tests (small ones, under lowered
+limits) and benchmarks/hostile_library.py (the sizes of the issue's reports)."""
 from __future__ import annotations
 
 import io
@@ -7,6 +7,8 @@ import os
 import zipfile
 import zlib
 from pathlib import Path
+
+from olifant_mlx.files import atomic_writer, write_atomic
 
 
 def write_raw_pdf(path: Path, objects: list[bytes]) -> None:
@@ -22,7 +24,7 @@ def write_raw_pdf(path: Path, objects: list[bytes]) -> None:
     for off in offsets:
         out.write(b"%010d 00000 n \n" % off)
     out.write(b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref))
-    path.write_bytes(out.getvalue())
+    write_atomic(path, out.getvalue(), 0o644)
 
 
 FONT = b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"
@@ -58,18 +60,20 @@ def write_deep_page_tree(path: Path, depth: int = 2000) -> None:
 def write_eml_bomb(path: Path, words: int) -> None:
     """Item 2: a Subject of `words` RFC 2047 encoded words."""
     subject = " ".join(["=?utf-8?q?Gr=C3=BC=C3=9Fe?="] * words)
-    path.write_bytes(f"From: a@example.org\nSubject: {subject}\n\nThe body of the message.\n".encode())
+    write_atomic(path, f"From: a@example.org\nSubject: {subject}\n\nThe body of the message.\n".encode(), 0o644)
 
 
 def write_long_subject_eml(path: Path, chars: int) -> None:
     """Item 2: a plain Subject of `chars` characters (quadratic in the default policy)."""
-    path.write_bytes(b"From: a@example.org\nSubject: " + b"word " * (chars // 5) + b"\n\nThe body.\n")
+    write_atomic(path, b"From: a@example.org\nSubject: " + b"word " * (chars // 5) + b"\n\nThe body.\n", 0o644)
 
 
 def _zip(path: Path, members: dict[str, bytes]) -> None:
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as z:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as z:
         for name, data in members.items():
             z.writestr(name, data)
+    write_atomic(path, buf.getvalue(), 0o644)
 
 
 def write_docx_bomb(path: Path, megabytes: float) -> None:
@@ -100,17 +104,17 @@ def write_odt_bomb(path: Path, megabytes: int) -> None:
 
 def write_html_bomb(path: Path, pairs: int) -> None:
     """Item 4: '<p>' and `pairs` stray '</' (quadratic in html.parser)."""
-    path.write_text("<p>" + "</" * pairs)
+    write_atomic(path, "<p>" + "</" * pairs, 0o644)
 
 
 def write_one_paragraph(path: Path, megabytes: float) -> None:
     """Item 10: one paragraph of words, no blank line."""
-    path.write_bytes(b"lorem ipsum dolor sit amet " * int(megabytes * (1 << 20) / 27))
+    write_atomic(path, b"lorem ipsum dolor sit amet " * int(megabytes * (1 << 20) / 27), 0o644)
 
 
 def write_sparse(path: Path, gigabytes: int) -> None:
     """Item 10: a sparse file of `gigabytes` GB (no disk used)."""
-    with open(path, "wb") as f:
+    with atomic_writer(path, 0o644) as f:
         f.truncate(gigabytes << 30)
 
 
@@ -121,4 +125,4 @@ def write_encrypted_docx(path: Path) -> None:
     for i, name in enumerate(("EncryptionInfo", "EncryptedPackage")):
         raw = name.encode("utf-16-le")
         sector[i * 128:i * 128 + len(raw)] = raw
-    path.write_bytes(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(504) + bytes(sector) + os.urandom(2048))
+    write_atomic(path, b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(504) + bytes(sector) + os.urandom(2048), 0o644)
