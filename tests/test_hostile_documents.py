@@ -350,3 +350,16 @@ def test_kill_9_at_any_step_leaves_the_old_or_the_new_library(tmp_path, cache, s
         assert docs("lib") == (2 if step == "switched" else 1), step
         library.build("lib", new, smollm2)
         assert docs("lib") == 2 and len(versions("lib")) == 1, (step, versions("lib"))
+
+
+# item 10: a MemoryError while reading plain text in process (under a memory cap the user set)
+# is a skip naming the limits to lower, not a traceback
+def test_running_out_of_memory_in_process_is_a_skip(tmp_path, cache, monkeypatch):
+    (tmp_path / "a.txt").write_text("Some text.\n")
+
+    def no_memory(text):
+        raise MemoryError
+
+    monkeypatch.setattr(documents, "text_paragraphs", no_memory)
+    ext, outcome = documents.read_document(tmp_path / "a.txt")
+    assert ext is None and outcome.status == "skipped" and "OLIFANT_DOC_TEXT_CHARS" in outcome.reason

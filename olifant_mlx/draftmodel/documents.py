@@ -281,7 +281,9 @@ def _cache_path(digest: str) -> Path:
 
 def digest(data: bytes, suffix: str) -> str:
     """What identifies a file's extraction: its bytes and the reader its suffix picks."""
-    return hashlib.sha256(data + suffix.lower().encode()).hexdigest()
+    h = hashlib.sha256(data)                 # no copy of a large file's bytes
+    h.update(suffix.lower().encode())
+    return h.hexdigest()
 
 
 def read_bytes(path: Path, root: str | None = None, lim: dict | None = None) -> bytes:
@@ -304,6 +306,8 @@ def read_bytes(path: Path, root: str | None = None, lim: dict | None = None) -> 
             return f.read(lim["file_bytes"] + 1)
     except (OSError, ValueError) as e:
         raise Skip(f"cannot read it ({getattr(e, 'strerror', None) or e})") from None
+    except MemoryError:
+        raise LimitSkip(_NO_MEMORY) from None
 
 
 def extract_file(path: Path) -> tuple[Extracted, str, bool]:
@@ -353,12 +357,18 @@ def _extract_or_skip(suffix: str, data: bytes, lim: dict) -> Extracted:
     under the memory and time limits; Skip for a file it finds damaged or without text."""
     from olifant_mlx.draftmodel import reader_process
 
-    reply = read_in_worker(suffix, data, lim) if suffix in IN_PROCESS else reader_process.read(suffix, data, lim)
+    try:
+        reply = read_in_worker(suffix, data, lim) if suffix in IN_PROCESS else reader_process.read(suffix, data, lim)
+    except MemoryError:        # plain text in this process, under a memory cap the user set
+        raise LimitSkip(_NO_MEMORY) from None
     if "limit" in reply:
         raise LimitSkip(reply["limit"])
     if "skip" in reply:
         raise Skip(reply["skip"])
     return Extracted(reply["paragraphs"], reply["pages"], reply.get("title", ""))
+
+
+_NO_MEMORY = "out of memory reading it in this process (lower OLIFANT_DOC_FILE_BYTES or OLIFANT_DOC_TEXT_CHARS)"
 
 
 def read_in_worker(suffix: str, data: bytes, lim: dict) -> dict:
@@ -416,6 +426,8 @@ def read_document(path: Path, data: bytes | None = None, root: str | None = None
                           cached=cached)
     except Skip as e:
         ext, outcome = None, Outcome(str(path), "skipped", reason=str(e))
+    except MemoryError:
+        ext, outcome = None, Outcome(str(path), "skipped", reason=_NO_MEMORY)
     record(outcome)
     return ext, outcome
 
