@@ -10,10 +10,14 @@ a FIFO would hang the open, or the first read, forever.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
+import fcntl
 import os
-import stat
+import secrets
 import shutil
+import stat
+import sys
 import tempfile
 from pathlib import Path
 
@@ -197,3 +201,68 @@ def private_files(folder, mode: int = PRIVATE):
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     fsync_dir(folder)
+
+
+@contextlib.contextmanager
+def locked(path):
+    """Hold an exclusive flock on the lock file `path` (created 0600, never through a link)
+    while the block runs; another process waits. The file stays: removing it would race a
+    process waiting on it."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), PRIVATE)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)               # releases the lock
+
+
+def exchange(a, b) -> bool:
+    """Swap two paths in one step (Linux renameat2 RENAME_EXCHANGE, macOS renamex_np
+    RENAME_SWAP); False where the system or the file system has no such call."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    a, b = os.fsencode(a), os.fsencode(b)
+    if sys.platform == "darwin":
+        call, args = getattr(libc, "renamex_np", None), (a, b, 2)
+    else:
+        call, args = getattr(libc, "renameat2", None), (-100, a, -100, b, 2)    # AT_FDCWD, RENAME_EXCHANGE
+    if call is None:
+        return False
+    if call(*args) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), a.decode(errors="replace"))
+
+
+def switch_link(link, target: str, step=lambda name: None) -> Path | None:
+    """Make `link` a symbolic link to `target` (a path relative to its folder) with one
+    rename, so a reader finds the old target or the new one and never nothing; return the old
+    target (None when there was none). A real folder at `link` (the layout before links) is
+    swapped with the new link in one exchange, and returned; where the file system cannot
+    exchange it is renamed aside first (then a kill between the two renames leaves it beside,
+    for the next switch's caller to take back). step(name) is called between the steps."""
+    link = Path(link)
+    tmp = link.with_name(f".{link.name}.{secrets.token_hex(4)}.link")
+    os.symlink(target, tmp)
+    try:
+        step("linked")
+        old = None
+        if link.is_symlink():
+            old = link.parent / os.readlink(link)
+        elif link.exists():
+            if exchange(tmp, link):
+                old, tmp = tmp, None         # the old folder now sits at the temporary name
+            else:
+                old = link.with_name(f".{link.name}.{secrets.token_hex(4)}.old")
+                os.rename(link, old)
+        if tmp is not None:
+            os.replace(tmp, link)
+            tmp = None
+        fsync_dir(link.parent)
+        return old
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)

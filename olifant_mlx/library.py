@@ -11,8 +11,14 @@ A library lives in cache_dir()/libraries/NAME/ and holds
   `library search` and drafting with `--precedents` read (absent in a library built before it).
 Everything but library.json is a function of the files' contents and the tokenizer, so an
 incremental rebuild equals a full one byte for byte. A rebuild re-extracts and re-tokenizes
-only the files whose content hash is new; the others' tokens come from tokens.u32. The bundle
-is written in a fresh folder and renamed into place: a reader sees the old one or the new one.
+only the files whose content hash is new; the others' tokens come from tokens.u32.
+
+NAME is a symbolic link to a versioned folder `.NAME.XXXXXXXX.v` beside it. A build writes the
+new version in full, fsyncs it, then points NAME at it with one rename: a reader (or a build
+killed at any step) finds the old library or the new one, never none. Builds of one name take
+turns (a flock on `.NAME.lock`), and each build first reclaims what a killed one left (its
+unfinished version, a temporary link; a library left aside by the two-rename swap of earlier
+versions is taken back). Each file is read once: its hash and its text come from the same bytes.
 """
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -30,7 +37,8 @@ import numpy as np
 
 from olifant_mlx import passages
 from olifant_mlx.draftmodel import documents
-from olifant_mlx.files import PRIVATE, cache_dir, fsync_dir, fsync_tree, read_regular, write_atomic
+from olifant_mlx.files import (PRIVATE, cache_dir, fsync_dir, fsync_tree, locked, read_regular, switch_link,
+                               write_atomic)
 
 FORMAT = 1
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -194,9 +202,63 @@ def best_library(tokenizer) -> Library | None:
 
 def remove(name: str) -> Path:
     lib = load(name)
-    shutil.rmtree(lib.path)
-    fsync_dir(lib.path.parent)
+    with locked(_lock_path(name)):
+        version = os.path.realpath(lib.path)
+        if lib.path.is_symlink():
+            lib.path.unlink()
+        if os.path.dirname(version) == os.path.realpath(libraries_dir()):
+            shutil.rmtree(version, ignore_errors=True)
+        fsync_dir(lib.path.parent)
+        _reclaim(name)
     return lib.path
+
+
+# ---- versions, the lock, leftovers -----------------------------------------------------------
+
+def _lock_path(name: str) -> Path:
+    return libraries_dir() / f".{name}.lock"
+
+
+def _leftover(name: str) -> re.Pattern:
+    """The names of a library's versions and temporaries (mkdtemp's or token_hex's 8 characters:
+    never another library's, whose name would sit where those 8 characters are)."""
+    return re.compile(re.escape(f".{name}.") + r"[a-z0-9_]{8}\.(?:v|tmp|old|link)")
+
+
+def _reclaim(name: str) -> None:
+    """Remove what killed builds of `name` left, the version NAME points at excepted. When
+    NAME itself is gone (a kill between the two renames of an earlier olifant_mlx), the
+    newest complete library left aside is linked back first."""
+    root = libraries_dir()
+    if not root.is_dir():
+        return
+    pattern, link = _leftover(name), root / name
+    entries = [p for p in root.iterdir() if pattern.fullmatch(p.name)]
+    if not os.path.lexists(link):
+        folders = sorted((p for p in entries if p.is_dir() and not p.is_symlink()),
+                         key=lambda p: p.stat().st_mtime, reverse=True)
+        whole = [c for p in folders for c in (p / name, p) if all((c / f).is_file() for f in FILES)]
+        if whole:
+            switch_link(link, str(whole[0].relative_to(root)))
+    current = Path(os.readlink(link)).parts[0] if link.is_symlink() else None
+    for p in entries:
+        if p.name == current:
+            continue
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+    fsync_dir(root)
+
+
+def _fault(step: str) -> None:
+    """A test's fault at one step of a build: OLIFANT_LIBRARY_FAULT=kill:STEP (SIGKILL) or
+    raise:STEP (OSError)."""
+    how, _, where = os.environ.get("OLIFANT_LIBRARY_FAULT", "").partition(":")
+    if where == step:
+        if how == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise OSError(f"fault injected at {step}")
 
 
 # ---- building ------------------------------------------------------------------------------
@@ -230,15 +292,23 @@ def build(name: str, folder, tokenizer, window: int = 4, on_file=None) -> dict:
     folder = Path(folder).expanduser()
     if not folder.is_dir():
         raise LibraryError(f"library {name}: {folder} is not a folder")
+    with locked(_lock_path(name)):
+        _reclaim(name)
+        return _build(name, folder, tokenizer, window, on_file)
+
+
+def _build(name: str, folder: Path, tokenizer, window: int, on_file) -> dict:
     t0 = time.perf_counter()
     old, old_tokens = _previous(name, tokenizer)
+    root = os.path.realpath(folder)
     report = documents.Report()
     rows, parts, reread, start = [], [], 0, 0
     matters: dict[Path, str | None] = {}
     for path, why in documents.walk(folder):
         if path.name == MATTER_FILE:
             continue                     # a side file naming a matter, not a document
-        outcome, row, tokens = _document(path, str(path.relative_to(folder)), why, old, old_tokens, tokenizer)
+        outcome, row, tokens = _document(path, str(path.relative_to(folder)), why, old, old_tokens, tokenizer,
+                                         root)
         if row is not None:
             row.update(id=len(rows), start=start, matter=matter_of(folder, path, matters))
             rows.append(row)
@@ -284,42 +354,44 @@ def matter_of(folder: Path, path: Path, known: dict | None = None) -> str | None
     return rel.parts[0] if len(rel.parts) > 1 else None
 
 
-def _document(path: Path, rel: str, why, old: dict, old_tokens: np.ndarray, tokenizer):
+def _document(path: Path, rel: str, why, old: dict, old_tokens: np.ndarray, tokenizer, root: str):
     """(outcome, table row or None, token ids) of one file: its old tokens when the library
-    already holds its content hash, else extracted and tokenized afresh."""
+    already holds its content hash, else extracted and tokenized afresh — from the bytes that
+    were hashed (a file changed meanwhile cannot pair one version's hash with another's text)."""
     suffix = path.suffix.lower()
     why = why or documents.not_read(path, also=TEXT_SUFFIXES)
     if why is not None:
         return documents.Outcome(rel, "skipped", reason=why), None, None
     try:
-        digest = documents.digest(read_regular(path), suffix)
-    except (OSError, ValueError) as e:
-        return documents.Outcome(rel, "skipped", reason=f"cannot read it ({e})"), None, None
+        data = documents.read_bytes(path, root)
+    except documents.Skip as e:
+        return documents.Outcome(rel, "skipped", reason=str(e)), None, None
+    digest = documents.digest(data, suffix)
     row = old.get(digest)
     if row is not None:
         tokens = old_tokens[row["start"]:row["start"] + row["tokens"]]
         outcome = documents.Outcome(rel, "read", paragraphs=len(row["paragraphs"]),
                                     pages=max(row["pages"], default=0), cached=True)
         return outcome, {**row, "path": rel}, tokens
-    ext, outcome = documents.read_document(path)
+    ext, outcome = documents.read_document(path, data)
     outcome.path, outcome.cached = rel, False
     if ext is None:
         return outcome, None, None
     tokens, offsets = _tokenize(tokenizer, ext)
-    row = {"path": rel, "title": ext.paragraphs[0][:80], "hash": digest, "tokens": int(tokens.size),
+    row = {"path": rel, "title": (ext.title or path.name)[:80], "hash": digest, "tokens": int(tokens.size),
            "paragraphs": [int(o) for o in offsets], "pages": [int(p) for p in ext.pages]}
     return outcome, row, tokens
 
 
 def _write(name, folder, tokenizer, window, stream, starts, rows) -> dict:
-    """Build the model and the index from the stream; write the bundle in a fresh folder and
-    rename it over the old one."""
+    """Build the model and the index from the stream; write the bundle in a fresh versioned
+    folder, then switch the link NAME to it in one rename and remove the old version."""
     from olifant_mlx.draftmodel.igtree import Builder
     from olifant_mlx.draftmodel.suffix import Corpus
 
     root = libraries_dir()
     root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=root))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".v", dir=root))     # the new version
     try:
         builder = Builder(tokenizer.vocab_size, window=window, tokenizer_name=tokenizer.name,
                           tokenizer_digest=tokenizer.digest)
@@ -342,15 +414,13 @@ def _write(name, folder, tokenizer, window, stream, starts, rows) -> dict:
         for f in FILES + (passages.FILE,):   # every part holds the user's text: private, whoever wrote it
             os.chmod(tmp / f, PRIVATE)
         fsync_tree(tmp)
-        target = root / name
-        old = None
-        if target.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".old", dir=root))
-            os.replace(target, old / name)
-        os.replace(tmp, target)
-        fsync_dir(root)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    finally:
+        _fault("written")
+        old = switch_link(root / name, tmp.name, step=_fault)
+    except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
-    return {**meta, "path": str(target)}
+        raise
+    _fault("switched")
+    rel = os.path.relpath(old, root) if old is not None else os.pardir
+    if not rel.startswith(os.pardir) and Path(rel).parts[0] != tmp.name:   # only a version of ours
+        shutil.rmtree(root / Path(rel).parts[0], ignore_errors=True)
+    return {**meta, "path": str(root / name)}

@@ -47,8 +47,6 @@ ALLOWED = {
     ("olifant_mlx/draftmodel/train.py", "check_output", "O_WRITE"),
     # the converted verifier's folder: written inside mkdtemp (0700), fsynced, renamed whole
     ("olifant_mlx/verifier/aliases.py", "gguf_model_dir", "rename"),
-    # a library's bundle folder: built inside mkdtemp, fsynced, swapped in with two renames
-    ("olifant_mlx/library.py", "_write", "replace"),
     # huggingface_hub's own cache (its .incomplete files, renamed by it), not ours
     ("olifant_mlx/verifier/pull.py", "pull", "snapshot_download"),
     # tests' and benchmarks' helper: copies a read-only fixture tree into their own tmp folder

@@ -5,7 +5,15 @@ Each file becomes one document: its paragraphs in reading order, joined by blank
 text layer page by page, paragraphs found from the gaps between lines, a header or footer
 repeated on the pages kept once). Every file gets an `Outcome`: read (paragraphs, pages) or
 skipped with the reason — a binary `.doc`, a scanned PDF without a text layer, an encrypted
-or damaged file, an empty one, a link loop, a format we do not read — and never raises.
+or damaged file, an empty one, a link loop or a link out of the folder, a format we do not
+read, a file past a limit — and never raises.
+
+Reading documents is reading hostile input, so every reader is bounded (LIMITS, each
+overridable with an OLIFANT_DOC_* variable): the file's size, the XML a .docx/.odt unpacks to,
+the text a document gives, a paragraph's length (longer ones are split), and — for every format
+but plain text and Markdown, which are read in process in linear time — memory, CPU and wall
+time, by reading in a child process (reader_process.py). A file past a limit is skipped with
+the limit named, and that skip is not cached: it is not a damaged file.
 
 The readers are well-kept libraries, installed with `pip install 'olifant_mlx[documents]'`:
 docx2python (.docx), pypdfium2 (.pdf), odfpy (.odt), striprtf (.rtf); .html, .eml, .md and
@@ -18,6 +26,8 @@ from __future__ import annotations
 
 import contextlib
 import email
+import email.errors
+import email.header
 import email.policy
 import hashlib
 import html.parser
@@ -31,9 +41,9 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from olifant_mlx.files import cache_dir, read_regular, write_atomic
+from olifant_mlx.files import cache_dir, open_regular, write_atomic
 
-EXTRACTOR_VERSION = 1        # bump when any reader's output changes: old cache entries are ignored
+EXTRACTOR_VERSION = 2        # bump when any reader's output changes: old cache entries are ignored
 INSTALL_HINT = "pip install 'olifant_mlx[documents]'"
 # suffix -> (reader library's import name, its PyPI name); None: standard library only
 NEEDS = {".docx": ("docx2python", "docx2python"), ".pdf": ("pypdfium2", "pypdfium2"),
@@ -46,10 +56,36 @@ UNREAD = {".doc": "binary Word (.doc) is not read: save it as .docx",
           ".ppt": "a presentation is not read", ".pptx": "a presentation is not read",
           ".pages": "Apple Pages is not read: export it as .docx or PDF"}
 OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
+ENCRYPTED_OOXML = "EncryptedPackage".encode("utf-16-le")   # a stream of a password-protected .docx
+IN_PROCESS = (".txt", ".text", ".md", ".markdown")         # linear readers: no child process
+# the bounds on reading one file; OLIFANT_DOC_<NAME> overrides each (a whole number)
+LIMITS = {"file_bytes": 256 << 20,        # the file itself
+          "unpacked_bytes": 64 << 20,     # the XML parts of a .docx / .odt (a ZIP bomb)
+          "text_chars": 32_000_000,       # the text one document gives
+          "paragraph_chars": 20_000,      # longer paragraphs are split (the tokenizer's bound)
+          "memory_bytes": 1 << 30,        # the reader process's address space
+          "seconds": 60}                  # its CPU time and wall time per file
 
 
 class Skip(Exception):
     """A file that gives no document; the message says why."""
+
+
+class LimitSkip(Skip):
+    """A file stopped by one of LIMITS: skipped, but not cached (it is not a damaged file)."""
+
+
+def limits() -> dict:
+    """LIMITS with the OLIFANT_DOC_<NAME> overrides in the environment."""
+    out = dict(LIMITS)
+    for name in LIMITS:
+        raw = os.environ.get(f"OLIFANT_DOC_{name.upper()}")
+        if raw:
+            try:
+                out[name] = int(float(raw))
+            except ValueError:
+                raise ValueError(f"OLIFANT_DOC_{name.upper()}={raw!r} is not a number") from None
+    return out
 
 
 @dataclass
@@ -57,6 +93,7 @@ class Extracted:
     """A file's text: paragraphs in reading order, and the page (from 1) of each (0: no pages)."""
     paragraphs: list[str]
     pages: list[int]
+    title: str = ""              # the document's own title or first heading; "" if it has none
 
     @property
     def page_count(self) -> int:
@@ -138,12 +175,26 @@ def record(outcome: Outcome) -> None:
 
 # ---- finding the files ----------------------------------------------------------------------
 
+def outside(path, root: str) -> str | None:
+    """Where `path` really is when that is outside the folder `root` (a real path), else None."""
+    real = os.path.realpath(path)
+    return None if real == root or real.startswith(root.rstrip(os.sep) + os.sep) else real
+
+
+def _outside_reason(kind: str, real: str) -> str:
+    return (f"a link to a {kind} outside the folder ({real}): not read "
+            f"(name that folder itself to read it)")
+
+
 def walk(folder: Path) -> list[tuple[Path, str | None]]:
     """Every file under `folder`, sorted, with None or the reason it is not read (a link loop,
-    a link to nothing, a hidden file, a Word lock file). Links to folders are followed once
-    each, a loop is reported; hidden folders are not entered."""
+    a link to nothing, a link out of the folder, a hidden file, a Word lock file). Links to
+    folders inside it are followed once each, a loop is reported; hidden folders are not
+    entered. Whatever resolves outside `folder` (a link, or a link inside a linked folder) is
+    reported, not read: a document library holds only what the folder holds."""
     found: list[tuple[Path, str | None]] = []
-    seen = {os.path.realpath(folder)}
+    root = os.path.realpath(folder)
+    seen = {root}
 
     def visit(d: Path) -> None:
         try:
@@ -163,13 +214,17 @@ def walk(folder: Path) -> list[tuple[Path, str | None]]:
                 found.append((p, _dead_link_reason(p)))
             elif e.is_dir():
                 real = os.path.realpath(p)
+                if outside(p, root):
+                    found.append((p, _outside_reason("folder", real)))
+                    continue
                 if real in seen:
                     found.append((p, "a symbolic link loop (a folder that links back to one already read)"))
                     continue
                 seen.add(real)
                 visit(p)
             elif e.is_file():
-                found.append((p, None))
+                real = outside(p, root)
+                found.append((p, _outside_reason("file", real) if real else None))
             else:
                 found.append((p, "not a regular file (a FIFO, device or socket): not opened"))
 
@@ -226,20 +281,50 @@ def _cache_path(digest: str) -> Path:
 
 def digest(data: bytes, suffix: str) -> str:
     """What identifies a file's extraction: its bytes and the reader its suffix picks."""
-    return hashlib.sha256(data + suffix.lower().encode()).hexdigest()
+    h = hashlib.sha256(data)                 # no copy of a large file's bytes
+    h.update(suffix.lower().encode())
+    return h.hexdigest()
+
+
+def read_bytes(path: Path, root: str | None = None, lim: dict | None = None) -> bytes:
+    """The file's bytes, read once (its hash and its text come from them); Skip for a link to
+    nothing, a file that cannot be read, one larger than the limit (told by fstat, before a
+    byte is read), or — with `root`, the folder's real path — one that now resolves outside it."""
+    lim = lim or limits()
+    if path.is_symlink() and not path.exists():
+        raise Skip(_dead_link_reason(path))
+    real = os.path.realpath(path)
+    if root is not None and outside(real, root):
+        raise Skip(_outside_reason("file", real))
+    try:
+        fd = open_regular(real, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > lim["file_bytes"]:
+                raise LimitSkip(f"too large: {size:,} bytes (the limit: {lim['file_bytes']:,}, "
+                                f"OLIFANT_DOC_FILE_BYTES)")
+            return f.read(lim["file_bytes"] + 1)
+    except (OSError, ValueError) as e:
+        raise Skip(f"cannot read it ({getattr(e, 'strerror', None) or e})") from None
+    except MemoryError:
+        raise LimitSkip(_NO_MEMORY) from None
 
 
 def extract_file(path: Path) -> tuple[Extracted, str, bool]:
     """(text, content hash, whether it came from the cache); Skip says why there is none."""
-    if path.is_symlink() and not path.exists():
-        raise Skip(_dead_link_reason(path))
-    try:
-        data = read_regular(path)
-    except (OSError, ValueError) as e:
-        raise Skip(f"cannot read it ({getattr(e, 'strerror', None) or e})") from None
+    return extract_data(path, read_bytes(path))
+
+
+def extract_data(path: Path, data: bytes, lim: dict | None = None) -> tuple[Extracted, str, bool]:
+    """extract_file for bytes already read."""
+    lim = lim or limits()
     suffix = path.suffix.lower()
-    if not data.strip():
+    if len(data) > lim["file_bytes"]:
+        raise LimitSkip(f"too large: over {lim['file_bytes']:,} bytes (OLIFANT_DOC_FILE_BYTES)")
+    if not re.search(rb"\S", data):
         raise Skip("an empty file")
+    if data.startswith(OLE_MAGIC) and ENCRYPTED_OOXML in data:
+        raise Skip("encrypted (saved with a password): save it again without one")
     if suffix in UNREAD or data.startswith(OLE_MAGIC):
         raise Skip(UNREAD.get(suffix, "an OLE2 file (binary Word .doc or Excel): save it as .docx"))
     missing = missing_reader(path)
@@ -247,65 +332,126 @@ def extract_file(path: Path) -> tuple[Extracted, str, bool]:
         raise Skip(missing)
     key = digest(data, suffix)
     if suffix not in NEEDS:      # HTML, e-mail, Markdown, text: parsing is cheaper than caching
-        return _extract_or_skip(suffix, data), key, False
+        return _extract_or_skip(suffix, data, lim), key, False
     cached = _cache_path(key)
     try:
         entry = json.loads(cached.read_text(encoding="utf-8"))
         if "skip" in entry:
             raise Skip(entry["skip"])
-        return Extracted(entry["paragraphs"], entry["pages"]), key, True
+        return Extracted(entry["paragraphs"], entry["pages"], entry.get("title", "")), key, True
     except (OSError, ValueError, KeyError, TypeError):
         pass
     try:
-        ext = _extract_or_skip(suffix, data)
+        ext = _extract_or_skip(suffix, data, lim)
+    except LimitSkip:
+        raise                    # not damaged: read again next time (perhaps under other limits)
     except Skip as e:
         write_atomic(cached, json.dumps({"skip": str(e)}))
         raise
-    write_atomic(cached, json.dumps({"paragraphs": ext.paragraphs, "pages": ext.pages}))
+    write_atomic(cached, json.dumps({"paragraphs": ext.paragraphs, "pages": ext.pages, "title": ext.title}))
     return ext, key, False
 
 
-def _extract_or_skip(suffix: str, data: bytes) -> Extracted:
-    """The reader's text; Skip for a file it finds damaged or without text."""
+def _extract_or_skip(suffix: str, data: bytes, lim: dict) -> Extracted:
+    """The reader's text, in process for plain text and Markdown, else in a child process
+    under the memory and time limits; Skip for a file it finds damaged or without text."""
+    from olifant_mlx.draftmodel import reader_process
+
     try:
-        ext = _extract(suffix, data)
-    except Skip:
+        reply = read_in_worker(suffix, data, lim) if suffix in IN_PROCESS else reader_process.read(suffix, data, lim)
+    except MemoryError:        # plain text in this process, under a memory cap the user set
+        raise LimitSkip(_NO_MEMORY) from None
+    if "limit" in reply:
+        raise LimitSkip(reply["limit"])
+    if "skip" in reply:
+        raise Skip(reply["skip"])
+    return Extracted(reply["paragraphs"], reply["pages"], reply.get("title", ""))
+
+
+_NO_MEMORY = "out of memory reading it in this process (lower OLIFANT_DOC_FILE_BYTES or OLIFANT_DOC_TEXT_CHARS)"
+
+
+def read_in_worker(suffix: str, data: bytes, lim: dict) -> dict:
+    """What the reader makes of one file, as the reader process replies it: paragraphs (split
+    to at most paragraph_chars), pages and title; or {"skip": why}; or {"limit": why}."""
+    try:
+        ext = _extract(suffix, data, lim)
+    except LimitSkip as e:
+        return {"limit": str(e)}
+    except Skip as e:
+        return {"skip": str(e)}
+    except MemoryError:
         raise
     except Exception as e:  # a reader library's error on a damaged file: an outcome, not a traceback
-        raise Skip(f"damaged or truncated ({type(e).__name__}: {str(e)[:120]})") from None
+        return {"skip": f"damaged or truncated ({type(e).__name__}: {str(e)[:120]})"}
     if not ext.paragraphs:
-        raise Skip("no text in it")
-    return ext
+        return {"skip": "no text in it"}
+    _check_chars(sum(map(len, ext.paragraphs)), lim)
+    ext = split_long(ext, lim["paragraph_chars"])
+    return {"paragraphs": ext.paragraphs, "pages": ext.pages, "title": _clean(ext.title)[:200]}
 
 
-def read_document(path: Path) -> tuple[Extracted | None, Outcome]:
-    """A file's text (None when skipped) and its outcome, which is also recorded."""
+def _check_chars(chars: int, lim: dict) -> None:
+    if chars > lim["text_chars"]:
+        raise LimitSkip(f"too much text: over {lim['text_chars']:,} characters (OLIFANT_DOC_TEXT_CHARS)")
+
+
+def split_long(ext: Extracted, limit: int) -> Extracted:
+    """Paragraphs longer than `limit` characters cut into pieces of at most `limit` (at the
+    last space in the second half of each piece, where there is one): a tokenizer given one
+    108 MB paragraph asks for gigabytes at once."""
+    if all(len(p) <= limit for p in ext.paragraphs):
+        return ext
+    paragraphs, pages = [], []
+    for text, page in zip(ext.paragraphs, ext.pages):
+        while len(text) > limit:
+            cut = text.rfind(" ", limit // 2, limit)
+            cut = cut if cut > 0 else limit
+            paragraphs.append(text[:cut])
+            pages.append(page)
+            text = text[cut:].lstrip()
+        if text:
+            paragraphs.append(text)
+            pages.append(page)
+    return Extracted(paragraphs, pages, ext.title)
+
+
+def read_document(path: Path, data: bytes | None = None, root: str | None = None
+                  ) -> tuple[Extracted | None, Outcome]:
+    """A file's text (None when skipped) and its outcome, which is also recorded. `data`: its
+    bytes when the caller has read them already (so both see the same file)."""
     try:
-        ext, _, cached = extract_file(path)
+        ext, _, cached = extract_data(path, read_bytes(path, root) if data is None else data)
         outcome = Outcome(str(path), "read", paragraphs=len(ext.paragraphs), pages=ext.page_count,
                           cached=cached)
     except Skip as e:
         ext, outcome = None, Outcome(str(path), "skipped", reason=str(e))
+    except MemoryError:
+        ext, outcome = None, Outcome(str(path), "skipped", reason=_NO_MEMORY)
     record(outcome)
     return ext, outcome
 
 
-def _extract(suffix: str, data: bytes) -> Extracted:
+def _extract(suffix: str, data: bytes, lim: dict) -> Extracted:
     if suffix == ".docx":
-        return _flat(docx_paragraphs(data))
+        return docx_paragraphs(data, lim)
     if suffix == ".pdf":
-        return pdf_paragraphs(data)
+        return pdf_paragraphs(data, lim=lim)
     if suffix == ".odt":
-        return _flat(odt_paragraphs(data))
+        return odt_paragraphs(data, lim)
     if suffix == ".rtf":
         return _flat(rtf_paragraphs(data))
     if suffix in STDLIB + (".txt", ".text"):
         _check_text(data)
-    if suffix in (".html", ".htm", ".xhtml"):
-        return _flat(html_paragraphs(_decode(data)))
     if suffix == ".eml":
-        return _flat(eml_paragraphs(data))
-    return _flat(text_paragraphs(_decode(data)))
+        return eml_paragraphs(data)
+    text = _decode(data)
+    _check_chars(len(text), lim)
+    if suffix in (".html", ".htm", ".xhtml"):
+        return html_document(text)
+    paragraphs = text_paragraphs(text)
+    heading = next((m.group(1) for m in re.finditer(r"(?m)^#{1,6}[ \t]+(\S.*)$", text[:65536])), "")
+    return _flat(paragraphs, heading if suffix in (".md", ".markdown") else "")
 
 
 def _check_text(data: bytes) -> None:
@@ -321,9 +467,9 @@ def _check_text(data: bytes) -> None:
         raise Skip(f"not text: {reason}")
 
 
-def _flat(paragraphs) -> Extracted:
+def _flat(paragraphs, title: str = "") -> Extracted:
     kept = [p for p in paragraphs if p.strip()]
-    return Extracted(kept, [0] * len(kept))
+    return Extracted(kept, [0] * len(kept), title)
 
 
 def _decode(data: bytes) -> str:
@@ -345,16 +491,32 @@ def text_paragraphs(text: str) -> list[str]:
 
 # ---- the readers ----------------------------------------------------------------------------
 
-def docx_paragraphs(data: bytes) -> list[str]:
-    """Headers, then the body (a table cell by cell, row by row), footnotes, endnotes, footers.
-    Each part once: a header on every page of Word's layout is one part of the file."""
-    from docx2python import docx2python
-
+def _check_zip(data: bytes, lim: dict) -> None:
+    """A complete ZIP file whose XML parts unpack to at most unpacked_bytes (zipfile never
+    gives more than an entry's declared size, so the sum of those is a true bound)."""
     try:
-        zipfile.ZipFile(io.BytesIO(data)).testzip()
+        archive = zipfile.ZipFile(io.BytesIO(data))
+        xml = sum(i.file_size for i in archive.infolist() if i.filename.endswith((".xml", ".rels")))
+        if xml > lim["unpacked_bytes"]:
+            raise LimitSkip(f"its XML unpacks to {xml:,} bytes (a ZIP bomb?; the limit: "
+                            f"{lim['unpacked_bytes']:,}, OLIFANT_DOC_UNPACKED_BYTES)")
+        archive.testzip()
     except zipfile.BadZipFile as e:
         raise Skip(f"damaged or truncated (not a complete ZIP file: {e})") from None
+
+
+def docx_paragraphs(data: bytes, lim: dict | None = None) -> Extracted:
+    """Headers, then the body (a table cell by cell, row by row), footnotes, endnotes, footers.
+    Each part once: a header on every page of Word's layout is one part of the file. The title:
+    the document's core property, else its first Title or Heading paragraph."""
+    from docx2python import docx2python
+    from docx2python.iterators import iter_paragraphs
+
+    _check_zip(data, lim or limits())
     with docx2python(io.BytesIO(data), html=False) as doc:
+        title = (doc.core_properties or {}).get("title") or next(
+            ("".join(p.run_strings) for p in iter_paragraphs(doc.body_pars)
+             if (p.style or "").lower().startswith(("title", "heading")) and "".join(p.run_strings).strip()), "")
         parts = [doc.header, doc.body, doc.footnotes, doc.endnotes, doc.footer]
         out: list[str] = []
         seen_headers = set()
@@ -368,7 +530,7 @@ def docx_paragraphs(data: bytes) -> list[str]:
                         continue
                     seen_headers.add(text)
                 out.append(text)
-        return out
+        return _flat(out, title)
 
 
 def _leaves(tree):
@@ -380,7 +542,7 @@ def _leaves(tree):
         yield from _leaves(item)
 
 
-def pdf_paragraphs(data: bytes, gap: float = 1.6) -> Extracted:
+def pdf_paragraphs(data: bytes, gap: float = 1.6, lim: dict | None = None) -> Extracted:
     """The text layer, page by page; a new paragraph where the gap to the previous line is more
     than `gap` times the page's usual line spacing; a first or last line repeated on most pages
     (a running header or footer) is kept once, and one that differs only in its digits (a
@@ -395,7 +557,19 @@ def pdf_paragraphs(data: bytes, gap: float = 1.6) -> Extracted:
             raise Skip("encrypted (it needs a password)") from None
         raise Skip(f"damaged or truncated ({msg})") from None
     try:
-        pages = [_pdf_lines(pdf[i]) for i in range(len(pdf))]
+        if len(pdf) == 0:
+            raise Skip("damaged: no pages found (a page tree that is broken, loops or nests too deeply)")
+        title = pdf.get_metadata_value("Title")
+        pages, chars = [], 0
+        for i in range(len(pdf)):
+            try:
+                page = pdf[i]
+            except pdfium.PdfiumError:
+                raise Skip(f"damaged: page {i + 1} cannot be loaded (a page tree that is broken, "
+                           f"loops or nests too deeply)") from None
+            pages.append(_pdf_lines(page))
+            chars += sum(len(t) for t, _, _ in pages[-1])
+            _check_chars(chars, lim or limits())
     finally:
         pdf.close()
     if not any(pages):
@@ -421,7 +595,7 @@ def pdf_paragraphs(data: bytes, gap: float = 1.6) -> Extracted:
         if current:
             paragraphs.append(" ".join(current))
             page_of.append(number)
-    return Extracted(paragraphs, page_of)
+    return Extracted(paragraphs, page_of, title)
 
 
 def _pdf_lines(page, sample: int = 24) -> list[tuple[str, float, float]]:
@@ -474,27 +648,30 @@ def _running_lines(pages) -> dict[str, set[str]]:
     return {k: texts[k] for k, n in counts.items() if n >= need}
 
 
-def odt_paragraphs(data: bytes) -> list[str]:
-    """Headings and paragraphs (table cells included) in document order."""
-    from odf import teletype
+def odt_paragraphs(data: bytes, lim: dict | None = None) -> Extracted:
+    """Headings and paragraphs (table cells included) in document order; the title: the
+    document's dc:title, else its first heading."""
+    from odf import dc, teletype
     from odf.opendocument import load
 
-    try:
-        zipfile.ZipFile(io.BytesIO(data)).testzip()
-    except zipfile.BadZipFile as e:
-        raise Skip(f"damaged or truncated (not a complete ZIP file: {e})") from None
+    _check_zip(data, lim or limits())
     doc = load(io.BytesIO(data))
     out: list[str] = []
+    headings: list[str] = []
 
     def visit(node) -> None:
         for child in node.childNodes:
-            if getattr(child, "qname", (None, None))[1] in ("p", "h"):
+            kind = getattr(child, "qname", (None, None))[1]
+            if kind in ("p", "h"):
                 out.append(_clean(teletype.extractText(child)))
+                if kind == "h" and out[-1]:
+                    headings.append(out[-1])
             elif child.nodeType == child.ELEMENT_NODE:
                 visit(child)
 
     visit(doc.text)
-    return out
+    titles = [teletype.extractText(t) for t in doc.meta.getElementsByType(dc.Title)]
+    return _flat(out, next((t for t in titles if t.strip()), headings[0] if headings else ""))
 
 
 def rtf_paragraphs(data: bytes) -> list[str]:
@@ -511,51 +688,90 @@ class _HTMLText(html.parser.HTMLParser):
               "blockquote", "pre", "section", "article", "header", "footer", "table", "ul", "ol", "hr"}
     HIDDEN = {"script", "style", "head", "title", "noscript", "template"}
 
+    HEADINGS = {"h1", "h2", "h3", "h4", "h5", "h6"}
+
     def __init__(self):
         super().__init__(convert_charrefs=True)
         self.paragraphs: list[str] = []
         self.current: list[str] = []
         self.hidden = 0
+        self.title: list[str] = []
+        self.in_title = False
+        self.heading = ""
 
-    def flush(self) -> None:
+    def flush(self, tag: str = "") -> None:
         text = _clean("".join(self.current))
         if text:
             self.paragraphs.append(text)
+            if tag in self.HEADINGS and not self.heading:
+                self.heading = text
         self.current = []
 
     def handle_starttag(self, tag, attrs):
+        self.in_title = tag == "title" or self.in_title
         if tag in self.HIDDEN:
             self.hidden += 1
         elif tag in self.BLOCKS:
             self.flush()
 
     def handle_endtag(self, tag):
+        self.in_title = self.in_title and tag != "title"
         if tag in self.HIDDEN:
             self.hidden = max(0, self.hidden - 1)
         elif tag in self.BLOCKS:
-            self.flush()
+            self.flush(tag)
 
     def handle_data(self, data):
+        if self.in_title:
+            self.title.append(data)
         if not self.hidden:
             self.current.append(data)
 
 
-def html_paragraphs(text: str) -> list[str]:
+def html_document(text: str) -> Extracted:
+    """Block elements as paragraphs; the title: <title>, else the first heading. A `</` that
+    opens no end tag is text: html.parser searches the rest of the file for each one, which
+    made 1 MB of them take minutes."""
     parser = _HTMLText()
-    parser.feed(text)
+    parser.feed(re.sub(r"</(?![A-Za-z])", "&lt;/", text))
     parser.close()
     parser.flush()
-    return parser.paragraphs
+    return _flat(parser.paragraphs, _clean("".join(parser.title)) or parser.heading)
 
 
-def eml_paragraphs(data: bytes) -> list[str]:
-    """The subject, then the plain-text body (else the HTML one); attachments are not read."""
-    msg = email.message_from_bytes(data, policy=email.policy.default)
+def html_paragraphs(text: str) -> list[str]:
+    return html_document(text).paragraphs
+
+
+def eml_paragraphs(data: bytes) -> Extracted:
+    """The subject (also the title), then the plain-text body (else the HTML one); attachments
+    are not read. Parsed with the compat32 policy and the subject decoded by email.header:
+    the default policy's header parser took gigabytes for a subject of 20,000 encoded words
+    and quadratic time for a long plain one."""
+    msg = email.message_from_bytes(data, policy=email.policy.compat32)
     if not msg.keys():
         raise Skip("damaged (no e-mail headers)")
-    out = [_clean(str(msg["subject"]))] if msg["subject"] else []
-    body = msg.get_body(preferencelist=("plain", "html"))
+    subject = _header_text(msg["subject"]) if msg["subject"] else ""
+    out = [subject] if subject else []
+    texts = [p for p in msg.walk() if p.get_content_maintype() == "text"
+             and not str(p.get("content-disposition", "")).lower().startswith("attachment")]
+    body = next((p for kind in ("plain", "html") for p in texts if p.get_content_subtype() == kind), None)
     if body is not None:
-        content = body.get_content()
+        content = _payload_text(body)
         out += html_paragraphs(content) if body.get_content_subtype() == "html" else text_paragraphs(content)
-    return out
+    return _flat(out, subject)
+
+
+def _header_text(raw) -> str:
+    try:
+        return _clean(str(email.header.make_header(email.header.decode_header(str(raw)))))
+    except (ValueError, LookupError, email.errors.HeaderParseError):
+        return _clean(str(raw))
+
+
+def _payload_text(part) -> str:
+    data = part.get_payload(decode=True) or b""
+    try:
+        return data.decode(part.get_content_charset() or "utf-8", errors="replace")
+    except LookupError:                  # a charset Python does not know
+        return _decode(data)
