@@ -60,10 +60,12 @@ def open_session(args):
     return session, options
 
 
-def stream_answer(session, prompt, options, args, out=None, cache=None):
+def stream_answer(session, prompt, options, args, out=None, cache=None, continuation=False):
     """Generate, streaming text to `out` (default: sys.stdout as it is now, not as it was at
     import) or NDJSON chunks with --json-stream; returns (text, tokens, last Response).
-    `cache`: a PromptCache the generation starts from and leaves its KV cache in."""
+    `cache`: a PromptCache the generation starts from and leaves its KV cache in.
+    `continuation`: the text is appended to the prompt's (a raw prompt, a prefilled answer), so
+    it keeps the space before its first word."""
     out = out or sys.stdout
     ndjson = getattr(args, "json_stream", False)
     quiet_text = getattr(args, "json", False)
@@ -71,7 +73,7 @@ def stream_answer(session, prompt, options, args, out=None, cache=None):
     text, tokens, last = [], [], None
     sources = []
     try:
-        for r in session.stream(prompt, options, on_prefill=bar, cache=cache):
+        for r in session.stream(prompt, options, on_prefill=bar, cache=cache, continuation=continuation):
             bar.close()
             drafting = getattr(session.drafter, "name", "none") != "none"
             if last is None and drafting and (note := kv_window_note(r.stats.prompt_tokens, options)):
@@ -143,6 +145,7 @@ def report(session, prompt, text, tokens, last, args) -> None:
 
 
 def cmd_generate(args) -> int:
+    from olifant_mlx.engine import Chat
     from olifant_mlx.verifier.loader import check_text
 
     if args.prompt_cache_file and args.prefill_response is not None:
@@ -153,11 +156,12 @@ def cmd_generate(args) -> int:
     session, options = open_session(args)
     prompt = session.prompt_for(prompt_text, args.system_prompt, not args.ignore_chat_template,
                                 template_kwargs(args))
+    appended = not isinstance(prompt, Chat) or args.prefill_response is not None    # text to append to
     cache = None
     if args.prompt_cache_file:
         prompt, cache = continue_cached(session, prompt, args, options)
     text, tokens, last = stream_answer(session, prefilled(session, prompt, args.prefill_response),
-                                       options, args, cache=cache)
+                                       options, args, cache=cache, continuation=appended)
     report(session, prompt, text, tokens, last, args)
     return 0
 
@@ -270,7 +274,8 @@ def cmd_chat(args) -> int:
             continue
         chat = chat.then("user", query)
         text, tokens, last = stream_answer(session, prefilled(session, chat, args.prefill_response),
-                                           options, args, cache=cache)
+                                           options, args, cache=cache,
+                                           continuation=args.prefill_response is not None)
         sys.stdout.write("\n")
         sys.stdout.flush()
         chat = chat.then("assistant", (args.prefill_response or "") + text)
