@@ -80,8 +80,6 @@ def stream_answer(session, prompt, options, args, out=None, cache=None, continua
                 sys.stderr.write(note + "\n")
             text.append(r.text)
             tokens.extend(r.tokens)
-            if r.verbatim is not None:
-                warn_verbatim(r.verbatim, options)
             if ndjson:
                 print_json({"text": r.text, "tokens": r.tokens,
                             "provenance": [kind for _, kind in r.segments],
@@ -91,6 +89,9 @@ def stream_answer(session, prompt, options, args, out=None, cache=None, continua
             elif not quiet_text and r.text:
                 out.write(r.text)
                 out.flush()
+            if r.verbatim is not None:       # after the text it came with, on a line of its own
+                mid_line = not (ndjson or quiet_text) and not "".join(text).endswith("\n")
+                warn_verbatim(r.verbatim, options, mid_line and same_stream(out, sys.stderr))
             sources.extend(r.sources)
             last = r
     finally:
@@ -99,13 +100,25 @@ def stream_answer(session, prompt, options, args, out=None, cache=None, continua
     return "".join(text), tokens, last
 
 
-def warn_verbatim(src, options) -> None:
-    """The guard's one line on stderr: the document and the span's length (never its text)."""
+def same_stream(a, b) -> bool:
+    """Whether two streams write to one file, pipe or terminal (True where that is unknown)."""
+    import os
+
+    try:
+        x, y = os.fstat(a.fileno()), os.fstat(b.fileno())
+    except (OSError, ValueError, AttributeError):
+        return True
+    return (x.st_dev, x.st_ino) == (y.st_dev, y.st_ino)
+
+
+def warn_verbatim(src, options, new_line=False) -> None:
+    """The guard's one line on stderr: the document and the span's length (never its text);
+    `new_line`: the streamed text stands mid-line where stderr writes, so start a line first."""
     place = src.places[0]
     where = f"{place.path}" + (f", page {place.page}" if place.page else "") + f", paragraph {place.paragraph}"
     action = "generation stopped" if options.verbatim_action == "stop" else "warning"
-    sys.stderr.write(f"{action}: the output copies {src.tokens} consecutive tokens (more than "
-                     f"--max-verbatim {options.max_verbatim}) from {where}\n")
+    sys.stderr.write(("\n" if new_line else "") + f"{action}: the output copies {src.tokens} consecutive "
+                     f"tokens (more than --max-verbatim {options.max_verbatim}) from {where}\n")
 
 
 def source_lines(sources) -> list[str]:
