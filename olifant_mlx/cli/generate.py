@@ -13,6 +13,7 @@ import sys
 from olifant_mlx.cli.common import (MODEL_HELP, add_generation_args, add_mlx_lm_args, add_prompt_cache_args,
                                     add_weights_arg, draft_tokens, empty_answer_hint, kv_window_note, prepare,
                                     print_json, summary_lines, template_kwargs)
+from olifant_mlx.cli.output import answer_turn, document, output_format, write_output
 from olifant_mlx.cli.sharding import add_sharding_args, sharded_command
 
 DEMO_PROMPT = (  # the warranty disclaimer of the MIT licence: legal boilerplate verifiers know
@@ -159,6 +160,7 @@ def report(session, prompt, text, tokens, last, args) -> None:
 
 def cmd_generate(args) -> int:
     from olifant_mlx.engine import Chat
+    from olifant_mlx.tui.conversation import Conversation, Turn
     from olifant_mlx.verifier.loader import check_text
 
     if args.prompt_cache_file and args.prefill_response is not None:
@@ -166,6 +168,8 @@ def cmd_generate(args) -> int:
                          "the user's message, before the assistant's answer begins): put the text in the prompt")
     prompt_text = sys.stdin.read() if args.prompt == "-" else args.prompt
     check_text(prompt_text, "the prompt (-p)")       # before the model loads
+    if args.output:
+        output_format(args.output)
     session, options = open_session(args)
     prompt = session.prompt_for(prompt_text, args.system_prompt, not args.ignore_chat_template,
                                 template_kwargs(args))
@@ -176,6 +180,15 @@ def cmd_generate(args) -> int:
     text, tokens, last = stream_answer(session, prefilled(session, prompt, args.prefill_response),
                                        options, args, cache=cache, continuation=appended)
     report(session, prompt, text, tokens, last, args)
+    if args.output:
+        turn = answer_turn(session, options, text, tokens, last, args.prefill_response or "")
+        if appended and not isinstance(prompt, Chat):
+            conv = document(prompt_text, turn)
+        else:
+            conv = Conversation(kind="chat", system_prompt=args.system_prompt,
+                                turns=[Turn("user", prompt_text), turn])
+            conv.touch()
+        write_output(args.output, conv, options)
     return 0
 
 
@@ -254,8 +267,13 @@ def cmd_chat(args) -> int:
     """A multi-turn conversation on stdin/stdout (like mlx_lm.chat), kept in memory only."""
     from olifant_mlx.engine import Chat, PromptCache
 
+    from olifant_mlx.tui.conversation import Conversation, Turn
+
+    if args.output:
+        output_format(args.output)     # before the model loads
     session, options = open_session(args)
     cache = PromptCache()      # the conversation's KV cache: a turn prefills only its new tokens
+    kept = Conversation(kind="chat", system_prompt=args.system_prompt)    # for --output
     if not session.verifier.has_chat_template:
         raise ValueError(f"{session.verifier.name} has no chat template (a base model): use "
                          f"`generate` to continue text")
@@ -277,6 +295,7 @@ def cmd_chat(args) -> int:
             break
         if query.strip() == "r":
             chat = Chat(system, template_kwargs(args))
+            kept = Conversation(kind="chat", system_prompt=args.system_prompt)
             cache.clear()
             sys.stderr.write("(new conversation)\n")
             continue
@@ -292,6 +311,11 @@ def cmd_chat(args) -> int:
         sys.stdout.write("\n")
         sys.stdout.flush()
         chat = chat.then("assistant", (args.prefill_response or "") + text)
+        if args.output:               # after every answer: the file always holds a whole conversation
+            kept.turns += [Turn("user", query), answer_turn(session, options, text, tokens, last,
+                                                            args.prefill_response or "")]
+            kept.touch()
+            write_output(args.output, kept, options)
         if last.sources:
             sys.stderr.write(f"[sources: {len(last.sources)} verbatim span(s) from the library]\n"
                              + "\n".join(source_lines(last.sources)) + "\n")
@@ -419,6 +443,7 @@ def add_generate(g):
     add_prompt_cache_args(g)
     g.add_argument("--stats", action="store_true", help="more detail in the summary (steps, times)")
     g.add_argument("--quiet", action="store_true", help="no summary on stderr")
+    add_output_arg(g, "the prompt and the text (a raw prompt: continued as a document)")
     out = g.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="one JSON object on stdout at the end")
     out.add_argument("--json-stream", action="store_true",
@@ -426,11 +451,19 @@ def add_generate(g):
     g.set_defaults(func=sharded_command(cmd_generate))
 
 
+def add_output_arg(p, what: str) -> None:
+    p.add_argument("--output", metavar="FILE",
+                   help=f"also write {what} to FILE, with the copied spans and their sources; its "
+                        f"suffix picks the format: .docx (Word, copied spans highlighted), .md, .txt, "
+                        f".json (created mode 0600)")
+
+
 def add_chat(c):
     add_generation_args(c, prompt=False)
     add_mlx_lm_args(c)
     add_sharding_args(c)
     c.add_argument("--quiet", action="store_true", help="no per-answer summary on stderr")
+    add_output_arg(c, "the conversation, after every answer")
     c.set_defaults(func=sharded_command(cmd_chat), stats=False)
 
 
