@@ -212,6 +212,7 @@ class SourceTracker:
         self.open_start = 0
         self._last = -1                     # the final ms of the position before open_start
         self._window = None                 # the open window's matching statistics
+        self._tripped = set()               # where runs the guard reported start: always listed
 
     @property
     def longest_open(self) -> int:
@@ -240,7 +241,7 @@ class SourceTracker:
     def _finish(self, pos: int, stat) -> list[Source]:
         length = int(stat["length"])
         out = []
-        if length >= self.min_tokens and length >= self._last:
+        if (length >= self.min_tokens or pos in self._tripped) and length >= self._last:
             out.append(_source(self.li, self.ids, pos, pos + length, int(stat["lo"]), int(stat["hi"]),
                                self.tokenizer, self.max_places))
         self._last = length
@@ -262,7 +263,8 @@ class SourceTracker:
 
     def guard_tripped(self) -> Source | None:
         """The open run when it is longer than max_verbatim ids (with other_matters_of, found
-        in a document of another matter), else None. The Source's places are such documents."""
+        in a document of another matter), else None. The Source's places are such documents;
+        the run is then listed among the sources even when shorter than min_tokens."""
         m = self.max_verbatim
         if m is None or self._window is None or self.longest_open <= m:
             return None
@@ -274,5 +276,6 @@ class SourceTracker:
             src = _source(self.li, self.ids, self.open_start + j, n, int(stat["lo"]), int(stat["hi"]),
                           self.tokenizer, self.max_places, keep)
             if src.places:
+                self._tripped.add(self.open_start)   # listed in the sources even under min_tokens
                 return src
         return None

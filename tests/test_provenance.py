@@ -271,6 +271,25 @@ def test_session_reports_sources_and_the_guard_stops(legal):
     assert session.generate(prompt).finish_reason == "max_tokens"
 
 
+def test_the_span_that_trips_the_guard_is_listed_under_min_source_tokens(legal):
+    li, brute = legal["li"], Brute(legal["li"])
+    alpha = next(k for k, r in enumerate(li.indexed) if r["matter"] == "alpha")
+    copy = _copy_of(li, alpha, 20, brute)
+    cont = legal["fresh"][6][:40] + copy + legal["fresh"][7][:40]
+    for action in ("stop", "warn"):
+        session, prompt = reference_session(legal, cont, sources="legal", max_verbatim=10,
+                                            min_source_tokens=60, verbatim_action=action)
+        trips = []
+        result_sources = []
+        for r in session.stream(prompt):
+            trips += [r.verbatim] if r.verbatim is not None else []
+            result_sources += r.sources
+        assert trips and (len(trips) == 1 or action == "warn"), action
+        # each run the guard reported is listed (from where the run starts), nothing else is
+        assert [s.start for s in result_sources] == [t.start for t in trips], action
+        assert all(10 < s.tokens < 60 for s in result_sources), action
+
+
 def test_session_without_a_library(legal):
     from olifant_mlx.engine.options import OptionsError
 
@@ -334,3 +353,33 @@ def test_generate_json_stream_shows_sources_and_warns(legal, smol, tmp_path):
     assert max(e["tokens"] for e in events) > 20
     assert "copies" in r.stderr and "from echo.txt" in r.stderr
     assert own.text.strip()[:30] not in r.stderr            # the guard names the place, not the text
+
+
+def test_the_guard_line_starts_a_line_of_its_own(legal, tmp_path, monkeypatch):
+    import argparse
+    import io
+
+    from olifant_mlx.cli.generate import stream_answer
+
+    li, brute = legal["li"], Brute(legal["li"])
+    alpha = next(k for k, r in enumerate(li.indexed) if r["matter"] == "alpha")
+    cont = legal["fresh"][6][:40] + _copy_of(li, alpha, 50, brute) + legal["fresh"][7][:40]
+    args = argparse.Namespace()
+    for action in ("warn", "stop"):
+        # stdout and stderr to one stream (a terminal): the line begins after a line break
+        both = io.StringIO()
+        monkeypatch.setattr("sys.stderr", both)
+        session, prompt = reference_session(legal, cont, sources="legal", max_verbatim=30, verbatim_action=action)
+        text, _, _ = stream_answer(session, prompt, session.options, args, out=both)
+        written = both.getvalue()
+        at = written.index("the output copies")
+        line = written[written.rindex("\n", 0, at) + 1:at]
+        assert line in ("warning: ", "generation stopped: "), (action, line)
+        before, after = written[:at - len(line) - 1], written[written.index("\n", at) + 1:]
+        assert before + after == text and not before.endswith("\n"), action    # a break added mid-line
+        # to two files: stderr holds the line alone, stdout the text alone
+        with open(tmp_path / "out", "w+") as out, open(tmp_path / "err", "w+") as err:
+            monkeypatch.setattr("sys.stderr", err)
+            text, _, _ = stream_answer(session, prompt, session.options, args, out=out)
+            out.seek(0), err.seek(0)
+            assert out.read() == text and err.read().startswith(line), action

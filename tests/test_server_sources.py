@@ -86,3 +86,15 @@ def test_sources_beside_usage_read_with_the_openai_client(server, tinylib, outpu
     chat = c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": PROMPT}],
                                      max_tokens=N, extra_body=extra)
     assert isinstance(chat.model_extra["sources"], list)
+
+
+def test_a_guard_stop_lists_the_span_that_tripped_it(server, output):
+    body = {"prompt": PROMPT, "max_tokens": N, "sources": "tinylib", "draft": "lookup", "max_verbatim": 10,
+            "verbatim_action": "stop", "min_source_tokens": 30}
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        r = c.post("/v1/completions", json=body)
+        assert r.status_code == 200, r.text
+        got = r.json()
+        assert got["choices"][0]["finish_reason"] == "content_filter"     # the guard stopped it
+        assert [s["tokens"] for s in got["sources"]] == [11]     # under min_source_tokens, yet listed
+        assert all(p["path"] == "deed.txt" for p in got["sources"][0]["places"])

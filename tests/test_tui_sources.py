@@ -5,12 +5,14 @@ tokenizer); the tracker's reports are scripted on the fake session here (the rea
 with the real verifier is in test_server_sources.py and the screenshots)."""
 import asyncio
 import json
+import stat
 
 import numpy as np
 import pytest
 from textual.widgets import DataTable, TabbedContent
 from tui_fakes import (FAKE_IDENTITY, ByteTokenizer, FakeSession, FakeVerifier, Identity, settle, static_text,
                        wait_for)
+from word_files import docx_contents, libreoffice_text
 
 from olifant_mlx import library
 from olifant_mlx.tui.app import OlifantApp
@@ -137,6 +139,37 @@ def test_the_document_keeps_its_copied_mark_through_edits(precedents):
             assert "1 copied span from precedents" in static_text(app, "#sources-head")
 
     asyncio.run(go())
+
+
+@pytest.mark.slow   # LibreOffice converts the export: seconds
+def test_the_word_export_from_the_dialog_marks_the_copy(precedents, tmp_path):
+    pytest.importorskip("docx")
+    out = tmp_path / "contract.docx"
+
+    async def go():
+        app = sourced_app(precedents, mode="document", prompt="Start.")
+        async with app.run_test(size=(120, 36)) as pilot:
+            await pilot.pause(0.2)
+            await pilot.press("ctrl+g")
+            await wait_for(pilot, lambda: app.current["document"].runs)
+            await settle(pilot, app)
+            await pilot.press("ctrl+s")
+            await pilot.pause()
+            assert "Word" in str(app.screen.query_one("#fmt-docx").label)     # beside md, txt, json
+            await pilot.press(*str(out), "enter")                 # the suffix picks Word
+            await pilot.pause()
+            return app.doc_tab.editor.text
+
+    text = asyncio.run(go())
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    body, marked = docx_contents(out)
+    assert text.strip() in body and marked == [COPIED]
+    appendix = body.split("\nSources\n")[1]
+    assert f"{len(COPIED)} tokens copied from library precedents" in appendix and "licence.txt" in appendix
+    laid_out = libreoffice_text(out, tmp_path)
+    if laid_out is None:
+        pytest.skip("no soffice (apt-get install libreoffice-writer-nogui)")
+    assert COPIED in " ".join(laid_out.split()) and "licence.txt" in laid_out
 
 
 def test_the_sources_tab_says_what_it_is_for_when_empty():

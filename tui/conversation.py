@@ -14,13 +14,15 @@ import uuid
 from dataclasses import dataclass, field
 
 from olifant_mlx.engine import Chat
+from olifant_mlx.exports import docx_bytes
 from olifant_mlx.tui.copied import appendix
 
 KINDS = ("chat", "document")
 ROLES = ("system", "user", "assistant")
 PROVENANCE = ("accepted", "correction", "bonus", "plain")
 COPIED = "copied"            # a document mark: text found verbatim in a library (tui/copied.py)
-FORMATS = {"md": "Markdown", "txt": "plain text", "json": "JSON (with the statistics)"}   # each with
+FORMATS = {"md": "Markdown", "txt": "plain text", "json": "JSON (with the statistics)",   # each with
+           "docx": "Word (copied spans highlighted)"}
 # the sources of its copied spans (an appendix; json: "sources"), when a library was asked for
 EXPORT_FORMAT = "olifant_mlx.export"
 EXPORT_VERSION = 1
@@ -234,7 +236,7 @@ def _opt_str(d, key):
 # ---- exports -------------------------------------------------------------------------
 
 def format_for(path: str, chosen: str | None = None) -> str:
-    """The export format: the one chosen, else the file's extension (.md, .txt, .json)."""
+    """The export format: the one chosen, else the file's extension (.md, .txt, .json, .docx)."""
     if chosen:
         return chosen
     ext = path.rsplit(".", 1)[-1].lower() if "." in path.rsplit("/", 1)[-1] else ""
@@ -253,6 +255,32 @@ def _stats_line(stats: dict | None, energy: dict | None) -> str:
     return ", ".join(parts)
 
 
+def export_data(conv: Conversation, fmt: str, settings: dict | None = None) -> str | bytes:
+    """What an export file holds: the Word file's bytes for "docx", else export_text."""
+    if fmt != "docx":
+        return export_text(conv, fmt, settings)
+    return docx_bytes(conv.title or conv.default_title() or "untitled", _docx_blocks(conv), conv.sources())
+
+
+def _docx_blocks(conv: Conversation) -> list:
+    """The Word file's blocks (exports.docx_bytes): a document's text with its copied marks; a
+    chat's messages under "You" and "Assistant", each answer's copied spans and its numbers."""
+    if conv.kind == "document":
+        return [("text", conv.text, [(a, b) for a, b, kind in conv.marks if kind == COPIED])]
+    blocks = [("note", f"System: {conv.system_prompt}", [])] if conv.system_prompt else []
+    for t in conv.turns:
+        if t.role == "user":
+            blocks += [("heading", "You", []), ("text", t.content, [])]
+            continue
+        who = " · ".join(x for x in (t.verifier, t.drafter and f"drafter {t.drafter}") if x)
+        marks = [tuple(s["chars"]) for s in t.sources if s.get("chars")]
+        blocks += [("heading", f"Assistant{f' ({who})' if who else ''}", []), ("text", t.content, marks)]
+        line = _stats_line(t.stats, t.energy)
+        if line:
+            blocks.append(("note", line, []))
+    return blocks
+
+
 def export_text(conv: Conversation, fmt: str, settings: dict | None = None) -> str:
     """The text of an export: "md" (Markdown), "txt" (plain text) or "json" (everything,
     with the statistics of each answer or continuation and the settings used)."""
@@ -262,7 +290,7 @@ def export_text(conv: Conversation, fmt: str, settings: dict | None = None) -> s
                            "settings": settings or {}, **conv.as_dict(), "sources": conv.sources()},
                           indent=2, ensure_ascii=False, allow_nan=False) + "\n"
     if fmt not in ("md", "txt"):
-        raise ValueError(f"export format must be md, txt or json, got {fmt!r}")
+        raise ValueError(f"export format must be md, txt, json or docx, got {fmt!r}")
     body = _body(conv, fmt)
     tail = appendix(conv.sources(), fmt == "md")
     return body + ("\n" + tail if tail else "")

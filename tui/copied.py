@@ -10,6 +10,8 @@ from __future__ import annotations
 from rich.style import Style
 from rich.text import Text
 
+from olifant_mlx.exports import appendix, where  # noqa: F401 (the TUI's names for them)
+
 COPIED_CSS = "{name} > .prov--copied {{ color: $text-accent; text-style: reverse; }}\n"
 LABEL = "copied from library"
 LEGEND = "copied"             # the legend's word for it (the legend is one line at 80 columns)
@@ -75,32 +77,3 @@ class Copied:
             lo, hi = max(a, start), min(b, end)
             if style is not None and lo < hi:
                 line.stylize(style, lo - start, hi - start)
-
-
-def where(place: dict) -> str:
-    """A place in a library, as a reader names it: the file, then page and paragraph."""
-    parts = [str(place.get("path") or place.get("title") or f"document {place.get('document', '?')}")]
-    for key in ("page", "paragraph"):
-        if place.get(key):          # 0: a document without pages (text, HTML, e-mail)
-            parts.append(f"{key} {place[key]}")
-    if place.get("matter"):
-        parts.append(f"matter {place['matter']}")
-    return ", ".join(parts)
-
-
-def appendix(sources, markdown: bool) -> str:
-    """An export's sources appendix: each copied span, its length and where it is from."""
-    if not sources:
-        return ""
-    out = ["## Sources\n" if markdown else "Sources:\n"]
-    for i, s in enumerate(sources, 1):
-        places = s.get("places") or []
-        lib = s.get("library")
-        head = f"{i}. {s.get('tokens', s.get('end', 0) - s.get('start', 0))} tokens copied"
-        head += f" from library {'*' + lib + '*' if markdown and lib else lib}" if lib else ""
-        text = " ".join((s.get("text") or "").split())
-        out.append(head + (f": \"{text}\"" if text else ""))
-        for p in places:
-            out.append(f"   - {'`' + where(p) + '`' if markdown else where(p)}")
-        out.append("")
-    return "\n".join(out)

@@ -10,7 +10,7 @@ from functools import partial
 from olifant_mlx.tui import workers
 from olifant_mlx.tui.chat_tab import MessageView
 from olifant_mlx.tui.compare_tab import CompareTab
-from olifant_mlx.tui.conversation import Conversation, export_text
+from olifant_mlx.tui.conversation import Conversation, export_data
 from olifant_mlx.tui.save import ExportScreen
 from olifant_mlx.tui.settings_tab import Settings, SettingsTab
 from olifant_mlx.tui.workers import Job
@@ -274,7 +274,7 @@ class Generation:
             else:
                 summary = self.ws.summary(settings)
             try:
-                write_atomic(path, export_text(conv, fmt, summary))
+                write_atomic(path, export_data(conv, fmt, summary))
             except (OSError, ValueError) as e:
                 self._notify(f"cannot export: {e}", severity="error")
                 return

@@ -8,7 +8,8 @@ when `python -m olifant_mlx demo` has cached it, else over a small model trained
 temporary folder, from the MIT licence text. The energy panel uses a recorded Apple-Silicon
 trace (`--energy replay:PATH`), labelled as a replay. The screenshots are SVGs (Textual's
 `export_screenshot`); `--png` also turns them into PNGs with rsvg-convert (apt-get install
-librsvg2-bin) or cairosvg when installed. `--sources` makes only the provenance shots: a
+librsvg2-bin) or cairosvg when installed. `--export` makes only the export dialog's (80x24, a
+Word file's path typed). `--sources` makes only the provenance shots: a
 library built here (in a temporary cache) from the MIT licence, the document continued with
 its copied spans marked, and the Sources tab (ctrl+l) with the first span's passage. `--models`
 makes only the Models tab at 80x24, listing a draft model and a library built here.
@@ -154,6 +155,21 @@ async def shoot_sources(out: Path, size, max_tokens: int) -> list[Path]:
     return shots
 
 
+async def shoot_export(out: Path) -> Path:
+    """The export dialog at 80x24 over the document, a Word file's path typed:
+    tui-export-80x24.svg (nothing is written: the dialog is left open)."""
+    app = OlifantApp(model="smollm2-135m", draft="none", energy="none", mode="document", model_dirs=[])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause(1.0)          # the app shows its document first (after a refresh)
+        await pilot.press("ctrl+s")
+        await pilot.pause(0.3)
+        await pilot.press(*"~/matters/acme/nda-draft.docx")
+        await pilot.pause(0.3)
+        svg = out / "tui-export-80x24.svg"
+        write_atomic(svg, app.export_screenshot(title="olifant_mlx tui: export-80x24"), mode=PUBLIC)
+    return svg
+
+
 @contextlib.contextmanager
 def temporary_cache():
     """A temporary folder whose `cache` is $OLIFANT_CACHE meanwhile, finding the real cache's
@@ -246,9 +262,13 @@ def main(argv=None) -> int:
     ap.add_argument("--png", action="store_true", help="also write PNGs (rsvg-convert or cairosvg)")
     ap.add_argument("--sources", action="store_true", help="only the provenance shots (Sources tab)")
     ap.add_argument("--models", action="store_true", help="only the Models tab at 80x24, with a library")
+    ap.add_argument("--export", action="store_true", help="only the export dialog's shot (80x24)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.export:
+        print(asyncio.run(shoot_export(out)))
+        return 0
     if args.sources or args.models:
         for svg in sources_shots(out, args.max_tokens) if args.sources else models_shots(out):
             print(svg)

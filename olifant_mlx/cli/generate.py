@@ -13,6 +13,7 @@ import sys
 from olifant_mlx.cli.common import (MODEL_HELP, add_generation_args, add_mlx_lm_args, add_prompt_cache_args,
                                     add_weights_arg, draft_tokens, empty_answer_hint, kv_window_note, prepare,
                                     print_json, summary_lines, template_kwargs)
+from olifant_mlx.cli.output import answer_turn, document, output_format, write_output
 from olifant_mlx.cli.sharding import add_sharding_args, sharded_command
 
 DEMO_PROMPT = (  # the warranty disclaimer of the MIT licence: legal boilerplate verifiers know
@@ -64,10 +65,12 @@ def open_session(args):
     return session, options
 
 
-def stream_answer(session, prompt, options, args, out=None, cache=None):
+def stream_answer(session, prompt, options, args, out=None, cache=None, continuation=False):
     """Generate, streaming text to `out` (default: sys.stdout as it is now, not as it was at
     import) or NDJSON chunks with --json-stream; returns (text, tokens, last Response).
-    `cache`: a PromptCache the generation starts from and leaves its KV cache in."""
+    `cache`: a PromptCache the generation starts from and leaves its KV cache in.
+    `continuation`: the text is appended to the prompt's (a raw prompt, a prefilled answer), so
+    it keeps the space before its first word."""
     out = out or sys.stdout
     ndjson = getattr(args, "json_stream", False)
     quiet_text = getattr(args, "json", False)
@@ -75,15 +78,13 @@ def stream_answer(session, prompt, options, args, out=None, cache=None):
     text, tokens, last = [], [], None
     sources = []
     try:
-        for r in session.stream(prompt, options, on_prefill=bar, cache=cache):
+        for r in session.stream(prompt, options, on_prefill=bar, cache=cache, continuation=continuation):
             bar.close()
             drafting = getattr(session.drafter, "name", "none") != "none"
             if last is None and drafting and (note := kv_window_note(r.stats.prompt_tokens, options)):
                 sys.stderr.write(note + "\n")
             text.append(r.text)
             tokens.extend(r.tokens)
-            if r.verbatim is not None:
-                warn_verbatim(r.verbatim, options)
             if last is None and r.precedents is not None:
                 if ndjson:
                     print_json({"type": "precedents", "precedents": r.precedents.as_list()}, stream=out)
@@ -98,6 +99,9 @@ def stream_answer(session, prompt, options, args, out=None, cache=None):
             elif not quiet_text and r.text:
                 out.write(r.text)
                 out.flush()
+            if r.verbatim is not None:       # after the text it came with, on a line of its own
+                mid_line = not (ndjson or quiet_text) and not "".join(text).endswith("\n")
+                warn_verbatim(r.verbatim, options, mid_line and same_stream(out, sys.stderr))
             sources.extend(r.sources)
             last = r
     finally:
@@ -106,13 +110,25 @@ def stream_answer(session, prompt, options, args, out=None, cache=None):
     return "".join(text), tokens, last
 
 
-def warn_verbatim(src, options) -> None:
-    """The guard's one line on stderr: the document and the span's length (never its text)."""
+def same_stream(a, b) -> bool:
+    """Whether two streams write to one file, pipe or terminal (True where that is unknown)."""
+    import os
+
+    try:
+        x, y = os.fstat(a.fileno()), os.fstat(b.fileno())
+    except (OSError, ValueError, AttributeError):
+        return True
+    return (x.st_dev, x.st_ino) == (y.st_dev, y.st_ino)
+
+
+def warn_verbatim(src, options, new_line=False) -> None:
+    """The guard's one line on stderr: the document and the span's length (never its text);
+    `new_line`: the streamed text stands mid-line where stderr writes, so start a line first."""
     place = src.places[0]
     where = f"{place.path}" + (f", page {place.page}" if place.page else "") + f", paragraph {place.paragraph}"
     action = "generation stopped" if options.verbatim_action == "stop" else "warning"
-    sys.stderr.write(f"{action}: the output copies {src.tokens} consecutive tokens (more than "
-                     f"--max-verbatim {options.max_verbatim}) from {where}\n")
+    sys.stderr.write(("\n" if new_line else "") + f"{action}: the output copies {src.tokens} consecutive "
+                     f"tokens (more than --max-verbatim {options.max_verbatim}) from {where}\n")
 
 
 def source_lines(sources) -> list[str]:
@@ -164,6 +180,8 @@ def report(session, prompt, text, tokens, last, args) -> None:
 
 
 def cmd_generate(args) -> int:
+    from olifant_mlx.engine import Chat
+    from olifant_mlx.tui.conversation import Conversation, Turn
     from olifant_mlx.verifier.loader import check_text
 
     if args.prompt_cache_file and args.prefill_response is not None:
@@ -171,15 +189,27 @@ def cmd_generate(args) -> int:
                          "the user's message, before the assistant's answer begins): put the text in the prompt")
     prompt_text = sys.stdin.read() if args.prompt == "-" else args.prompt
     check_text(prompt_text, "the prompt (-p)")       # before the model loads
+    if args.output:
+        output_format(args.output)
     session, options = open_session(args)
     prompt = session.prompt_for(prompt_text, args.system_prompt, not args.ignore_chat_template,
                                 template_kwargs(args))
+    appended = not isinstance(prompt, Chat) or args.prefill_response is not None    # text to append to
     cache = None
     if args.prompt_cache_file:
         prompt, cache = continue_cached(session, prompt, args, options)
     text, tokens, last = stream_answer(session, prefilled(session, prompt, args.prefill_response),
-                                       options, args, cache=cache)
+                                       options, args, cache=cache, continuation=appended)
     report(session, prompt, text, tokens, last, args)
+    if args.output:
+        turn = answer_turn(session, options, text, tokens, last, args.prefill_response or "")
+        if appended and not isinstance(prompt, Chat):
+            conv = document(prompt_text, turn)
+        else:
+            conv = Conversation(kind="chat", system_prompt=args.system_prompt,
+                                turns=[Turn("user", prompt_text), turn])
+            conv.touch()
+        write_output(args.output, conv, options)
     return 0
 
 
@@ -257,8 +287,13 @@ def cmd_chat(args) -> int:
     """A multi-turn conversation on stdin/stdout (like mlx_lm.chat), kept in memory only."""
     from olifant_mlx.engine import Chat, PromptCache
 
+    from olifant_mlx.tui.conversation import Conversation, Turn
+
+    if args.output:
+        output_format(args.output)     # before the model loads
     session, options = open_session(args)
     cache = PromptCache()      # the conversation's KV cache: a turn prefills only its new tokens
+    kept = Conversation(kind="chat", system_prompt=args.system_prompt)    # for --output
     if not session.verifier.has_chat_template:
         raise ValueError(f"{session.verifier.name} has no chat template (a base model): use "
                          f"`generate` to continue text")
@@ -280,6 +315,7 @@ def cmd_chat(args) -> int:
             break
         if query.strip() == "r":
             chat = Chat(system, template_kwargs(args))
+            kept = Conversation(kind="chat", system_prompt=args.system_prompt)
             cache.clear()
             sys.stderr.write("(new conversation)\n")
             continue
@@ -290,10 +326,16 @@ def cmd_chat(args) -> int:
             continue
         chat = chat.then("user", query)
         text, tokens, last = stream_answer(session, prefilled(session, chat, args.prefill_response),
-                                           options, args, cache=cache)
+                                           options, args, cache=cache,
+                                           continuation=args.prefill_response is not None)
         sys.stdout.write("\n")
         sys.stdout.flush()
         chat = chat.then("assistant", (args.prefill_response or "") + text)
+        if args.output:               # after every answer: the file always holds a whole conversation
+            kept.turns += [Turn("user", query), answer_turn(session, options, text, tokens, last,
+                                                            args.prefill_response or "")]
+            kept.touch()
+            write_output(args.output, kept, options)
         if last.sources:
             sys.stderr.write(f"[sources: {len(last.sources)} verbatim span(s) from the library]\n"
                              + "\n".join(source_lines(last.sources)) + "\n")
@@ -433,6 +475,7 @@ def add_generate(g):
     add_prompt_cache_args(g)
     g.add_argument("--stats", action="store_true", help="more detail in the summary (steps, times)")
     g.add_argument("--quiet", action="store_true", help="no summary on stderr")
+    add_output_arg(g, "the prompt and the text (a raw prompt: continued as a document)")
     out = g.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="one JSON object on stdout at the end")
     out.add_argument("--json-stream", action="store_true",
@@ -440,11 +483,19 @@ def add_generate(g):
     g.set_defaults(func=sharded_command(cmd_generate))
 
 
+def add_output_arg(p, what: str) -> None:
+    p.add_argument("--output", metavar="FILE",
+                   help=f"also write {what} to FILE, with the copied spans and their sources; its "
+                        f"suffix picks the format: .docx (Word, copied spans highlighted), .md, .txt, "
+                        f".json (created mode 0600)")
+
+
 def add_chat(c):
     add_generation_args(c, prompt=False)
     add_mlx_lm_args(c)
     add_sharding_args(c)
     c.add_argument("--quiet", action="store_true", help="no per-answer summary on stderr")
+    add_output_arg(c, "the conversation, after every answer")
     c.set_defaults(func=sharded_command(cmd_chat), stats=False)
 
 

@@ -513,7 +513,7 @@ def docx_paragraphs(data: bytes, lim: dict | None = None) -> Extracted:
     from docx2python.iterators import iter_paragraphs
 
     _check_zip(data, lim or limits())
-    with docx2python(io.BytesIO(data), html=False) as doc:
+    with docx2python(io.BytesIO(_moves_accepted(data)), html=False) as doc:
         title = (doc.core_properties or {}).get("title") or next(
             ("".join(p.run_strings) for p in iter_paragraphs(doc.body_pars)
              if (p.style or "").lower().startswith(("title", "heading")) and "".join(p.run_strings).strip()), "")
@@ -531,6 +531,28 @@ def docx_paragraphs(data: bytes, lim: dict | None = None) -> Extracted:
                     seen_headers.add(text)
                 out.append(text)
         return _flat(out, title)
+
+
+def _moves_accepted(data: bytes) -> bytes:
+    """The .docx with text moved away under tracked changes (w:moveFrom) taken out: docx2python
+    reads the rest of the tracked changes as accepted (insertions and moved-to text in,
+    deletions out; comments stay out of the body), but keeps a move's old place too."""
+    from lxml import etree
+
+    w = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
+    src = zipfile.ZipFile(io.BytesIO(data))
+    out = io.BytesIO()
+    changed = False
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            part = src.read(info)
+            if info.filename.startswith("word/") and info.filename.endswith(".xml") and b"moveFrom>" in part:
+                root = etree.fromstring(part, etree.XMLParser(resolve_entities=False, no_network=True))
+                for moved in list(root.iter(f"{w}moveFrom")):
+                    moved.getparent().remove(moved)
+                part, changed = etree.tostring(root, xml_declaration=True, encoding="UTF-8", standalone=True), True
+            dst.writestr(info, part)
+    return out.getvalue() if changed else data
 
 
 def _leaves(tree):

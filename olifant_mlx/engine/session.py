@@ -309,17 +309,21 @@ class Session:
     def stream(self, prompt, options: GenerationOptions | None = None, drafter=None,
                should_stop: Callable[[], bool] | None = None,
                on_prefill: Callable[[int, int], None] | None = None,
-               continuation: bool = False, cache=None, precedents=None) -> Iterator[Response]:
+               continuation: bool | None = None, cache=None, precedents=None) -> Iterator[Response]:
         """Generate from `prompt` (text or ids), one Response per verifier pass. `drafter`
         overrides the session's for this call; `should_stop()` is asked after every pass.
         `cache` (engine.cache's PromptCache, a conversation's; or PrefixCache, a server's): the
         KV regime starts from the cache of an earlier generation with this session and prefills
         only the prompt's tokens past the prefix they share; the output is the same.
-        `continuation=True` (a text prompt whose text the output is appended to, as in a
-        document being continued): the output keeps the space before its first word, which a
-        streaming detokenizer drops at the start of a generation. `precedents`: the
+        `continuation=True` (a prompt whose text the output is appended to: a raw completion, a
+        document being continued, an answer begun): the output keeps the space before its first
+        word, which a streaming detokenizer drops at the start of a generation, so that prompt +
+        output is the verifier's decoding of both; None (the default): True for a text prompt,
+        False for a Chat or token ids (say which for ids). `precedents`: the
         precedents.Precedents already put into a prompt given as ids (with_precedents), for the
         answer and its provenance; else the options' precedents are gathered here."""
+        if continuation is None:
+            continuation = isinstance(prompt, str)
         responses = self._stream(prompt, options, drafter, should_stop, on_prefill, continuation, cache,
                                  precedents)
         return responses if self.shard is None else self._to_the_end(responses)
@@ -445,10 +449,10 @@ class Session:
         return meter.between(start, meter.mark()) if meter is not None else None
 
     def generate(self, prompt, options: GenerationOptions | None = None, drafter=None,
-                 should_stop=None, cache=None) -> Result:
-        """The whole generation at once."""
+                 should_stop=None, cache=None, continuation: bool | None = None) -> Result:
+        """The whole generation at once (`continuation` as in stream)."""
         text, tokens, last, sources = [], [], None, []
-        for r in self.stream(prompt, options, drafter, should_stop, cache=cache):
+        for r in self.stream(prompt, options, drafter, should_stop, cache=cache, continuation=continuation):
             text.append(r.text)
             tokens.extend(r.tokens)
             sources += r.sources

@@ -250,7 +250,7 @@ class GenerationQueue:
                 self._service_s = dt if self._service_s is None else 0.8 * self._service_s + 0.2 * dt
 
     def _serve(self, job: Job) -> None:
-        from olifant_mlx.engine.session import ContextError, OptionsError
+        from olifant_mlx.engine.session import Chat, ContextError, OptionsError
 
         if job.should_stop():          # it left, or its deadline passed, while it waited
             self._record(job, job.reason, 0, 0)
@@ -302,8 +302,9 @@ class GenerationQueue:
         cache = None if self.prompt_cache is None else OwnedCache(self.prompt_cache, job.owner)
         last, found = None, []
         try:
+            # a completion's text is appended to its prompt: it keeps the space before its first word
             for r in session.stream(ids, opts, drafter, should_stop=job.should_stop, cache=cache,
-                                    precedents=used):
+                                    continuation=not isinstance(job.prompt, Chat), precedents=used):
                 job.passes += 1
                 if r.text:
                     job.emit(Delta(r.text))

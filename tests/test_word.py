@@ -1,0 +1,146 @@
+"""Word in and out (issue 38): a .docx with tracked changes and a comment reads as its accepted
+text (docx2python, with moves fixed up); the Word export (olifant_mlx/exports.py) holds the text,
+the copied spans highlighted and the sources appendix, as python-docx reads it back; `generate
+--output` on the real smollm2-135m and a real library writes every format by its suffix,
+atomically and 0600, refusing what is not a regular file before the model loads; LibreOffice
+opens the exports (slow; it skips without soffice)."""
+import json
+import os
+import stat
+
+import pytest
+from word_files import TRACKED_ACCEPTED, TRACKED_GONE, docx_contents, libreoffice_text, write_tracked_docx
+
+pytest.importorskip("docx")
+pytest.importorskip("docx2python")
+
+from olifant_mlx.draftmodel.documents import docx_paragraphs  # noqa: E402
+from olifant_mlx.tui.conversation import Conversation, Run, Turn, export_data  # noqa: E402
+
+SOURCE = {"start": 0, "end": 9, "tokens": 9, "text": "shall keep confidential all information",
+          "library": "contracts", "chars": [4, 43],
+          "places": [{"document": 3, "path": "nda/mutual.docx", "title": "Mutual NDA", "matter": "acme",
+                      "page": 2, "paragraph": 4, "offset": 120}]}
+
+
+def test_tracked_changes_read_as_the_accepted_text_without_comments(tmp_path):
+    path = tmp_path / "tracked.docx"
+    write_tracked_docx(path)
+    got = docx_paragraphs(path.read_bytes()).paragraphs
+    assert got == TRACKED_ACCEPTED
+    assert not any(gone in p for p in got for gone in TRACKED_GONE)
+    import docx2python
+    with docx2python.docx2python(str(path)) as raw:        # the check can fail: the raw reader keeps
+        assert "old place" in str(raw.body)                  # the text a move took away
+
+
+def test_the_word_export_marks_the_copied_spans_and_lists_the_sources(tmp_path):
+    doc = Conversation(kind="document", title="NDA", text="You shall keep confidential all information.\n"
+                       "Second paragraph\x0b with a control character.")
+    doc.marks = [(4, 43, "copied"), (0, 3, "accepted")]
+    doc.runs = [Run(0, len(doc.text), sources=[SOURCE])]
+    chat = Conversation(kind="chat", title="nda", system_prompt="Be brief.")
+    chat.turns = [Turn("user", "draft it"), Turn("assistant", "You shall keep confidential all information.",
+                                                  stats={"tokens": 9, "acceptance": 0.5}, sources=[SOURCE])]
+    for name, conv in (("doc.docx", doc), ("chat.docx", chat)):
+        data = export_data(conv, "docx")
+        assert isinstance(data, bytes)
+        (tmp_path / name).write_bytes(data)
+        text, marked = docx_contents(tmp_path / name)
+        assert "You shall keep confidential all information." in text, name
+        assert marked == ["shall keep confidential all information"], name
+        body, appendix = text.split("\nSources\n")
+        assert "14" not in body and "9 tokens copied from library contracts" in appendix, name
+        assert "nda/mutual.docx, page 2, paragraph 4, matter acme" in appendix, name
+    assert "Second paragraph\ufffd with" in docx_contents(tmp_path / "doc.docx")[0]
+    text = docx_contents(tmp_path / "chat.docx")[0]
+    assert text.index("You\n") < text.index("draft it") < text.index("Assistant") and "Be brief." in text
+
+
+# ---- generate --output on the real verifier (slow) ------------------------------------------
+
+PROMPT = "Article 1\nThis Regulation lays down rules concerning"
+
+
+@pytest.fixture(scope="module")
+def outputs(smol, tmp_path_factory):
+    """generate --output in every format over a library that holds the verifier's own output;
+    chat --output of one answer. The verifier loads once (load_verifier gives the fixture's)."""
+    from document_fixtures import cache_with_models
+
+    import olifant_mlx.verifier
+    from olifant_mlx import library
+    from olifant_mlx.cli import main
+    from olifant_mlx.engine import GenerationOptions, Session
+
+    tmp = tmp_path_factory.mktemp("word")
+    own = Session(smol, "none", GenerationOptions(k=0, max_tokens=40)).generate(PROMPT)
+    mp = pytest.MonkeyPatch()
+    mp.setenv("OLIFANT_CACHE", str(cache_with_models(tmp / "cache")))
+    folder = tmp / "echo"
+    folder.mkdir()
+    (folder / "echo.txt").write_text(PROMPT + own.text + "\n")
+    library.build("echo", folder, smol.identity)
+    mp.setattr(olifant_mlx.verifier, "load_verifier", lambda *a, **k: smol)
+    (tmp / "out.docx").write_text("an older file, readable by others")
+    os.chmod(tmp / "out.docx", 0o644)
+    base = ["--model", "smollm2-135m", "--draft", "none", "-m", "40", "--sources", "echo", "--quiet"]
+    try:
+        for suffix in ("docx", "md", "txt", "json"):
+            assert main(["generate", *base, "--ignore-chat-template", "-p", PROMPT,
+                         "--output", str(tmp / f"out.{suffix}")]) == 0
+        mp.setattr("sys.stdin", __import__("io").StringIO("Say hello.\n"))
+        assert main(["chat", *base, "--output", str(tmp / "chat.docx")]) == 0
+    finally:
+        mp.undo()
+    return tmp, own
+
+
+@pytest.mark.slow
+def test_generate_output_writes_each_format_by_its_suffix(outputs):
+    tmp, own = outputs
+    for p in tmp.glob("*.*"):
+        if p.is_file():
+            assert stat.S_IMODE(p.stat().st_mode) == 0o600, p      # the older 0644 file replaced too
+    assert not [p.name for p in tmp.iterdir() if p.name.startswith(".")]      # no temporary left
+    text, marked = docx_contents(tmp / "out.docx")
+    body, appendix = text.split("\nSources\n")
+    assert PROMPT + own.text in body
+    assert marked and all(m in own.text for m in marked)           # the copied spans, highlighted
+    assert "tokens copied from library echo" in appendix and "echo.txt" in appendix
+    md, txt = (tmp / "out.md").read_text(), (tmp / "out.txt").read_text()
+    assert PROMPT + own.text in md and "## Sources" in md and "echo.txt" in md
+    assert txt.startswith(PROMPT + own.text) and "Sources:" in txt
+    data = json.loads((tmp / "out.json").read_text())
+    assert data["kind"] == "document" and data["text"] == PROMPT + own.text and data["sources"]
+    assert data["continuations"][0]["start"] == len(PROMPT)
+    chat, _ = docx_contents(tmp / "chat.docx")
+    assert "You\nSay hello.\nAssistant (smollm2-135m" in chat
+
+
+def test_generate_output_refuses_a_bad_target_before_the_model_loads(tmp_path, monkeypatch, capsys):
+    import olifant_mlx.verifier
+    from olifant_mlx.cli import main
+
+    def no_load(*a, **k):
+        raise AssertionError("the verifier loaded")
+
+    monkeypatch.setattr(olifant_mlx.verifier, "load_verifier", no_load)
+    os.mkfifo(tmp_path / "pipe.docx")
+    (tmp_path / "folder.md").mkdir()
+    for target, said in (("pipe.docx", "is a FIFO"), ("folder.md", "is a folder"),
+                         ("out.pdf", "suffix picks the format"), ("no/such.txt", "folder does not exist")):
+        for command in (["generate", "-p", "x"], ["chat"]):
+            assert main([*command, "--output", str(tmp_path / target)]) == 1, target
+            err = capsys.readouterr().err
+            assert err.startswith("error: ") and said in err and err.count("\n") == 1, (target, err)
+
+
+@pytest.mark.slow
+def test_libreoffice_opens_the_exports(outputs, tmp_path):
+    out, own = outputs
+    text = libreoffice_text(out / "out.docx", tmp_path)
+    if text is None:
+        pytest.skip("no soffice (apt-get install libreoffice-writer-nogui)")
+    flat = " ".join(text.split())
+    assert " ".join((PROMPT + own.text).split())[:60] in flat and "Sources" in flat and "echo.txt" in flat
