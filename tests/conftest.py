@@ -20,9 +20,13 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT") and "OPENBLAS_NUM_THREADS" not in
     os.environ["OPENBLAS_NUM_THREADS"] = str(max(1, cpus() // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
 
 import olifant_mlx.mlx_setup  # noqa: E402, F401  (OpenBLAS before anything imports MLX)
+from suite_cache import suite_cache  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("OLIFANT_SHARED", ROOT.parent / "shared"))
+# the suite's own cache, never the user's (tests/suite_cache.py says why and how); subprocesses
+# the tests start inherit it
+os.environ["OLIFANT_CACHE"] = str(suite_cache(ROOT))
 FAST_LOOP = 'python -m pytest -q -m "not slow"'
 BUDGET_ENV = "OLIFANT_FAST_LOOP_BUDGET_S"   # CI sets it (.ci/run): the fast loop's bound in seconds
 
@@ -102,12 +106,17 @@ def gemma():
     return load_verifier("gemma3-270m")
 
 
+DRAFT_TEXTS = (ROOT / "LICENSE",)     # fixed input: the Apache licence, as the checkout holds it
+
+
 @pytest.fixture(scope="session")
 def draft_path(smol):
-    """The demo's draft model for SmolLM2 (builtin:licenses), built once into the cache."""
+    """A draft model for SmolLM2 trained from a fixed text of the checkout (its Apache licence),
+    built once into the suite's cache: the same model on every machine, whatever licence texts
+    its installed packages hold (the demo's builtin:licenses, which made verdicts differ)."""
     from olifant_mlx.cli.generate import demo_draft_model
 
-    return demo_draft_model(smol.identity, "smollm2-135m", ["builtin:licenses"])[1]
+    return demo_draft_model(smol.identity, "smollm2-135m", [str(p) for p in DRAFT_TEXTS])[1]
 
 
 # ---- the fast loop's time, measured inside every run ------------------------------------------

@@ -55,17 +55,63 @@ def test_a_sliding_window_falls_back_to_a_fresh_prefill(smol, draft_path):
     assert all(c == 0 for n, c in seen if n > 96) and any(n > 96 for n, _ in seen)
 
 
+NEAR_TIE = 0.25     # logits: where plain's top two are closer, a quantized cache may pick either
+ISSUE_DRAFT = "fixtures/drafts/smollm2-135m-2e6be56f1309.olif"   # the draft that diverged (issue 37)
+
+
+@pytest.fixture(params=["suite", "issue"])
+def kv_draft(request, draft_path):
+    """The suite's draft model (fixed inputs), and the one that made this test fail where it was
+    not written (a demo model trained from one machine's licence texts; in the shared fixtures)."""
+    if request.param == "suite":
+        return draft_path
+    path = request.getfixturevalue("shared") / ISSUE_DRAFT       # skips without the shared material
+    if not path.is_file():
+        pytest.skip(f"{path} not found")
+    return path
+
+
+def plain_logits(smol, ids, tokens, bits, start):
+    """Plain decoding's logits before token len(tokens) over a quantized cache, one-token steps."""
+    from olifant_mlx.engine import cache as kv
+    from olifant_mlx.mlx_setup import mx
+
+    layers = kv.make_cache(smol.model)
+    logits = kv.prefill(smol.model, layers, ids)
+    kv.quantize(layers, bits, 64, start)
+    for t in tokens:
+        logits = smol.model(mx.array([[t]]), cache=layers)[0, -1]
+        kv.quantize(layers, bits, 64, start)
+    return logits
+
+
 @pytest.mark.parametrize("bits", [4, 8])
-def test_a_quantized_kv_cache_speculates_exactly(smol, draft_path, bits):
-    """--kv-bits: speculative output equals plain output with the same quantized cache, the switch
-    after the prefill (start 0) or inside the answer (start 60: passes stop at it). Every drafter
-    and k over a quantized cache: tests/test_prompt_cache.py (the tiny model)."""
+def test_a_quantized_kv_cache_speculates_exactly(smol, kv_draft, bits):
+    """--kv-bits, the guarantee docs/speculative-decoding.md states: speculative output equals
+    plain output with the same quantized cache up to a near-tie: where they differ first, plain's
+    two candidates are within NEAR_TIE of each other (a pass over k + 1 tokens and one-token steps
+    reach the same position through different passes over quantized keys). The switch after the
+    prefill (start 0) or inside the answer (start 60: passes stop at it). The lead rule plans on
+    a fixed cost curve: live, measured pass times choose which positions a multi-token pass
+    computes, which made the verdict differ from run to run. Every drafter and k over a
+    quantized cache: tests/test_prompt_cache.py (the tiny model)."""
+    from olifant_mlx.measure.bench import REFERENCE_COST
+
     prompt = Chat.of("Draft a confidentiality clause for a software licence.")
     for start in (0, 60):
-        opts = GenerationOptions(k=8, max_tokens=48, kv_bits=bits, quantized_kv_start=start)
-        plain = Session(smol, "none", opts).generate(prompt)
-        for spec in (f"olifant:{draft_path}", f"adaptive:hybrid:{draft_path}"):   # the hybrid inside it
-            assert Session(smol, spec, opts).generate(prompt).tokens == plain.tokens, f"{spec}, start {start}"
+        opts = GenerationOptions(k=8, max_tokens=48, kv_bits=bits, quantized_kv_start=start,
+                                 pass_cost=REFERENCE_COST, draft_cost=REFERENCE_COST)
+        session = Session(smol, "none", opts)
+        plain = session.generate(prompt).tokens
+        for spec in (f"olifant:{kv_draft}", f"adaptive:hybrid:{kv_draft}"):   # the hybrid inside it
+            got = Session(smol, spec, opts).generate(prompt).tokens
+            d = next((i for i, (a, b) in enumerate(zip(got, plain)) if a != b), None)
+            if d is None:
+                assert got == plain, f"{spec}, start {start}"
+                continue
+            logits = plain_logits(smol, session.encode(prompt), plain[:d], bits, start)
+            gap = float(logits[plain[d]] - logits[got[d]])
+            assert 0 <= gap < NEAR_TIE, f"{spec}, start {start}: token {d} is {got[d]}, plain's {plain[d]} by {gap}"
 
 
 def cli(*args, stdin=None):

@@ -16,7 +16,8 @@ from tiny_models import tiny_chat_verifier  # noqa: E402
 from olifant_mlx.drafters.registry import parse_spec  # noqa: E402
 from olifant_mlx.engine import Session  # noqa: E402
 from olifant_mlx.server.app import start  # noqa: E402
-from olifant_mlx.server.config import ConfigError, DrafterChoice, check_api_keys, read_key_file  # noqa: E402
+from olifant_mlx.cli.serve import read_key_file  # noqa: E402
+from olifant_mlx.server.config import ConfigError, DrafterChoice, check_api_keys  # noqa: E402
 
 KEY_A, KEY_B = "alice-key-0001", "bob-key-00002"
 PREFIX = "Quote for Acme Widgets Ltd: the unit price is "

@@ -38,8 +38,7 @@ def prepare(args):
     require_stack()
     from olifant_mlx.engine import GenerationOptions
     from olifant_mlx.server.app import bind
-    from olifant_mlx.server.config import (Limits, check_api_keys, check_bind, check_port, parse_drafters,
-                                           read_key_file)
+    from olifant_mlx.server.config import Limits, check_api_keys, check_bind, check_port, parse_drafters
 
     defaults = GenerationOptions(k=args.k, max_tokens=args.max_tokens, temperature=args.temperature,
                                  top_p=args.top_p, top_k=args.top_k, min_p=args.min_p)
@@ -108,6 +107,21 @@ def cmd_serve(args) -> int:
         if served:                      # a service manager's log, or the terminal, says it ended
             sys.stderr.write(f"stopped serving {served}\n")
     return 0
+
+
+def read_key_file(path) -> list:
+    """The keys of an API key file: one a line; blank lines and lines from '#' are skipped."""
+    from olifant_mlx.files import read_regular
+    from olifant_mlx.server.config import ConfigError, check_api_key
+
+    try:
+        text = read_regular(path).decode("utf-8")
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"--api-key-file {path}: cannot be read ({e})") from None
+    keys = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
+    if not keys:
+        raise ConfigError(f"--api-key-file {path}: no key in it (one a line)")
+    return [check_api_key(k, f"every key in --api-key-file {path} (line {i + 1})") for i, k in enumerate(keys)]
 
 
 MAX_MODELS = 4      # verifiers one server holds in memory at once (all loaded at start)

@@ -797,3 +797,11 @@ def _payload_text(part) -> str:
         return data.decode(part.get_content_charset() or "utf-8", errors="replace")
     except LookupError:                  # a charset Python does not know
         return _decode(data)
+
+
+if __name__ == "__main__":          # a reader process's worker (reader_process.Worker)
+    import sys
+
+    from olifant_mlx.draftmodel import reader_process
+
+    reader_process.serve(int(sys.argv[1]), read_in_worker)

@@ -8,7 +8,9 @@ reason; the next file starts a fresh worker. Workers are pooled (one per thread 
 once) and live as long as the process: a build of hundreds of small files starts one.
 
 The protocol on the worker's stdin/stdout: an 8-byte length, a JSON header, the file's bytes;
-the reply is an 8-byte length and JSON (never pickle: the worker parses hostile input).
+the reply is an 8-byte length and JSON (never pickle: the worker parses hostile input). The
+worker runs the readers' module (ENTRY, `python -m`), whose main calls `serve` with them: this
+module knows no reader.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import threading
 import time
 
 LENGTH = struct.Struct("<Q")
+ENTRY = "olifant_mlx.draftmodel.documents"      # the worker's main: python -m ENTRY MEMORY_BYTES
 _free: list[Worker] = []
 _lock = threading.Lock()
 
@@ -34,8 +37,7 @@ class Worker:
 
     def __init__(self, memory_bytes: int):
         self.memory_bytes = memory_bytes
-        self.proc = subprocess.Popen([sys.executable, "-m", "olifant_mlx.draftmodel.reader_process",
-                                      str(memory_bytes)],
+        self.proc = subprocess.Popen([sys.executable, "-m", ENTRY, str(memory_bytes)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      start_new_session=True)    # Ctrl-C goes to the parent, which ends it
 
@@ -142,10 +144,10 @@ def _send(out, reply: dict) -> None:
     out.flush()
 
 
-def serve(memory_bytes: int) -> None:
-    """Read files sent on stdin until it closes; each under a fresh CPU-time allowance."""
-    from olifant_mlx.draftmodel import documents
-
+def serve(memory_bytes: int, read) -> None:
+    """Read files sent on stdin with read(suffix, data, limits) -> reply until it closes; each
+    under a fresh CPU-time allowance. The worker's main (ENTRY) calls it with the readers."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if memory_bytes:
         try:
             resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
@@ -167,14 +169,10 @@ def serve(memory_bytes: int) -> None:
         if hard == resource.RLIM_INFINITY or soft <= hard:
             resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
         try:
-            reply = documents.read_in_worker(head["suffix"], data, limits)
+            reply = read(head["suffix"], data, limits)
         except MemoryError:
             mib = memory_bytes >> 20
             _send(out, {"limit": f"over the reader's memory limit of {mib:,} MiB (OLIFANT_DOC_MEMORY_BYTES)"})
             return             # a fresh worker for the next file
         _send(out, reply)
 
-
-if __name__ == "__main__":
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    serve(int(sys.argv[1]))

@@ -95,20 +95,6 @@ def check_api_key(key: str | None, where: str = "--api-key") -> str | None:
     return key
 
 
-def read_key_file(path) -> list:
-    """The keys of an API key file: one a line; blank lines and lines from '#' are skipped."""
-    from olifant_mlx.files import read_regular
-
-    try:
-        text = read_regular(path).decode("utf-8")
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"--api-key-file {path}: cannot be read ({e})") from None
-    keys = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
-    if not keys:
-        raise ConfigError(f"--api-key-file {path}: no key in it (one a line)")
-    return [check_api_key(k, f"every key in --api-key-file {path} (line {i + 1})") for i, k in enumerate(keys)]
-
-
 def check_api_keys(keys) -> tuple:
     """Every key a server accepts (each client's prompt cache is its key's alone), each checked,
     none twice."""

@@ -397,15 +397,13 @@ def make_setup(verifier, choice, defaults, meter=None, warm_up: bool = True):
         from olifant_mlx.drafters.base import NoDrafter
         from olifant_mlx.engine.session import Session
 
-        from olifant_mlx.provenance import library_of_spec
-
         v = verifier() if callable(verifier) else verifier
         session = Session(v, "none", defaults, meter=meter)
-        drafters, libraries = {}, []
+        drafters, libraries, own = {}, [], defaults.replace(sources=None)
         for name, spec in choice.specs.items():
             drafters[name] = session.set_drafter(spec)
-            if library_of_spec(session.spec) is not None:    # what this spec (auto too) drafts from
-                libraries.append((name, library_of_spec(session.spec)))
+            if session.sources_library(own) is not None:      # what this spec (auto too) drafts from
+                libraries.append((name, session.sources_library(own)))
         drafters["none"] = NoDrafter()
         session.set_drafter(drafters[choice.default])
         if warm_up:
