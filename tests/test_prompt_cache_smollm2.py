@@ -166,3 +166,15 @@ def test_cache_prompt_then_generate_continues_it(smol, tmp_path):
     r = cli("generate", "--model", "smollm2-135m", "--prompt-cache-file", str(foreign), "-p", "x")
     assert r.returncode == 1 and str(foreign) in r.stderr and "another model" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_generate_says_what_kv_bits_guarantees_when_it_drafts(capsys):
+    """Issue 37, item 18: with --kv-bits the output equals plain decoding's up to near-ties,
+    and the command says so when it drafts (not when it does not)."""
+    from olifant_mlx.cli import main
+    from olifant_mlx.cli.generate import KV_BITS_NOTE
+
+    for draft, said in (("lookup", True), ("none", False)):
+        assert main(["generate", "--model", "smollm2-135m", "--kv-bits", "8", "--quantized-kv-start", "0",
+                     "--draft", draft, "-m", "4", "-p", "hello"]) == 0
+        assert (KV_BITS_NOTE in capsys.readouterr().err) is said, draft

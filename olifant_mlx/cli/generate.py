@@ -65,6 +65,10 @@ def open_session(args):
     return session, options
 
 
+KV_BITS_NOTE = ("note: with --kv-bits, drafting gives plain decoding's text on the same quantized cache "
+                "except where the verifier's two best tokens nearly tie (docs/speculative-decoding.md)")
+
+
 def stream_answer(session, prompt, options, args, out=None, cache=None, continuation=False):
     """Generate, streaming text to `out` (default: sys.stdout as it is now, not as it was at
     import) or NDJSON chunks with --json-stream; returns (text, tokens, last Response).
@@ -81,6 +85,8 @@ def stream_answer(session, prompt, options, args, out=None, cache=None, continua
         for r in session.stream(prompt, options, on_prefill=bar, cache=cache, continuation=continuation):
             bar.close()
             drafting = getattr(session.drafter, "name", "none") != "none"
+            if last is None and drafting and options.kv_bits and not getattr(args, "quiet", False):
+                sys.stderr.write(KV_BITS_NOTE + "\n")
             if last is None and drafting and (note := kv_window_note(r.stats.prompt_tokens, options)):
                 sys.stderr.write(note + "\n")
             text.append(r.text)
