@@ -72,6 +72,9 @@ class Workspace:
         self.last_stats = self.last_window = None
         self.last_k = k
         self.last_prompt = None               # (kind, prompt) of the last chat or document run
+        # the documents pinned in the Precedents pane, [(library, path)]: every later generation
+        # gets them first (options.precedent_files); this session's only, never written to disk
+        self.pins: list[tuple] = []
 
     # ---- energy ---------------------------------------------------------------------
 
@@ -240,7 +243,8 @@ class Workspace:
         return {"verifier": self.session.verifier.name if self.session else s.model,
                 "drafter": s.draft.text, "k": o.k, "max_tokens": o.max_tokens, "kv_cache": o.kv_cache,
                 "max_kv_size": o.max_kv_size, "temperature": o.temperature, "top_p": o.top_p,
-                "seed": o.seed, "energy_meter": self.meter.info.label if self.meter else None}
+                "seed": o.seed, "energy_meter": self.meter.info.label if self.meter else None,
+                "precedents": o.precedents, "pinned_precedents": [path for _, path in self.pins]}
 
     # ---- jobs: the generations in flight and what they leave ---------------------------
 
@@ -292,8 +296,12 @@ class Workspace:
             turn.content += "".join(t for t, _ in m.segments)
             turn.segments += m.segments
             turn.sources += m.sources
+            if m.precedents is not None:
+                turn.precedents = m.precedents
         elif job.kind == "document":
             job.sources += m.sources
+            if m.precedents is not None:
+                job.precedents = m.precedents
 
     def done(self, job: Job, m, document=None) -> None:
         """A finished run (a Done) kept in its conversation with its numbers; `document`: the
@@ -313,7 +321,7 @@ class Workspace:
         else:
             conv.text, conv.marks = document
             conv.runs.append(Run(job.index, len(conv.text), stats, energy, m.finish_reason, verifier, drafter,
-                                 job.sources))
+                                 job.sources, job.precedents))
         conv.touch()
 
     def failed(self, job: Job) -> bool:
@@ -334,3 +342,37 @@ class Workspace:
             return None
         running = [s for j in self.jobs.values() if j.conv is conv and j.kind == "document" for s in j.sources]
         return conv.sources() + running
+
+    # ---- precedents: what the current answer was given, and the pinned documents ------------
+
+    def precedents(self, kind: str) -> list | None:
+        """The passages the current conversation's last answer (or the document's last
+        continuation, or the one running) was given; None when there is no conversation."""
+        conv = self.current.get(kind)
+        if conv is None:
+            return None
+        running = [j for j in self.jobs.values() if j.conv is conv and j.kind == "document"]
+        if running:
+            return running[-1].precedents
+        if kind == "chat":
+            answers = [t for t in conv.turns if t.role == "assistant"]
+            return answers[-1].precedents if answers else []
+        return conv.runs[-1].precedents if conv.runs else []
+
+    def pinned(self, passage: dict) -> bool:
+        return (passage.get("library"), passage.get("path")) in self.pins
+
+    def toggle_pin(self, passage: dict) -> bool:
+        """Pin the passage's document (its path; a library's document by its path there), or
+        unpin it when it is pinned; True when it is pinned now."""
+        key = (passage.get("library"), passage.get("path"))
+        if key in self.pins:
+            self.pins.remove(key)
+            return False
+        self.pins.append(key)
+        return True
+
+    def with_pins(self, s):
+        """The settings with the pinned documents first among the precedent files."""
+        files = tuple(dict.fromkeys([path for _, path in self.pins] + list(s.options.precedent_files)))
+        return dataclasses.replace(s, options=s.options.replace(precedent_files=files)) if self.pins else s
