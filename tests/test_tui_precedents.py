@@ -99,7 +99,7 @@ def test_precedents_are_listed_pinned_first_unpinned_and_exported(firm, tmp_path
             assert "passage" in static_text(app, "#precedents-head") and "firm" in static_text(app, "#precedents-head")
             await pilot.press("p")                                  # pin nda.txt
             await pilot.pause()
-            assert app.workspace.pins == [("firm", "nda.txt")]
+            assert app.workspace.pins.items == [("firm", "nda.txt")]
             assert all(r[2] for r in listed(app)) and "pinned for the next" in static_text(app, "#precedents-head")
             # the next request matches only the lease: the pinned NDA still comes first
             await pilot.press("f2")
@@ -115,7 +115,7 @@ def test_precedents_are_listed_pinned_first_unpinned_and_exported(firm, tmp_path
             app.query_one("#precedents-table", DataTable).move_cursor(row=0)
             await pilot.press("p")                                  # unpin it
             await pilot.pause()
-            assert app.workspace.pins == [] and not any(r[2] for r in listed(app))
+            assert app.workspace.pins.items == [] and not any(r[2] for r in listed(app))
             await pilot.press("f2")
             await ask(pilot, app, "the landlord repairs the roof")
             assert not any(p["pinned"] for p in app.current["chat"].turns[-1].precedents)
@@ -166,7 +166,7 @@ def test_the_precedents_tab_says_how_to_get_them():
             await pilot.press("p")
             await pilot.pause()
             assert any("no passage to pin" in n.message for n in app._notifications)
-            assert app.workspace.pins == []
+            assert app.workspace.pins.items == []
 
     asyncio.run(go())
 

@@ -210,6 +210,11 @@ class Conversation:
             return [s for t in self.turns for s in t.sources]
         return [s for r in self.runs for s in r.sources]
 
+    def last_precedents(self) -> list:
+        """The passages the last answer or continuation was given."""
+        done = [t.precedents for t in self.turns if t.role == "assistant"] + [r.precedents for r in self.runs]
+        return done[-1] if done else []
+
     def precedents(self) -> list:
         """[(what, passages)] of every answer or continuation given precedents, in order."""
         given = [t for t in self.turns if t.role == "assistant"] if self.kind == "chat" else self.runs

@@ -55,7 +55,7 @@ class PrecedentsTab(TabPane):
         table = self.query_one("#precedents-table", DataTable)
         row = table.cursor_row
         table.clear()
-        pinned = self.app.workspace.pinned
+        pinned = self.app.workspace.pins.has
         for p in self.passages:
             table.add_row(str(p.get("number", "")), Text(p.get("citation", "")), PIN if pinned(p) else "")
         if self.passages:
@@ -64,7 +64,7 @@ class PrecedentsTab(TabPane):
         self.show_passage(table.cursor_row)
 
     def show_head(self) -> None:
-        n, pins = len(self.passages), pins_line(self.app.workspace.pins)
+        n, pins = len(self.passages), pins_line(self.app.workspace.pins.items)
         libs = sorted({p["library"] for p in self.passages if p.get("library")})
         head = (f"{n} passage{'s' * (n != 1)} given{' from ' + ', '.join(libs) if libs else ''}: "
                 f"↑↓ chooses one, its text shows below; p pins (or unpins) its document"
@@ -86,7 +86,7 @@ class PrecedentsTab(TabPane):
             self.notify("no passage to pin: generate with precedents first", severity="warning")
             return
         p = self.passages[row]
-        now = self.app.workspace.toggle_pin(p)
+        now = self.app.workspace.pins.toggle(p)
         self.notify(f"pinned {p.get('path')}: the next generations get it first" if now else
                     f"unpinned {p.get('path')}", timeout=4)
         self.show(self.passages)

@@ -14,6 +14,7 @@ from olifant_mlx.tui.models_tab import ModelsTab
 from olifant_mlx.tui.precedents_pane import PrecedentsTab
 from olifant_mlx.tui.sources_pane import SourcesTab
 from olifant_mlx.tui.workers import Job
+from olifant_mlx.tui.workspace import precedents
 from textual.widgets import Static
 
 
@@ -52,7 +53,7 @@ class Results:
 
     def show_precedents(self) -> None:
         """The Precedents pane shows what the current answer (or continuation) was given."""
-        given = self.ws.precedents(self.app.mode)
+        given = precedents(self.ws, self.app.mode)
         if given is None:
             return
         for pane in self.app.query(PrecedentsTab):    # none when the registry has no such pane

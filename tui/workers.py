@@ -33,7 +33,7 @@ class Job:
     t0: float = field(default_factory=time.perf_counter)
     live_j: float | None = None
     sources: list = field(default_factory=list)     # a document continuation's, so far
-    precedents: list = field(default_factory=list)  # the passages a continuation was given
+    precedents: list = field(default_factory=list)  # the passages it was given
 
 
 def library_of(opts, session) -> str | None:
