@@ -196,13 +196,15 @@ class OlifantApp(App):
             self.refresh_bindings()              # the footer recomposes with the keys that fit
 
     def _tab_labels(self) -> None:
-        """The tabs' labels with their keys ("F2 Chat") when they all fit the width, else
-        their names alone (F1 and the footer still say the keys)."""
+        """The tabs' labels with their keys ("F2 Chat") when they all fit beside the side
+        panels, else their names alone (F1 and the footer still say the keys)."""
         if not hasattr(self, "tabs"):
             return
         if not hasattr(self, "full_labels"):
             self.full_labels = {p: str(self.tabs.get_tab(p).label) for p in self.registry}
-        fits = sum(len(label) + 2 for label in self.full_labels.values()) <= self.size.width
+        width = self.size.width      # beside the side panels this width shows (whichever tab)
+        room = width - PANEL_W * ((width >= BOTH_PANELS_FROM) + (width >= LIVE_FROM))
+        fits = sum(len(label) + 2 for label in self.full_labels.values()) <= room
         for pane, label in self.full_labels.items():
             self.tabs.get_tab(pane).label = label if fits else label.split(" ", 1)[-1]
 
