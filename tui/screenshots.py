@@ -10,7 +10,8 @@ trace (`--energy replay:PATH`), labelled as a replay. The screenshots are SVGs (
 `export_screenshot`); `--png` also turns them into PNGs with rsvg-convert (apt-get install
 librsvg2-bin) or cairosvg when installed. `--sources` makes only the provenance shots: a
 library built here (in a temporary cache) from the MIT licence, the document continued with
-its copied spans marked, and the Sources tab (ctrl+l) with the first span's passage.
+its copied spans marked, and the Sources tab (ctrl+l) with the first span's passage;
+`--precedents` the same library as precedents, and the Precedents tab (ctrl+j).
 """
 from __future__ import annotations
 
@@ -123,14 +124,17 @@ async def shoot(out: Path, size, draft_dir: Path, energy: str | None, max_tokens
     return shots
 
 
-async def shoot_sources(out: Path, size, max_tokens: int) -> list[Path]:
+async def shoot_sources(out: Path, size, max_tokens: int, precedents: bool = False) -> list[Path]:
     """The document continued over a library holding the verifier's own continuation, then
-    the Sources tab: tui-sources-document-WxH.svg, tui-sources-WxH.svg."""
+    the Sources tab: tui-sources-document-WxH.svg, tui-sources-WxH.svg; with `precedents`,
+    continued with the library's passages in the prompt, then the Precedents tab:
+    tui-precedents-WxH.svg."""
     from olifant_mlx.engine import GenerationOptions
 
-    options = GenerationOptions(k=8, max_tokens=max_tokens, sources="licences")
-    app = OlifantApp(model="smollm2-135m", draft="library:licences", options=options, energy="none",
-                     mode="document", model_dirs=[])
+    use = {"precedents": "licences"} if precedents else {"sources": "licences"}
+    options = GenerationOptions(k=8, max_tokens=max_tokens, **use)
+    app = OlifantApp(model="smollm2-135m", draft="auto" if precedents else "library:licences", options=options,
+                     energy="none", mode="document", model_dirs=[])
     tag, shots = f"{size[0]}x{size[1]}", []
     async with app.run_test(size=size) as pilot:
         await pilot.pause(1.0)          # the app shows its document first (after a refresh)
@@ -139,10 +143,12 @@ async def shoot_sources(out: Path, size, max_tokens: int) -> list[Path]:
         while not app.workspace.current["document"].runs and time.monotonic() - t0 < 600:   # until it ends
             await pilot.pause(0.2)
         await pilot.pause(0.5)
-        if not app.doc_tab.editor.copied:
+        if not app.doc_tab.editor.copied and not precedents:
             raise RuntimeError("the continuation copied nothing from the library: "
                                + "; ".join(n.message for n in app._notifications))
-        for name, keys in ((f"sources-document-{tag}", ()), (f"sources-{tag}", ("ctrl+l",))):
+        names = (((f"precedents-{tag}", ("ctrl+j",)),) if precedents else
+                 ((f"sources-document-{tag}", ()), (f"sources-{tag}", ("ctrl+l",))))
+        for name, keys in names:
             await pilot.press(*keys)
             await pilot.pause(0.5)
             app.set_focus(None)
@@ -152,7 +158,7 @@ async def shoot_sources(out: Path, size, max_tokens: int) -> list[Path]:
     return shots
 
 
-def sources_shots(out: Path, max_tokens: int) -> list[Path]:
+def sources_shots(out: Path, max_tokens: int, precedents: bool = False) -> list[Path]:
     """Build the library in a temporary cache (the verifiers found by links), then shoot."""
     import os
 
@@ -181,7 +187,7 @@ def sources_shots(out: Path, max_tokens: int) -> list[Path]:
         os.environ["OLIFANT_CACHE"] = str(root)
         try:
             library.build("licences", folder, tokenizer)
-            return [svg for size in SIZES for svg in asyncio.run(shoot_sources(out, size, max_tokens))]
+            return [svg for size in SIZES for svg in asyncio.run(shoot_sources(out, size, max_tokens, precedents))]
         finally:
             if old is None:
                 os.environ.pop("OLIFANT_CACHE", None)
@@ -201,11 +207,12 @@ def main(argv=None) -> int:
     ap.add_argument("-m", "--max-tokens", type=int, default=60)
     ap.add_argument("--png", action="store_true", help="also write PNGs (rsvg-convert or cairosvg)")
     ap.add_argument("--sources", action="store_true", help="only the provenance shots (Sources tab)")
+    ap.add_argument("--precedents", action="store_true", help="only the Precedents tab's shots")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    if args.sources:
-        for svg in sources_shots(out, args.max_tokens):
+    if args.sources or args.precedents:
+        for svg in sources_shots(out, args.max_tokens, args.precedents):
             print(svg)
         return 0
     energy = args.energy
