@@ -53,11 +53,12 @@ def need_docx() -> None:
         raise ValueError("writing Word (.docx) needs python-docx: pip install 'olifant_mlx[documents]'")
 
 
-def docx_bytes(title: str, blocks, sources) -> bytes:
+def docx_bytes(title: str, blocks, sources, precedents=()) -> bytes:
     """A Word document: `title`, then `blocks` [(kind, text, marks)] in order (kind "heading",
     "text" or "note"; marks: [(start, end)] character ranges of `text` copied from a library,
     highlighted and in the character style COPIED_STYLE; each line of a text a paragraph),
-    then the sources appendix (python-docx)."""
+    then the sources appendix and the precedents one ([(what, passages)]: each answer's or
+    continuation's passages, Precedents.as_list()) (python-docx)."""
     need_docx()
     import docx
     from docx.enum.style import WD_STYLE_TYPE
@@ -89,6 +90,14 @@ def docx_bytes(title: str, blocks, sources) -> bytes:
             doc.add_paragraph(_xml(_source_head(i, s)))
             for p in s.get("places") or []:
                 doc.add_paragraph(_xml(where(p)), style="List Bullet")
+    if precedents:
+        doc.add_heading("Precedents", 1)
+        for what, passages in precedents:
+            doc.add_paragraph(_xml(f"{what[0].upper()}{what[1:]}:"))
+            for p in passages:
+                pinned = ", pinned" if p.get("pinned") else ""
+                doc.add_paragraph(_xml(f"[{p.get('number', '?')}] {p.get('citation', '')}{pinned}"),
+                                  style="List Bullet")
     out = io.BytesIO()
     doc.save(out)
     return out.getvalue()

@@ -156,6 +156,7 @@ class OlifantApp(App):
         self.doc_tab = self.query_one(DocumentTab)
         self.live = self.query_one(LivePanel)
         self.tabs = self.query_one("#tabs", TabbedContent)
+        self._tab_labels()
         ws = self.workspace
         warning = ws.open_meter()
         if warning:
@@ -188,10 +189,24 @@ class OlifantApp(App):
 
     def on_resize(self) -> None:
         self._layout()
+        self._tab_labels()
         footer = self.query_one(KeyFooter)
         if footer.hidden() != getattr(self, "_footer_hidden", None):
             self._footer_hidden = footer.hidden()
             self.refresh_bindings()              # the footer recomposes with the keys that fit
+
+    def _tab_labels(self) -> None:
+        """The tabs' labels with their keys ("F2 Chat") when they all fit beside the side
+        panels, else their names alone (F1 and the footer still say the keys)."""
+        if not hasattr(self, "tabs"):
+            return
+        if not hasattr(self, "full_labels"):
+            self.full_labels = {p: str(self.tabs.get_tab(p).label) for p in self.registry}
+        width = self.size.width      # beside the side panels this width shows (whichever tab)
+        room = width - PANEL_W * ((width >= BOTH_PANELS_FROM) + (width >= LIVE_FROM))
+        fits = sum(len(label) + 2 for label in self.full_labels.values()) <= room
+        for pane, label in self.full_labels.items():
+            self.tabs.get_tab(pane).label = label if fits else label.split(" ", 1)[-1]
 
     def _layout(self) -> None:
         """Show the side panels that fit: both from BOTH_PANELS_FROM columns, the numbers from

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from olifant_mlx.engine import Chat
 from olifant_mlx.exports import docx_bytes
-from olifant_mlx.tui.copied import appendix
+from olifant_mlx.tui.copied import appendix, cited
 
 KINDS = ("chat", "document")
 ROLES = ("system", "user", "assistant")
@@ -49,6 +49,7 @@ class Turn:
     drafter: str | None = None
     seed: int | None = None                           # the sampling seed, when sampling
     sources: list = field(default_factory=list)       # Source.as_dict() (+ "library", "chars")
+    precedents: list = field(default_factory=list)    # the passages it was given (Precedents.as_list())
 
     def as_dict(self) -> dict:
         d = {"role": self.role, "content": self.content}
@@ -56,7 +57,7 @@ class Turn:
             d.update(segments=[[t, k] for t, k in self.segments], stats=self.stats,
                      energy=self.energy, finish_reason=self.finish_reason,
                      verifier=self.verifier, drafter=self.drafter, seed=self.seed,
-                     sources=self.sources)
+                     sources=self.sources, precedents=self.precedents)
         return d
 
 
@@ -71,11 +72,12 @@ class Run:
     verifier: str | None = None
     drafter: str | None = None
     sources: list = field(default_factory=list)       # chars relative to `start`
+    precedents: list = field(default_factory=list)    # the passages it was given
 
     def as_dict(self) -> dict:
         return {"start": self.start, "end": self.end, "stats": self.stats, "energy": self.energy,
                 "finish_reason": self.finish_reason, "verifier": self.verifier,
-                "drafter": self.drafter, "sources": self.sources}
+                "drafter": self.drafter, "sources": self.sources, "precedents": self.precedents}
 
 
 @dataclass
@@ -182,7 +184,7 @@ class Conversation:
                     need(seed is None or (isinstance(seed, int) and not isinstance(seed, bool)),
                          "seed must be a whole number")
                     t.seed = seed
-                    t.sources = _sources(m)
+                    t.sources, t.precedents = _sources(m), _precedents(m)
                 c.turns.append(t)
         else:
             need(isinstance(d.get("text"), str), "a document needs its text")
@@ -201,7 +203,7 @@ class Conversation:
                      and 0 <= r["start"] <= r["end"] <= n, "bad continuation")
                 c.runs.append(Run(r["start"], r["end"], _opt_dict(r, "stats"), _opt_dict(r, "energy"),
                                   _opt_str(r, "finish_reason"), _opt_str(r, "verifier"),
-                                  _opt_str(r, "drafter"), _sources(r)))
+                                  _opt_str(r, "drafter"), _sources(r), _precedents(r)))
         return c
 
     def sources(self) -> list:
@@ -209,6 +211,17 @@ class Conversation:
         if self.kind == "chat":
             return [s for t in self.turns for s in t.sources]
         return [s for r in self.runs for s in r.sources]
+
+    def last_precedents(self) -> list:
+        """The passages the last answer or continuation was given."""
+        done = [t.precedents for t in self.turns if t.role == "assistant"] + [r.precedents for r in self.runs]
+        return done[-1] if done else []
+
+    def precedents(self) -> list:
+        """[(what, passages)] of every answer or continuation given precedents, in order."""
+        given = [t for t in self.turns if t.role == "assistant"] if self.kind == "chat" else self.runs
+        what = "answer" if self.kind == "chat" else "continuation"
+        return [(f"{what} {i}", g.precedents) for i, g in enumerate(given, 1) if g.precedents]
 
 
 def _opt_dict(d, key):
@@ -223,6 +236,13 @@ def _sources(d) -> list:
     if not isinstance(v, list) or not all(isinstance(s, dict) and isinstance(s.get("places", []), list)
                                           for s in v):
         raise ConversationError("sources must be a list of objects")
+    return v
+
+
+def _precedents(d) -> list:
+    v = d.get("precedents") or []
+    if not isinstance(v, list) or not all(isinstance(p, dict) and isinstance(p.get("citation"), str) for p in v):
+        raise ConversationError("precedents must be a list of passages, each with its citation")
     return v
 
 
@@ -259,7 +279,8 @@ def export_data(conv: Conversation, fmt: str, settings: dict | None = None) -> s
     """What an export file holds: the Word file's bytes for "docx", else export_text."""
     if fmt != "docx":
         return export_text(conv, fmt, settings)
-    return docx_bytes(conv.title or conv.default_title() or "untitled", _docx_blocks(conv), conv.sources())
+    return docx_bytes(conv.title or conv.default_title() or "untitled", _docx_blocks(conv), conv.sources(),
+                      conv.precedents())
 
 
 def _docx_blocks(conv: Conversation) -> list:
@@ -287,12 +308,13 @@ def export_text(conv: Conversation, fmt: str, settings: dict | None = None) -> s
     if fmt == "json":
         return json.dumps({"format": EXPORT_FORMAT, "version": EXPORT_VERSION,
                            "exported": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                           "settings": settings or {}, **conv.as_dict(), "sources": conv.sources()},
+                           "settings": settings or {}, **conv.as_dict(), "sources": conv.sources(),
+                           "precedents": [{"for": what, "passages": ps} for what, ps in conv.precedents()]},
                           indent=2, ensure_ascii=False, allow_nan=False) + "\n"
     if fmt not in ("md", "txt"):
         raise ValueError(f"export format must be md, txt, json or docx, got {fmt!r}")
     body = _body(conv, fmt)
-    tail = appendix(conv.sources(), fmt == "md")
+    tail = appendix(conv.sources(), fmt == "md") + cited(conv.precedents(), fmt == "md")
     return body + ("\n" + tail if tail else "")
 
 

@@ -77,3 +77,22 @@ class Copied:
             lo, hi = max(a, start), min(b, end)
             if style is not None and lo < hi:
                 line.stylize(style, lo - start, hi - start)
+
+
+def cited(groups, markdown: bool) -> str:
+    """An export's precedents appendix: for each answer or continuation given precedents
+    ([(what, passages)], Conversation.precedents()), each passage's number and citation."""
+    if not groups:
+        return ""
+    out = ["## Precedents\n" if markdown else "Precedents:\n"]
+    for what, passages in groups:
+        out.append(f"{what[0].upper()}{what[1:]}:" + ("\n" if markdown else ""))
+        for p in passages:
+            lib = p.get("library")
+            notes = ", ".join(x for x in (lib and (f"library *{lib}*" if markdown else f"library {lib}"),
+                                          p.get("pinned") and "pinned") if x)
+            citation = f"`{p['citation']}`" if markdown else p["citation"]
+            out.append(f"{'- ' if markdown else '  '}[{p.get('number', '?')}] {citation}"
+                       + (f" ({notes})" if notes else ""))
+        out.append("")
+    return "\n".join(out)

@@ -50,7 +50,7 @@ class Generation:
             self._notify(str(e), title="settings", severity="error")
             return None
         self.use_store(s.conversations)
-        return s
+        return self.ws.pins.apply(s)          # the documents pinned in the Precedents pane
 
     def use_store(self, path: str | None) -> None:
         if path == self.ws.store_path:

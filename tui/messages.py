@@ -14,6 +14,8 @@ class Chunk(Message):
     elapsed: float
     sources: list = field(default_factory=list)   # newly found copied spans (tui/copied.py)
     verbatim: list = field(default_factory=list)  # runs the verbatim guard reported (Source dicts)
+    precedents: list | None = None  # the passages the prompt was given (Precedents.as_list()), once
+    left_out: int = 0               # pinned passages that did not fit the precedent budget
 
 
 @dataclass

@@ -73,6 +73,12 @@ def _sources(app):
     return SourcesTab()
 
 
+def _precedents(app):
+    from olifant_mlx.tui.precedents_pane import PrecedentsTab
+
+    return PrecedentsTab()
+
+
 PANES = (
     Pane("chat", "Chat", "f2", _chat, "#composer", nav=True, numbers=True),
     Pane("document", "Document", "f3", _document, "#doc-editor", nav=True, numbers=True),
@@ -81,4 +87,6 @@ PANES = (
     Pane("models", "Models", "f6", _models, "#model-table"),
     Pane("settings", "Settings", "f7", _settings, "#set-model"),
     Pane("sources", "Sources", "ctrl+l", _sources, "#sources-table", nav=True),
+    # ctrl+p is the command palette; the other free ctrl letters are the editors' keys
+    Pane("precedents", "Precedents", "ctrl+j", _precedents, "#precedents-table", nav=True),
 )

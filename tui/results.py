@@ -11,8 +11,10 @@ from olifant_mlx.tui.copied import ranges, where
 from olifant_mlx.tui.flow import FlowText
 from olifant_mlx.tui.messages import Chunk, CompareDone, Done, Failed, Loaded, Status, TokenizerKnown
 from olifant_mlx.tui.models_tab import ModelsTab
+from olifant_mlx.tui.precedents_pane import PrecedentsTab
 from olifant_mlx.tui.sources_pane import SourcesTab
 from olifant_mlx.tui.workers import Job
+from olifant_mlx.tui.workspace import precedents
 from textual.widgets import Static
 
 
@@ -48,6 +50,14 @@ class Results:
             return
         for pane in self.app.query(SourcesTab):       # none when the registry has no Sources pane
             pane.show(sources, self.ws.decode())
+
+    def show_precedents(self) -> None:
+        """The Precedents pane shows what the current answer (or continuation) was given."""
+        given = precedents(self.ws, self.app.mode)
+        if given is None:
+            return
+        for pane in self.app.query(PrecedentsTab):    # none when the registry has no such pane
+            pane.show(given)
 
     def session_line(self) -> None:
         s, k = self.ws.session, self.ws.last_k
@@ -102,6 +112,11 @@ class Results:
         self.status(job, render.status_line(m.stats, "writing"))
         if m.sources:
             self.show_sources()
+        if m.precedents is not None:
+            self.show_precedents()
+        if m.left_out:
+            app.notify(f"{m.left_out} pinned passage(s) left out: over the precedent tokens (Settings)",
+                       title="precedents", severity="warning", timeout=8)
         for run in m.verbatim:               # the verbatim guard: the span and the document
             place = (run.get("places") or [{}])[0]
             app.notify(f"the text copies {run.get('tokens')} tokens in a row from "
@@ -132,6 +147,7 @@ class Results:
         if job.kind == "chat" and not m.text and m.finish_reason == "eos":
             line += " · the verifier ended its answer at once"
         self.show_sources()
+        self.show_precedents()
         self.status(job, line)
         error = self.ws.save_store()
         if error:

@@ -12,7 +12,8 @@ librsvg2-bin) or cairosvg when installed. `--export` makes only the export dialo
 Word file's path typed). `--sources` makes only the provenance shots: a
 library built here (in a temporary cache) from the MIT licence, the document continued with
 its copied spans marked, and the Sources tab (ctrl+l) with the first span's passage. `--models`
-makes only the Models tab at 80x24, listing a draft model and a library built here.
+makes only the Models tab at 80x24, listing a draft model and a library built here;
+`--precedents` the same library as precedents, and the Precedents tab (ctrl+j).
 """
 from __future__ import annotations
 
@@ -126,14 +127,17 @@ async def shoot(out: Path, size, draft_dir: Path, energy: str | None, max_tokens
     return shots
 
 
-async def shoot_sources(out: Path, size, max_tokens: int) -> list[Path]:
+async def shoot_sources(out: Path, size, max_tokens: int, precedents: bool = False) -> list[Path]:
     """The document continued over a library holding the verifier's own continuation, then
-    the Sources tab: tui-sources-document-WxH.svg, tui-sources-WxH.svg."""
+    the Sources tab: tui-sources-document-WxH.svg, tui-sources-WxH.svg; with `precedents`,
+    continued with the library's passages in the prompt, then the Precedents tab:
+    tui-precedents-WxH.svg."""
     from olifant_mlx.engine import GenerationOptions
 
-    options = GenerationOptions(k=8, max_tokens=max_tokens, sources="licences")
-    app = OlifantApp(model="smollm2-135m", draft="library:licences", options=options, energy="none",
-                     mode="document", model_dirs=[])
+    use = {"precedents": "licences"} if precedents else {"sources": "licences"}
+    options = GenerationOptions(k=8, max_tokens=max_tokens, **use)
+    app = OlifantApp(model="smollm2-135m", draft="auto" if precedents else "library:licences", options=options,
+                     energy="none", mode="document", model_dirs=[])
     tag, shots = f"{size[0]}x{size[1]}", []
     async with app.run_test(size=size) as pilot:
         await pilot.pause(1.0)          # the app shows its document first (after a refresh)
@@ -142,10 +146,12 @@ async def shoot_sources(out: Path, size, max_tokens: int) -> list[Path]:
         while not app.workspace.current["document"].runs and time.monotonic() - t0 < 600:   # until it ends
             await pilot.pause(0.2)
         await pilot.pause(0.5)
-        if not app.doc_tab.editor.copied:
+        if not app.doc_tab.editor.copied and not precedents:
             raise RuntimeError("the continuation copied nothing from the library: "
                                + "; ".join(n.message for n in app._notifications))
-        for name, keys in ((f"sources-document-{tag}", ()), (f"sources-{tag}", ("ctrl+l",))):
+        names = (((f"precedents-{tag}", ("ctrl+j",)),) if precedents else
+                 ((f"sources-document-{tag}", ()), (f"sources-{tag}", ("ctrl+l",))))
+        for name, keys in names:
             await pilot.press(*keys)
             await pilot.pause(0.5)
             app.set_focus(None)
@@ -196,7 +202,7 @@ def temporary_cache():
                 os.environ["OLIFANT_CACHE"] = old
 
 
-def sources_shots(out: Path, max_tokens: int) -> list[Path]:
+def sources_shots(out: Path, max_tokens: int, precedents: bool = False) -> list[Path]:
     """Build the library in a temporary cache (the verifiers found by links), then shoot."""
     from olifant_mlx import library
     from olifant_mlx.engine import GenerationOptions, Session
@@ -213,7 +219,7 @@ def sources_shots(out: Path, max_tokens: int) -> list[Path]:
         write_atomic(folder / "mit.txt", "MIT License\n\nPermission is hereby granted, free of charge, to "
                      "any person obtaining a copy of this software.\n\n" + DEFAULT_DOCUMENT + written)
         library.build("licences", folder, tokenizer)
-        return [svg for size in SIZES for svg in asyncio.run(shoot_sources(out, size, max_tokens))]
+        return [svg for size in SIZES for svg in asyncio.run(shoot_sources(out, size, max_tokens, precedents))]
 
 
 async def shoot_models(out: Path, size, draft_dir: Path) -> Path:
@@ -263,14 +269,16 @@ def main(argv=None) -> int:
     ap.add_argument("--sources", action="store_true", help="only the provenance shots (Sources tab)")
     ap.add_argument("--models", action="store_true", help="only the Models tab at 80x24, with a library")
     ap.add_argument("--export", action="store_true", help="only the export dialog's shot (80x24)")
+    ap.add_argument("--precedents", action="store_true", help="only the Precedents tab's shots")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.export:
         print(asyncio.run(shoot_export(out)))
         return 0
-    if args.sources or args.models:
-        for svg in sources_shots(out, args.max_tokens) if args.sources else models_shots(out):
+    if args.sources or args.precedents or args.models:
+        shots = models_shots(out) if args.models else sources_shots(out, args.max_tokens, args.precedents)
+        for svg in shots:
             print(svg)
         return 0
     energy = args.energy

@@ -33,6 +33,7 @@ class Job:
     t0: float = field(default_factory=time.perf_counter)
     live_j: float | None = None
     sources: list = field(default_factory=list)     # a document continuation's, so far
+    precedents: list = field(default_factory=list)  # the passages it was given
 
 
 def library_of(opts, session) -> str | None:
@@ -82,6 +83,7 @@ def stream(post, session, job: Job, cancelled, cache=None, drafter=None, options
     run = job.id if target is None else target
     opts = options or job.settings.options
     found = Found(library_of(opts, session), getattr(session.verifier.identity, "decode", None))
+    sent = False                     # the precedents (every Response has them): with one chunk
     for r in session.stream(job.prompt, opts, drafter, should_stop=cancelled,
                             continuation=isinstance(job.prompt, str), cache=cache):
         tokens.extend(r.tokens)
@@ -90,8 +92,11 @@ def stream(post, session, job: Job, cancelled, cache=None, drafter=None, options
         found.add(getattr(r, "sources", None), getattr(r, "verbatim", None))
         now = time.perf_counter()
         if now - last_flush >= FLUSH_S or r.finish_reason:
+            used = None if sent else getattr(r, "precedents", None)
+            sent = sent or used is not None
             post(Chunk(run, pending, copy.copy(r.stats), now - job.t0,
-                       found.take("".join(text), tokens), found.tripped()))
+                       found.take("".join(text), tokens), found.tripped(),
+                       used.as_list() if used is not None else None, used.left_out if used is not None else 0))
             pending, last_flush = [], now
         final = r
     return tokens, "".join(text), final.stats, final.energy, final.finish_reason

@@ -36,6 +36,45 @@ def default_tokenizer(model):
     return load_tokenizer(model or default_model())
 
 
+def precedents(ws, kind: str) -> list | None:
+    """The passages the workspace `ws`'s current conversation's last answer (or its document's
+    last or running continuation) was given; None when there is no conversation."""
+    conv = ws.current.get(kind)
+    running = [j.precedents for j in ws.jobs.values() if j.conv is conv]     # a chat answer's or a document's
+    return None if conv is None else running[-1] if running else conv.last_precedents()
+
+
+class Pins:
+    """The documents pinned in the Precedents pane, [(library, path)]: every later generation
+    of this session gets them first (options.precedent_files); in memory only."""
+
+    def __init__(self):
+        self.items: list[tuple] = []
+
+    def paths(self) -> list[str]:
+        return [path for _, path in self.items]
+
+    def has(self, passage: dict) -> bool:
+        return (passage.get("library"), passage.get("path")) in self.items
+
+    def toggle(self, passage: dict) -> bool:
+        """Pin the passage's document (its path; a library's document by its path there), or
+        unpin it when it is pinned; True when it is pinned now."""
+        key = (passage.get("library"), passage.get("path"))
+        if key in self.items:
+            self.items.remove(key)
+            return False
+        self.items.append(key)
+        return True
+
+    def apply(self, s):
+        """The settings `s` with the pinned documents first among the precedent files."""
+        if not self.items:
+            return s
+        files = tuple(dict.fromkeys(self.paths() + list(s.options.precedent_files)))
+        return dataclasses.replace(s, options=s.options.replace(precedent_files=files))
+
+
 class Workspace:
     """Session, meter, conversations and store, tokenizer, jobs and the last run's numbers: the
     state the panes share and what changes it (a plain object: tests make one without an App)."""
@@ -72,6 +111,7 @@ class Workspace:
         self.last_stats = self.last_window = None
         self.last_k = k
         self.last_prompt = None               # (kind, prompt) of the last chat or document run
+        self.pins = Pins()                    # pinned in the Precedents pane (this session's)
 
     # ---- energy ---------------------------------------------------------------------
 
@@ -239,8 +279,8 @@ class Workspace:
         o = s.options
         return {"verifier": self.session.verifier.name if self.session else s.model,
                 "drafter": s.draft.text, "k": o.k, "max_tokens": o.max_tokens, "kv_cache": o.kv_cache,
-                "max_kv_size": o.max_kv_size, "temperature": o.temperature, "top_p": o.top_p,
-                "seed": o.seed, "energy_meter": self.meter.info.label if self.meter else None}
+                "max_kv_size": o.max_kv_size, "temperature": o.temperature, "top_p": o.top_p, "seed": o.seed,
+                "energy_meter": self.meter.info.label if self.meter else None, "precedents": o.precedents}
 
     # ---- jobs: the generations in flight and what they leave ---------------------------
 
@@ -287,6 +327,7 @@ class Workspace:
 
     def chunk(self, job: Job, m) -> None:
         """A Chunk's text and copied spans kept with its answer (a document's, with its job)."""
+        job.precedents = job.precedents if m.precedents is None else m.precedents
         if job.kind == "chat":
             turn = job.conv.turns[job.index]
             turn.content += "".join(t for t, _ in m.segments)
@@ -309,11 +350,11 @@ class Workspace:
             turn = conv.turns[job.index]
             turn.content = m.text
             turn.stats, turn.energy, turn.finish_reason = stats, energy, m.finish_reason
-            turn.verifier, turn.drafter = verifier, drafter
+            turn.verifier, turn.drafter, turn.precedents = verifier, drafter, job.precedents
         else:
             conv.text, conv.marks = document
             conv.runs.append(Run(job.index, len(conv.text), stats, energy, m.finish_reason, verifier, drafter,
-                                 job.sources))
+                                 job.sources, job.precedents))
         conv.touch()
 
     def failed(self, job: Job) -> bool:

@@ -28,14 +28,16 @@ def output_format(path: str) -> str:
 
 def answer_turn(session, options, text, tokens, last, prefill: str = ""):
     """The assistant's Turn (tui/conversation.py) of a generation: text, numbers, sources
-    placed in the text (their "chars")."""
+    placed in the text (their "chars"), the precedents it was given."""
     from olifant_mlx.tui.conversation import Turn
 
     stats = last.stats
     energy = last.energy.as_dict(stats.tokens) if last.energy is not None else None
-    return Turn("assistant", prefill + text, [], stats.as_dict(), energy, last.finish_reason,
+    turn = Turn("assistant", prefill + text, [], stats.as_dict(), energy, last.finish_reason,
                 session.verifier.name, session.spec.text if session.spec else None, None,
                 placed_sources(session, options, prefill + text, tokens, last, len(prefill)))
+    turn.precedents = last.precedents.as_list() if getattr(last, "precedents", None) is not None else []
+    return turn
 
 
 def placed_sources(session, options, text, tokens, last, offset: int = 0) -> list:
@@ -61,7 +63,7 @@ def document(prompt_text: str, turn):
     conv = Conversation(kind="document", text=prompt_text + turn.content)
     conv.marks = [(start + a, start + b, COPIED) for a, b in (s["chars"] for s in turn.sources if s.get("chars"))]
     conv.runs = [Run(start, len(conv.text), turn.stats, turn.energy, turn.finish_reason, turn.verifier,
-                     turn.drafter, turn.sources)]
+                     turn.drafter, turn.sources, precedents=turn.precedents)]
     conv.touch()
     return conv
 
