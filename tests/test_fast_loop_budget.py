@@ -8,6 +8,7 @@ import pytest
 pytest_plugins = ["pytester"]
 
 CONFTEST = (Path(__file__).parent / "conftest.py").read_text()
+SUITE_CACHE = (Path(__file__).parent / "suite_cache.py").read_text()     # the conftest imports it
 SUITE = """
 import time
 
@@ -26,6 +27,7 @@ def test_long():
 
 def inner_run(pytester, monkeypatch, budget, *args):
     pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(suite_cache=SUITE_CACHE)
     pytester.makeini("[pytest]\nmarkers =\n    slow: slow\n")
     pytester.makepyfile(test_inner=SUITE)
     monkeypatch.setenv("OLIFANT_FAST_LOOP_BUDGET_S", str(budget))
