@@ -15,7 +15,8 @@ Three scenarios, built from the shared corpora's validation splits only (never a
 - medical: the first ~320 words of a SumPubMed validation article pasted above "Write a short
   structured summary of the article above for a referring physician ...";
 - fresh: drafting instructions with nothing to adapt.
-Every prompt goes through the verifier's chat template. `transcripts` records the verifier's
+Every prompt goes through the verifier's chat template (a base model, Gemma-3-270M, continues
+the text: the precedents above it under a plain heading). `transcripts` records the verifier's
 greedy answer to each (docs/transcripts/workload-VERIFIER.json); `tables` replays every drafter
 on them (no verifier runs; measure.transcripts) with the modelled speedups under the verifier's
 committed cost curve (docs/results/curves/VERIFIER.json), and `recall` measures retrieval:
@@ -197,17 +198,23 @@ def recall(tok, verifier: str) -> dict:
 
 
 def prompts_for(session, verifier: str) -> dict:
-    """{item id: the Chat the verifier answers} (legal: with the precedents retrieved for it)."""
-    from olifant_mlx.engine import Chat, GenerationOptions
+    """{item id: the Chat (or, for a base model, the text) the verifier answers} (legal: with the
+    precedents retrieved for it)."""
+    from olifant_mlx.engine import GenerationOptions
 
     lib = workload_library(session.verifier.identity, verifier)
     out = {}
     for it in read_workload():
-        chat = Chat.of(it["instruction"])
+        chat = session.prompt_for(it["instruction"])      # a base model (no chat template): the text
         if it["scenario"] == "legal":
             chat, _ = session.with_precedents(chat, GenerationOptions(precedents=lib.name, max_tokens=96))
         out[it["id"]] = chat
     return out
+
+
+def _key(prompt) -> str:
+    """A transcript's prompt as text: a Chat's messages as JSON, a text as it is."""
+    return prompt if isinstance(prompt, str) else json.dumps(prompt.messages)
 
 
 def cmd_transcripts(args) -> None:
@@ -219,10 +226,10 @@ def cmd_transcripts(args) -> None:
     session = Session(verifier, "none")
     scenario = {it["id"]: it["scenario"] for it in read_workload()}
     chats = {i: chat for i, chat in prompts_for(session, args.model).items() if scenario[i] in args.scenarios}
-    keyed = {json.dumps(chat.messages): chat for chat in chats.values()}
+    keyed = {_key(chat): chat for chat in chats.values()}
     ts = make_transcripts(verifier, keyed, args.max_tokens,
                           on_progress=lambda done, total: print(f"  {done}/{total} transcripts", file=sys.stderr))
-    ids = {json.dumps(chat.messages): i for i, chat in chats.items()}
+    ids = {_key(chat): i for i, chat in chats.items()}
     tasks = {}
     for key in ts:
         tasks.setdefault(scenario[ids[key]], []).append(key)
