@@ -116,11 +116,17 @@ def smol_path():
 
 
 def mlx_lm_text(path, prompt_ids, adapter_path=None):
-    """mlx-lm's own greedy generation of N tokens (the reference)."""
+    """mlx-lm's own greedy generation of N tokens (the reference), as text that is appended to
+    the prompt's: decode(prompt + output) past decode(prompt), the space before its first word
+    kept (issue 38; mlx-lm's streaming detokenizer drops it at the start of a generation)."""
     import mlx_lm
 
     model, tok = mlx_lm.load(path, adapter_path=adapter_path)
-    return mlx_lm.generate(model, tok, prompt_ids, max_tokens=N, verbose=False)
+    out = [r.token for r in mlx_lm.stream_generate(model, tok, prompt_ids, max_tokens=N)]
+    before = tok.decode(prompt_ids)
+    whole = tok.decode(list(prompt_ids) + out)
+    assert whole.startswith(before)
+    return whole[len(before):]
 
 
 @pytest.mark.slow
