@@ -65,8 +65,9 @@ def open_session(args):
     return session, options
 
 
-KV_BITS_NOTE = ("note: with --kv-bits, drafting gives plain decoding's text on the same quantized cache "
-                "except where the verifier's two best tokens nearly tie (docs/speculative-decoding.md)")
+KV_BITS_NOTE = ("note: with --kv-bits, drafted output can differ from plain decoding's on the same quantized "
+                "cache where the verifier's two best tokens are close; leave --kv-bits off for exact output "
+                "(docs/speculative-decoding.md)")
 
 
 def stream_answer(session, prompt, options, args, out=None, cache=None, continuation=False):

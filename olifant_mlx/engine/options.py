@@ -129,8 +129,9 @@ class GenerationOptions:
     kv_bits: int | None = option(None, what="KV bits", kind="choice", choices=KV_BITS, optional=True,
                                  flags=("--kv-bits",), metavar="BITS",
                                  help="quantize the KV cache to this many bits (2-8; mlx-lm's QuantizedKVCache; "
-                                      "default: not quantized); drafting then equals plain decoding on the "
-                                      "same cache up to near-ties (docs/speculative-decoding.md)")
+                                      "default: not quantized); drafted output can then differ from plain decoding "
+                                      "on the same cache where its two best tokens are close "
+                                      "(docs/speculative-decoding.md)")
     kv_group_size: int = option(64, what="KV group size", kind="choice", choices=KV_GROUP_SIZES,
                                 flags=("--kv-group-size",), help="group size of the KV quantization (default 64)")
     quantized_kv_start: int = option(5000, what="the quantized KV start", low=0,
