@@ -4,6 +4,7 @@
     python benchmarks/precedent_workload.py recall --model smollm2-135m
     python benchmarks/precedent_workload.py transcripts --model smollm2-135m [--max-tokens 96]
     python benchmarks/precedent_workload.py tables [--verifiers ...] [--ks 3 5 8] [--json FILE]
+    python benchmarks/precedent_workload.py live --model qwen2.5-coder-1.5b [--scenarios ...] [--rounds 2]
 
 Three scenarios, built from the shared corpora's validation splits only (never a test split):
 - legal: a precedent library of the first 40 acts of EUR-Lex-Sum's validation split (one .txt
@@ -20,13 +21,19 @@ the text: the precedents above it under a plain heading). `transcripts` records 
 greedy answer to each (docs/transcripts/workload-VERIFIER.json); `tables` replays every drafter
 on them (no verifier runs; measure.transcripts) with the modelled speedups under the verifier's
 committed cost curve (docs/results/curves/VERIFIER.json), and `recall` measures retrieval:
-recall@3 of the intended article.
+recall@3 of the intended article. `live` writes each scenario's prompts (benchmarks/out/workload/
+live/SCENARIO.jsonl: the chats, precedents in) and times them with `bench --experiment live`
+(plain decoding against each drafter, KV, alternating rounds, outputs checked identical; the
+modelled speedup of the same generations beside each), one bench run per scenario, all in
+docs/results/precedent-live.json.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -281,6 +288,46 @@ def cmd_tables(args) -> None:
         print(f"wrote {args.json}", file=sys.stderr)
 
 
+LIVE_SPECS = {"lookup": "lookup", "adaptive-hybrid": "adaptive:hybrid:{olifant}", "auto": "auto"}
+
+
+def cmd_live(args) -> None:
+    """Each scenario's prompts timed live by `bench --experiment live`, one run per scenario (fresh
+    drafts with the legal task's files), collected with the load averages in --json."""
+    from olifant_mlx.engine import Session
+    from olifant_mlx.verifier import load_verifier
+
+    out = OUT / "live"
+    out.mkdir(parents=True, exist_ok=True)
+    scenario = {it["id"]: it["scenario"] for it in read_workload()}
+    session = Session(load_verifier(args.model), "none")
+    chats = prompts_for(session, args.model)
+    del session
+    result = {"verifier": args.model, "rounds": args.rounds, "max_tokens": args.max_tokens, "k": args.k,
+              "strategies": LIVE_SPECS, "scenarios": {}}
+    for name in args.scenarios:
+        mine = [chats[i] for i in chats if scenario[i] == name][: args.n_prompts]
+        lines = [json.dumps({"messages": list(c.messages)} if not isinstance(c, str) else {"prompt": c})
+                 for c in mine]
+        prompts = out / f"{name}.jsonl"
+        write_atomic(prompts, "\n".join(lines) + "\n", 0o644)
+        task = "medical" if name == "medical" else "legal"
+        cmd = [sys.executable, "-m", "olifant_mlx", "bench", "--experiment", "live", "--model", args.model,
+               "--prompts", f"{task}={prompts}", "--n-prompts", str(len(mine)), "--max-tokens", str(args.max_tokens),
+               "-k", str(args.k), "--rounds", str(args.rounds), "--no-mlx-lm", "--out-dir", str(OUT),
+               "--curve", str(ROOT / "docs" / "results" / "curves" / f"{args.model}.json"),
+               "--strategy", *(f"{label}={spec}" for label, spec in LIVE_SPECS.items())]
+        print(f"{name}: {' '.join(cmd[2:])}", file=sys.stderr, flush=True)
+        subprocess.run(cmd, check=True)
+        got = json.loads((OUT / f"live-{args.model}.json").read_text())   # the tables' models folder
+        result["scenarios"][name] = {"prompts": len(mine), "task_files": task,
+                                     "load_average": [got["load_average_start"], got["load_average_end"]],
+                                     **got["tasks"][task]["kv"]}
+    result["machine"] = {"cpus": os.cpu_count()}
+    write_atomic(Path(args.json), json.dumps(result, indent=1) + "\n", 0o644)
+    print(f"wrote {args.json}", file=sys.stderr)
+
+
 def _auto_spec(model, library_index, sfx) -> str:
     """`auto` as it resolves beside this workload: the adaptive hybrid over the task's IGTree,
     the library's suffix index and the task's, and the session's own text (prompt included)."""
@@ -323,6 +370,15 @@ def main():
     b.add_argument("--train-tokens", type=int, default=1_000_000)
     b.add_argument("--json")
     b.set_defaults(func=cmd_tables)
+    lv = sub.add_parser("live")
+    lv.add_argument("--model", default="qwen2.5-coder-1.5b")
+    lv.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=SCENARIOS)
+    lv.add_argument("--n-prompts", type=int, default=4)
+    lv.add_argument("--rounds", type=int, default=2)
+    lv.add_argument("--max-tokens", type=int, default=96)
+    lv.add_argument("-k", type=int, default=8)
+    lv.add_argument("--json", default=str(ROOT / "docs" / "results" / "precedent-live.json"))
+    lv.set_defaults(func=cmd_live)
     args = ap.parse_args()
     assert set(TRAIN) >= {"legal", "medical"}
     args.func(args)

@@ -7,6 +7,7 @@ import stat
 import pytest
 from tiny_models import VOCAB, Tok, WordTok, tiny_llama, tiny_verifier  # noqa: F401 (WordTok: kept importable)
 
+from olifant_mlx.engine import Chat
 from olifant_mlx.drafters import LookupDrafter, NgramDrafter
 from olifant_mlx.energy import open_meter
 from olifant_mlx.measure.bench import (ModelRunner, aggregate, alternating_rounds, load_rows,
@@ -79,6 +80,9 @@ def test_prompt_files(tmp_path):
     (tmp_path / "p.txt").write_text("one\ntwo\n")
     assert read_prompts(str(tmp_path / "p.jsonl")) == ["a b"]
     assert read_prompts(str(tmp_path / "p.txt")) == ["one", "two"]
+    chat = [{"role": "user", "content": "Draft it."}]
+    (tmp_path / "c.jsonl").write_text(json.dumps({"id": 2, "messages": chat}) + "\n")
+    assert read_prompts(str(tmp_path / "c.jsonl")) == [Chat(tuple(chat))]     # the chat template formats it
 
 
 def test_reference_mode_and_predictions(tmp_path):
@@ -186,7 +190,9 @@ def test_prompt_files_that_are_not_prompts_are_named(tmp_path):
              "b.jsonl": ('{"prompt": "ok"}\n[1, 2]\n', r"b.jsonl:2: wants an object"),
              "c.jsonl": ('{"prompt": "ok"}\n{"prompt": \n', r"c.jsonl:2: not JSON"),
              "d.txt": ("\n\n", "holds no prompt"),
-             "e.txt": (b"fine\n\xff\xfe\n", r"e.txt is not UTF-8 text")}
+             "e.txt": (b"fine\n\xff\xfe\n", r"e.txt is not UTF-8 text"),
+             "f.jsonl": ('{"messages": []}\n', r"f.jsonl:1: \"messages\" wants a non-empty list"),
+             "g.jsonl": ('{"messages": [{"role": "user"}]}\n', r"g.jsonl:1: a chat message needs a role")}
     for name, (content, why) in cases.items():
         path = tmp_path / name
         path.write_bytes(content if isinstance(content, bytes) else content.encode())

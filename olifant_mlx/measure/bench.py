@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from olifant_mlx.drafters.adaptive import PassCost
-from olifant_mlx.engine import GenerationOptions, Session, reference
+from olifant_mlx.engine import Chat, GenerationOptions, OptionsError, Session, reference
 from olifant_mlx.files import PRIVATE, atomic_writer, make_private, open_regular, open_regular_file, write_atomic
 from olifant_mlx.measure.metrics import rouge_l
 
@@ -253,7 +253,8 @@ class ModelRunner:
         if isinstance(drafter, MlxLm):
             if not kv:
                 raise ValueError("mlx-lm's stream_generate has only the KV regime")
-            ids = self.verifier.encode(prompt) if isinstance(prompt, str) else list(prompt)
+            ids = (self.verifier.chat_ids(prompt.messages, prompt.template_kwargs) if isinstance(prompt, Chat)
+                   else self.verifier.encode(prompt) if isinstance(prompt, str) else list(prompt))
             start = self.meter.mark() if self.meter is not None else None
             cpu0 = time.process_time()
             tokens, st = drafter.load(self.verifier.identity.digest).run(self.verifier, ids, k, max_tokens)
@@ -702,8 +703,9 @@ def _timed(fn):
 
 
 def read_prompts(path) -> list:
-    """Prompts: a .jsonl with a "prompt" (or "text") field per line, or text one per line.
-    A line that is not such an object is a ValueError naming the file and the line."""
+    """Prompts: a .jsonl with a "prompt" (or "text") field per line, or a "messages" list (a
+    Chat, formatted by the verifier's chat template), or text one per line. A line that is not
+    such an object is a ValueError naming the file and the line."""
     path = str(path)
     jsonl = path.endswith((".jsonl", ".json"))
     out = []
@@ -720,11 +722,18 @@ def read_prompts(path) -> list:
     return out
 
 
-def _jsonl_prompt(line: str, path: str, n: int) -> str:
+def _jsonl_prompt(line: str, path: str, n: int):
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}:{n}: not JSON ({e.msg})") from None
+    if isinstance(obj, dict) and "messages" in obj:
+        if not isinstance(obj["messages"], list) or not obj["messages"]:
+            raise ValueError(f"{path}:{n}: \"messages\" wants a non-empty list of messages")
+        try:
+            return Chat(tuple(obj["messages"]))
+        except OptionsError as e:
+            raise ValueError(f"{path}:{n}: {e}") from None
     text = (obj.get("prompt") or obj.get("text")) if isinstance(obj, dict) else None
     if not isinstance(text, str) or not text.strip():
         raise ValueError(f"{path}:{n}: wants an object with a non-empty \"prompt\" (or \"text\") string")
