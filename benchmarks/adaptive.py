@@ -97,7 +97,7 @@ def head_to_head(runner, drafters, cells, task, regime, prompts, max_tokens, rou
     return out
 
 
-def main():
+def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--verifier", default="smollm2-135m")
     ap.add_argument("--tasks", nargs="+", default=["legal", "medical"], choices=sorted(TRAIN))
@@ -111,45 +111,38 @@ def main():
     ap.add_argument("--rounds", type=int, default=3,
                     help="head-to-head rounds of adaptive vs the best fixed k (0: none)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "adaptive"))
-    args = ap.parse_args()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    verifier = load_verifier(args.verifier)
-    ours, name = verifier.identity, verifier.name
-    runner = ModelRunner(verifier)
-    runner.run("Warm-up text.", None, 0, True, 4)
-    cells, duels = [], []
-    for task in args.tasks:
-        path = draft_model(task, ours, name)
-        specs = {"olifant": f"olifant:{path}", "hybrid": f"hybrid:{path}", "lookup": "lookup",
-                 "ngram": "ngram", "adaptive-olifant": f"adaptive:olifant:{path}",
-                 "adaptive-hybrid": f"adaptive:hybrid:{path}"}
-        drafters = {s: build_drafter(spec, ours) for s, spec in specs.items()}
-        prompts = read_prompts(str(C / task / "prompts.dev.jsonl"))
-        for regime in args.regimes:
-            n, max_tokens = ((args.kv_prompts, args.kv_tokens) if regime == "kv"
-                             else (args.uncached_prompts, args.uncached_tokens))
-            results = out / f"{task}-{regime}.jsonl"
-            swept = {}                 # this run's rows (the plain ones are shared by both groups)
-            for group, ks in ((FIXED, args.fixed_ks), (ADAPTIVE, args.adaptive_ks)):
-                for r in sweep(runner, {task: prompts}, {s: drafters[s] for s in group}, ks,
-                               [regime], max_tokens, results, n_prompts=n,
-                               on_progress=lambda done, total, task=task, regime=regime: print(
-                                   f"{task} {regime} {done}/{total}", file=sys.stderr)):
-                    swept[row_key(r)] = r
-            rows = list(swept.values())
-            bad = [r for r in rows if not r["exact_match"]]
-            if bad:
-                raise SystemExit(f"{len(bad)} output(s) differ from plain decoding: a bug")
-            task_cells = aggregate(rows)
-            write_tables(task_cells, out / f"{task}-{regime}")
-            cells += task_cells
-            if args.rounds:
-                print(f"{task} {regime}: head to head ...", file=sys.stderr)
-                duels += head_to_head(runner, drafters, task_cells, task, regime,
-                                      prompts[:n], max_tokens, args.rounds, max(args.adaptive_ks))
-    summary = summarise(cells)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return ap.parse_args()
+
+
+def task_drafters(task, ours, name) -> dict:
+    path = draft_model(task, ours, name)
+    specs = {"olifant": f"olifant:{path}", "hybrid": f"hybrid:{path}", "lookup": "lookup",
+             "ngram": "ngram", "adaptive-olifant": f"adaptive:olifant:{path}",
+             "adaptive-hybrid": f"adaptive:hybrid:{path}"}
+    return {s: build_drafter(spec, ours) for s, spec in specs.items()}
+
+
+def sweep_cell(args, runner, drafters, task, regime, prompts, out) -> list:
+    """The fixed-k and the adaptive drafters on one task and regime: the aggregated cells."""
+    n, max_tokens = ((args.kv_prompts, args.kv_tokens) if regime == "kv"
+                     else (args.uncached_prompts, args.uncached_tokens))
+    results = out / f"{task}-{regime}.jsonl"
+    swept = {}                 # this run's rows (the plain ones are shared by both groups)
+    for group, ks in ((FIXED, args.fixed_ks), (ADAPTIVE, args.adaptive_ks)):
+        for r in sweep(runner, {task: prompts}, {s: drafters[s] for s in group}, ks,
+                       [regime], max_tokens, results, n_prompts=n,
+                       on_progress=lambda done, total, task=task, regime=regime: print(
+                           f"{task} {regime} {done}/{total}", file=sys.stderr)):
+            swept[row_key(r)] = r
+    rows = list(swept.values())
+    bad = [r for r in rows if not r["exact_match"]]
+    if bad:
+        raise SystemExit(f"{len(bad)} output(s) differ from plain decoding: a bug")
+    return aggregate(rows)
+
+
+def summary_lines(summary, duels, name, adaptive_k) -> list:
+    """summary.md: the best k per drafter, then the head-to-head rounds."""
     lines = [f"Verifier {name}; speedup over plain in the same run; best k per drafter.", "",
              "| task | regime | drafter | best k | prompts | speedup | acceptance | verifier tokens per token "
              "| adaptive hybrid vs this | adaptive vs best fixed k |", "|---|---|---|---|---|---|---|---|---|---|"]
@@ -160,8 +153,7 @@ def main():
                      f"{r['speedup']:.2f}x | {r['acceptance']:.1%} | "
                      f"{r['verifier_tokens_per_token']:.2f} | {vs} | {vf} |")
     if duels:
-        (out / "head_to_head.json").write_text(json.dumps(duels, indent=2))
-        lines += ["", f"Head to head: adaptive (k <= {max(args.adaptive_ks)}) vs the same drafter at its "
+        lines += ["", f"Head to head: adaptive (k <= {adaptive_k}) vs the same drafter at its "
                   "best fixed k above; fixed seconds / adaptive seconds per round, order alternating.", "",
                   "| task | regime | drafter | fixed k | rounds x prompts | adaptive speedup (mean) | min | max |",
                   "|---|---|---|---|---|---|---|---|"]
@@ -169,6 +161,36 @@ def main():
             lines.append(f"| {d['task']} | {d['regime']} | {d['drafter']} | {d['fixed_k']} | "
                          f"{d['rounds']} x {d['prompts']} | {d['adaptive_speedup_mean']:.3f}x | "
                          f"{d['min']:.3f}x | {d['max']:.3f}x |")
+    return lines
+
+
+def main():
+    args = parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    verifier = load_verifier(args.verifier)
+    ours, name = verifier.identity, verifier.name
+    runner = ModelRunner(verifier)
+    runner.run("Warm-up text.", None, 0, True, 4)
+    cells, duels = [], []
+    for task in args.tasks:
+        drafters = task_drafters(task, ours, name)
+        prompts = read_prompts(str(C / task / "prompts.dev.jsonl"))
+        for regime in args.regimes:
+            task_cells = sweep_cell(args, runner, drafters, task, regime, prompts, out)
+            write_tables(task_cells, out / f"{task}-{regime}")
+            cells += task_cells
+            if args.rounds:
+                n, max_tokens = ((args.kv_prompts, args.kv_tokens) if regime == "kv"
+                                 else (args.uncached_prompts, args.uncached_tokens))
+                print(f"{task} {regime}: head to head ...", file=sys.stderr)
+                duels += head_to_head(runner, drafters, task_cells, task, regime,
+                                      prompts[:n], max_tokens, args.rounds, max(args.adaptive_ks))
+    summary = summarise(cells)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    if duels:
+        (out / "head_to_head.json").write_text(json.dumps(duels, indent=2))
+    lines = summary_lines(summary, duels, name, max(args.adaptive_ks))
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

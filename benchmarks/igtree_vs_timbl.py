@@ -93,7 +93,7 @@ m.save(sys.argv[2])
 """
 
 
-def main():
+def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--train-instances", type=int, default=10_000_000)
     ap.add_argument("--queries", type=int, default=250_000)
@@ -103,64 +103,65 @@ def main():
                     help="a second olifant build with this many threads (0: skip)")
     ap.add_argument("--latency-only", action="store_true",
                     help="re-measure only the query latencies, on the model and queries in --work")
-    args = ap.parse_args()
-    if args.latency_only:
-        return remeasure(Path(args.work))
-    ensure_timbl()
-    work = Path(args.work)
-    work.mkdir(parents=True, exist_ok=True)
-    tok = load_tokenizer("mistral")
+    return ap.parse_args()
 
+
+def write_inputs(work: Path, tok, train_instances: int, queries: int):
+    """The training windows (for both learners) and the held-out queries, written into `work`:
+    (the queries' contexts, their targets, how many training instances)."""
     print("tokenising ...", file=sys.stderr)
-    ctx, tgt = windows_of(str(SHARED / "corpora/legal/eurlexsum.train.txt.xz"), tok, args.train_instances)
+    ctx, tgt = windows_of(str(SHARED / "corpora/legal/eurlexsum.train.txt.xz"), tok, train_instances)
     qctx_all, qtgt_all = windows_of(str(SHARED / "corpora/legal/eurlexsum.valid.txt.xz"), tok)
-    pick = np.sort(np.random.default_rng(1).choice(qtgt_all.size, args.queries, replace=False))
+    pick = np.sort(np.random.default_rng(1).choice(qtgt_all.size, queries, replace=False))
     qctx, qtgt = qctx_all[pick], qtgt_all[pick]
     rows = np.column_stack([ctx, tgt]).astype(np.uint32)
     rows.tofile(work / "train.u32")
     write_instances(work / "train.inst", ctx, tgt)
     write_instances(work / "test.inst", qctx, qtgt)
     write_instances(work / "one.inst", qctx[:1], qtgt[:1])
-    n_train = int(tgt.size)
+    return qctx, qtgt, int(tgt.size)
 
+
+def run_timbl(work: Path, n_train: int) -> dict:
+    """TiMBL's training, its run over the queries and over one query (its load): each run's
+    (wall, CPU, peak RSS)."""
     print(f"TiMBL training on {n_train:,} instances ...", file=sys.stderr)
     ib = work / "timbl.ibase"
-    _, t_wall, t_cpu, t_rss, _ = run_child(
-        ["timbl", "-a1", "-f", str(work / "train.inst"), "-I", str(ib), "-p", "100000000"])
+    _, *train = run_child(["timbl", "-a1", "-f", str(work / "train.inst"), "-I", str(ib), "-p", "100000000"])
     if not ib.exists():
         sys.exit("TiMBL did not write its instance base")
-    out = work / "timbl_test.out"
-    _, c_wall, c_cpu, c_rss, _ = run_child(
-        ["timbl", "-a1", "-i", str(ib), "-t", str(work / "test.inst"), "-o", str(out),
-         "+v", "di+md", "-p", "100000000"])
-    _, l_wall, l_cpu, l_rss, _ = run_child(
-        ["timbl", "-a1", "-i", str(ib), "-t", str(work / "one.inst"), "-o", str(work / "one.out"),
-         "-p", "100000000"])
+    _, *test = run_child(["timbl", "-a1", "-i", str(ib), "-t", str(work / "test.inst"),
+                          "-o", str(work / "timbl_test.out"), "+v", "di+md", "-p", "100000000"])
+    _, *one = run_child(["timbl", "-a1", "-i", str(ib), "-t", str(work / "one.inst"), "-o", str(work / "one.out"),
+                         "-p", "100000000"])
+    return {"ibase": ib, "train": train[:3], "test": test[:3], "one": one[:3]}
 
+
+def build_olifant(work: Path, vocab_size: int, threads: int, compare_threads: int):
+    """The olifant build (and one with `compare_threads`, if any) in a child: ((wall, CPU, peak
+    RSS), what the threaded build gave or None)."""
     print("olifant training ...", file=sys.stderr)
-    model_path = work / "olifant.olif"
     code, o_wall, o_cpu, o_rss, err = run_child(
-        [sys.executable, "-c", BUILD_CHILD, str(work / "train.u32"), str(model_path), str(tok.vocab_size),
-         str(args.threads)])
+        [sys.executable, "-c", BUILD_CHILD, str(work / "train.u32"), str(work / "olifant.olif"), str(vocab_size),
+         str(threads)])
     if code != 0:
         sys.exit(f"olifant build failed: {err}")
-    threaded = None
-    if args.compare_threads:
-        other = work / "olifant_threads.olif"
-        code, t2_wall, t2_cpu, t2_rss, err = run_child(
-            [sys.executable, "-c", BUILD_CHILD, str(work / "train.u32"), str(other),
-             str(tok.vocab_size), str(args.compare_threads)])
-        if code != 0:
-            sys.exit(f"olifant build with {args.compare_threads} threads failed: {err}")
-        threaded = {"threads": args.compare_threads, "train_cpu_s": round(t2_cpu, 2),
-                    "train_wall_s": round(t2_wall, 2), "train_peak_rss_mb": round(t2_rss),
-                    "same_model": other.read_bytes() == model_path.read_bytes()}
-    t0 = time.perf_counter()
-    model = IGTree.load(model_path)
-    o_load = time.perf_counter() - t0
-    # predictions: class, depth, leaf flag, distance
-    ans = model.predict_batch(qctx)
-    lines = out.read_text().splitlines()
+    if not compare_threads:
+        return (o_wall, o_cpu, o_rss), None
+    other = work / "olifant_threads.olif"
+    code, t2_wall, t2_cpu, t2_rss, err = run_child(
+        [sys.executable, "-c", BUILD_CHILD, str(work / "train.u32"), str(other),
+         str(vocab_size), str(compare_threads)])
+    if code != 0:
+        sys.exit(f"olifant build with {compare_threads} threads failed: {err}")
+    return (o_wall, o_cpu, o_rss), {"threads": compare_threads, "train_cpu_s": round(t2_cpu, 2),
+                                    "train_wall_s": round(t2_wall, 2), "train_peak_rss_mb": round(t2_rss),
+                                    "same_model": other.read_bytes() == (work / "olifant.olif").read_bytes()}
+
+
+def mismatches(ans, lines) -> dict:
+    """How many of olifant's predictions differ from TiMBL's output lines: class, depth, leaf
+    flag, distance."""
     mism = {"class": 0, "depth": 0, "leaf": 0, "distance": 0}
     for a, line in zip(ans, lines):
         f = line.split()
@@ -169,8 +170,29 @@ def main():
         mism["depth"] += int(depth) != int(a["depth"])
         mism["leaf"] += (flag == "L") != bool(a["leaf"])
         mism["distance"] += abs(dist - a["distance"]) > 1e-9 * max(1.0, abs(dist))
-    mism = {k: int(v) for k, v in mism.items()}
-    compared = min(len(lines), len(ans))
+    return {k: int(v) for k, v in mism.items()}
+
+
+def main():
+    args = parse_args()
+    if args.latency_only:
+        return remeasure(Path(args.work))
+    ensure_timbl()
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    tok = load_tokenizer("mistral")
+    qctx, qtgt, n_train = write_inputs(work, tok, args.train_instances, args.queries)
+    timbl = run_timbl(work, n_train)
+    (t_wall, t_cpu, t_rss), (_, c_cpu, _), (_, l_cpu, l_rss) = timbl["train"], timbl["test"], timbl["one"]
+    ib, model_path = timbl["ibase"], work / "olifant.olif"
+    (o_wall, o_cpu, o_rss), threaded = build_olifant(work, tok.vocab_size, args.threads, args.compare_threads)
+    t0 = time.perf_counter()
+    model = IGTree.load(model_path)
+    o_load = time.perf_counter() - t0
+    # predictions: class, depth, leaf flag, distance
+    ans = model.predict_batch(qctx)
+    lines = (work / "timbl_test.out").read_text().splitlines()
+    mism, compared = mismatches(ans, lines), min(len(lines), len(ans))
 
     # latency: C (one batch call over shuffled queries) and one Python call per query
     shuffled = np.ascontiguousarray(qctx[np.random.default_rng(2).permutation(qtgt.size)])

@@ -34,6 +34,7 @@ import os
 import statistics
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 from olifant_mlx.drafters import build_drafter
 from olifant_mlx.measure.bench import (ModelRunner, ReferenceRunner, aggregate,
@@ -98,7 +99,7 @@ def compare(cells, key):
     return out
 
 
-def main():
+def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help=f"minutes: {QUICK}")
     ap.add_argument("--verifier", default="smollm2-135m")
@@ -118,70 +119,95 @@ def main():
     ap.add_argument("--rounds", type=int)
     ap.add_argument("--close", type=float, default=0.05)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "peers"))
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def settings(args) -> SimpleNamespace:
+    """The run's sizes: a flag given, else --quick's, else the default; the strategies."""
     q = QUICK if args.quick else {}
 
     def opt(name, default):
         v = getattr(args, name)
         return v if v is not None else q.get(name, default)
-    tasks, regimes, ks = opt("tasks", ["legal", "medical", "general"]), opt("regimes", ["kv", "uncached"]), \
-        opt("ks", [3, 5, 8])
-    kv_n, kv_tokens = opt("kv_prompts", 6), opt("kv_tokens", 80)
-    ref_n, ref_tokens, rounds = opt("reference_prompts", 20), opt("reference_tokens", 100), opt("rounds", 3)
     specs = dict(DEFAULTS)
     for item in args.strategy:
         name, _, spec = item.partition("=")
         specs[name] = spec
     if args.only:
         specs = {n: s for n, s in specs.items() if n in args.only}
+    return SimpleNamespace(tasks=opt("tasks", ["legal", "medical", "general"]),
+                           regimes=opt("regimes", ["kv", "uncached"]), ks=opt("ks", [3, 5, 8]),
+                           kv_n=opt("kv_prompts", 6), kv_tokens=opt("kv_tokens", 80),
+                           ref_n=opt("reference_prompts", 20), ref_tokens=opt("reference_tokens", 100),
+                           rounds=opt("rounds", 3), specs=specs)
+
+
+def model_task(args, cfg, runner, verifier, task, prompts, out) -> tuple:
+    """One task on the real verifier: its cells (every strategy, regime and k) and its duels."""
+    path = draft_model(task, verifier.identity, verifier.name)
+    fill = {"model": path, "task": task, "verifier": verifier.name}
+    drafters = build({n: s.format(**fill) for n, s in cfg.specs.items()}, verifier.identity,
+                     verifier.identity.digest, False)
+    rows, sizes = [], {}
+    for regime in cfg.regimes:
+        n, max_tokens = sizes[regime] = (cfg.kv_n, cfg.kv_tokens) if regime == "kv" else \
+            (args.uncached_prompts, args.uncached_tokens)
+        results = out / f"model-{task}-{regime}.jsonl"
+        sweep(runner, {task: prompts}, drafters, cfg.ks, [regime], max_tokens, results,
+              n_prompts=n, mlx_lm=regime == "kv", on_progress=progress(f"{task} {regime}"))
+        rows += [r for r in load_rows(results) if r["verifier"] == verifier.name]
+    bad = [r for r in rows if not r["exact_match"] and not r["strategy"].startswith("mlx-lm")]
+    if bad:
+        raise SystemExit(f"{len(bad)} output(s) of ours differ from plain decoding: a bug")
+    # the uncached cells' speedup vs mlx-lm: over its KV run on the same prompts
+    task_cells = [dict(c, mode="model") for c in aggregate(rows)]
+    duels = []
+    for regime in cfg.regimes if cfg.rounds else ():
+        n, max_tokens = sizes[regime]
+        duels += head_to_head(runner, drafters, [c for c in task_cells if c["regime"] == regime],
+                              task, regime, prompts[:n], max_tokens, cfg.rounds, args.close)
+    return task_cells, duels
+
+
+def reference_cells(args, cfg, verifier, prompts, out) -> list:
+    """Every task replayed on its reference texts (no model runs)."""
+    from olifant_mlx.verifier import load_tokenizer
+
+    tok = verifier.identity if verifier is not None else load_tokenizer(args.verifier)
+    name = verifier.name if verifier is not None else args.verifier
+    cells = []
+    for task in cfg.tasks:
+        ps = prompts[task][:cfg.ref_n]
+        runner = ReferenceRunner(tok, continuations_of(ps, str(C / VALID[task])))
+        path = draft_model(task, tok, name)
+        fill = {"model": path, "task": task, "verifier": name}
+        drafters = build({n: s.format(**fill) for n, s in cfg.specs.items()}, tok, tok.digest, True)
+        results = out / f"reference-{task}.jsonl"
+        sweep(runner, {task: ps}, drafters, cfg.ks, cfg.regimes, cfg.ref_tokens, results, n_prompts=cfg.ref_n,
+              on_progress=progress(f"reference {task}"))
+        rows = [r for r in load_rows(results) if r["verifier"] == "reference"]
+        cells += [dict(c, mode="reference") for c in aggregate(rows)]
+    return cells
+
+
+def main():
+    args = parse_args()
+    cfg = settings(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cells, duels = [], []
-    prompts = {t: read_prompts(str(C / t / "prompts.dev.jsonl")) for t in tasks}
+    prompts = {t: read_prompts(str(C / t / "prompts.dev.jsonl")) for t in cfg.tasks}
     verifier = None
     if not args.no_model:
         verifier = load_verifier(args.verifier)
         runner = ModelRunner(verifier)
         runner.run("Warm-up text.", None, 0, True, 4)
-        for task in tasks:
-            path = draft_model(task, verifier.identity, verifier.name)
-            fill = {"model": path, "task": task, "verifier": verifier.name}
-            drafters = build({n: s.format(**fill) for n, s in specs.items()}, verifier.identity,
-                             verifier.identity.digest, False)
-            rows, sizes = [], {}
-            for regime in regimes:
-                n, max_tokens = sizes[regime] = (kv_n, kv_tokens) if regime == "kv" else \
-                    (args.uncached_prompts, args.uncached_tokens)
-                results = out / f"model-{task}-{regime}.jsonl"
-                sweep(runner, {task: prompts[task]}, drafters, ks, [regime], max_tokens, results,
-                      n_prompts=n, mlx_lm=regime == "kv", on_progress=progress(f"{task} {regime}"))
-                rows += [r for r in load_rows(results) if r["verifier"] == verifier.name]
-            bad = [r for r in rows if not r["exact_match"] and not r["strategy"].startswith("mlx-lm")]
-            if bad:
-                raise SystemExit(f"{len(bad)} output(s) of ours differ from plain decoding: a bug")
-            # the uncached cells' speedup vs mlx-lm: over its KV run on the same prompts
-            task_cells = [dict(c, mode="model") for c in aggregate(rows)]
+        for task in cfg.tasks:
+            task_cells, task_duels = model_task(args, cfg, runner, verifier, task, prompts[task], out)
             cells += task_cells
-            for regime in regimes if rounds else ():
-                n, max_tokens = sizes[regime]
-                duels += head_to_head(runner, drafters, [c for c in task_cells if c["regime"] == regime],
-                                      task, regime, prompts[task][:n], max_tokens, rounds, args.close)
+            duels += task_duels
     if not args.no_reference:
-        from olifant_mlx.verifier import load_tokenizer
-
-        tok = verifier.identity if verifier is not None else load_tokenizer(args.verifier)
-        name = verifier.name if verifier is not None else args.verifier
-        for task in tasks:
-            ps = prompts[task][:ref_n]
-            runner = ReferenceRunner(tok, continuations_of(ps, str(C / VALID[task])))
-            path = draft_model(task, tok, name)
-            fill = {"model": path, "task": task, "verifier": name}
-            drafters = build({n: s.format(**fill) for n, s in specs.items()}, tok, tok.digest, True)
-            results = out / f"reference-{task}.jsonl"
-            sweep(runner, {task: ps}, drafters, ks, regimes, ref_tokens, results, n_prompts=ref_n,
-                  on_progress=progress(f"reference {task}"))
-            rows = [r for r in load_rows(results) if r["verifier"] == "reference"]
-            cells += [dict(c, mode="reference") for c in aggregate(rows)]
+        cells += reference_cells(args, cfg, verifier, prompts, out)
     write(out, cells, duels)
 
 

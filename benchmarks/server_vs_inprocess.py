@@ -162,7 +162,7 @@ def spread(values):
             "max": round(max(values), 4)}
 
 
-def main():
+def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--draft", default="auto", help="drafter spec, the same on both sides (default auto)")
@@ -173,77 +173,76 @@ def main():
     ap.add_argument("--arms", default=",".join(ARMS),
                     help=f"which arms, comma-separated (default {','.join(ARMS)}; inproc is always run)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "server_vs_inprocess.json"))
-    args = ap.parse_args()
-    arms = tuple(a for a in ARMS if a == "inproc" or a in args.arms.split(","))
+    return ap.parse_args()
+
+
+def block_row(rnd, j, order, got, arms) -> dict:
+    """One block's row: every arm's times for the same prompt, and whether their texts agree."""
+    base = got["inproc"]
+    row = {"round": rnd, "prompt": j, "order": list(order), "tokens": base["tokens"],
+           "same_text": all(g["text"] == base["text"] and g["tokens"] == base["tokens"]
+                            for g in got.values())}
+    for arm, g in got.items():
+        row[arm] = {"s": round(g["s"], 4), "engine_s": round(g["engine_s"], 4),
+                    "outside_s": round(g["s"] - g["engine_s"], 4), "cpu_s": round(g["cpu_s"], 3),
+                    "passes": g["passes"], "tps": round(g["tokens"] / g["s"], 3),
+                    "ttft_s": round(g["times"][0], 4) if g["times"] else None,
+                    "gaps_ms": [round(1e3 * (b - a), 2) for a, b in zip(g["times"], g["times"][1:])]}
+        if g["queue_s"] is not None:
+            row[arm]["queue_s"] = g["queue_s"]
+    for arm in arms[1:]:
+        row[arm]["ratio"] = ratio(row[arm]["tps"], row["inproc"]["tps"])
+    return row
+
+
+def measure(args, arms, proc, url) -> tuple:
+    """Every block of every arm (the server at `url`, the sessions in this process): (rows,
+    whether the server has OpenBLAS)."""
     import httpx
 
     from olifant_mlx.engine import GenerationOptions, Session
     from olifant_mlx.verifier import load_verifier
 
-    load0 = os.getloadavg()
-    log = tempfile.TemporaryFile()
-    proc, url, command = start_server(args.model, args.draft, args.k, free_port(), log)
+    verifier = load_verifier(args.model)
+    # the control arm is the same Session code again, with its own drafter (A/A)
+    sessions = {arm: Session(verifier, args.draft, GenerationOptions(k=args.k))
+                for arm in arms if arm not in SERVER_ARMS}
+    options = GenerationOptions(k=args.k, max_tokens=args.max_tokens)
+    client = httpx.Client(timeout=3600)
+
+    def run(arm, prompt, max_tokens=args.max_tokens):
+        if arm in SERVER_ARMS:
+            return through_server(client, url, prompt, max_tokens, arm == "server", proc.pid)
+        return in_process(sessions[arm], options.replace(max_tokens=max_tokens), prompt)
+
+    for arm in arms:                 # first-call costs, and the adaptive drafters' pass-time model
+        run(arm, "Warm-up.", 4)
+        run(arm, WARM_UP)
+    prompts = PROMPTS[:max(1, min(args.prompts, len(PROMPTS)))]
+    blocks = [(r, j, p) for r in range(max(1, args.rounds)) for j, p in enumerate(prompts)]
     rows = []
-    try:
-        verifier = load_verifier(args.model)
-        # the control arm is the same Session code again, with its own drafter (A/A)
-        sessions = {arm: Session(verifier, args.draft, GenerationOptions(k=args.k))
-                    for arm in arms if arm not in SERVER_ARMS}
-        options = GenerationOptions(k=args.k, max_tokens=args.max_tokens)
-        client = httpx.Client(timeout=3600)
+    for i, (rnd, j, prompt) in enumerate(blocks):
+        n = len(arms)
+        order = arms[i % n:] + arms[:i % n]
+        if rnd % 2:
+            order = order[::-1]
+        row = block_row(rnd, j, order, {arm: run(arm, prompt) for arm in order}, arms)
+        rows.append(row)
+        print(f"round {rnd} prompt {j}: {row['tokens']} tokens, tokens/s "
+              + "  ".join(f"{a} {row[a]['tps']:.2f}" + (f" ({row[a]['ratio']:.3f})" if a != "inproc" else "")
+                          for a in arms)
+              + f"  {'same text' if row['same_text'] else 'TEXT DIFFERS'}  (order {', '.join(order)})",
+              flush=True)
+    return rows, has_openblas(proc.pid)
 
-        def run(arm, prompt, max_tokens=args.max_tokens):
-            if arm in SERVER_ARMS:
-                return through_server(client, url, prompt, max_tokens, arm == "server", proc.pid)
-            return in_process(sessions[arm], options.replace(max_tokens=max_tokens), prompt)
 
-        for arm in arms:                 # first-call costs, and the adaptive drafters' pass-time model
-            run(arm, "Warm-up.", 4)
-            run(arm, WARM_UP)
-        prompts = PROMPTS[:max(1, min(args.prompts, len(PROMPTS)))]
-        blocks = [(r, j, p) for r in range(max(1, args.rounds)) for j, p in enumerate(prompts)]
-        for i, (rnd, j, prompt) in enumerate(blocks):
-            n = len(arms)
-            order = arms[i % n:] + arms[:i % n]
-            if rnd % 2:
-                order = order[::-1]
-            got = {arm: run(arm, prompt) for arm in order}
-            base = got["inproc"]
-            row = {"round": rnd, "prompt": j, "order": list(order), "tokens": base["tokens"],
-                   "same_text": all(g["text"] == base["text"] and g["tokens"] == base["tokens"]
-                                    for g in got.values())}
-            for arm, g in got.items():
-                row[arm] = {"s": round(g["s"], 4), "engine_s": round(g["engine_s"], 4),
-                            "outside_s": round(g["s"] - g["engine_s"], 4), "cpu_s": round(g["cpu_s"], 3),
-                            "passes": g["passes"], "tps": round(g["tokens"] / g["s"], 3),
-                            "ttft_s": round(g["times"][0], 4) if g["times"] else None,
-                            "gaps_ms": [round(1e3 * (b - a), 2) for a, b in zip(g["times"], g["times"][1:])]}
-                if g["queue_s"] is not None:
-                    row[arm]["queue_s"] = g["queue_s"]
-            for arm in arms[1:]:
-                row[arm]["ratio"] = ratio(row[arm]["tps"], row["inproc"]["tps"])
-            rows.append(row)
-            print(f"round {rnd} prompt {j}: {row['tokens']} tokens, tokens/s "
-                  + "  ".join(f"{a} {row[a]['tps']:.2f}" + (f" ({row[a]['ratio']:.3f})" if a != "inproc" else "")
-                              for a in arms)
-                  + f"  {'same text' if row['same_text'] else 'TEXT DIFFERS'}  (order {', '.join(order)})",
-                  flush=True)
-        blas = has_openblas(proc.pid)
-    finally:
-        proc.terminate()
-        proc.wait(60)
-
+def arm_summaries(arms, rows, tokens) -> dict:
+    """Each arm's totals over the blocks, and its ratios to inproc."""
     def total(arm, key="s"):
         return sum(r[arm][key] for r in rows)
 
-    tokens = sum(r["tokens"] for r in rows)
-    summary = {"command": " ".join(["python"] + sys.argv), "server": command,
-               "model": args.model, "draft": args.draft, "k": args.k, "max_tokens": args.max_tokens,
-               "prompts": len(rows) // max(1, args.rounds), "rounds": args.rounds, "arms": list(arms),
-               "tokens_per_arm": tokens, "server_has_openblas": blas,
-               "load_average": [list(load0), list(os.getloadavg())], "cpus": os.cpu_count(),
-               "all_same_text": all(r["same_text"] for r in rows), "arm": {}}
     t_in, e_in, o_in = total("inproc"), total("inproc", "engine_s"), total("inproc", "outside_s")
+    out = {}
     for arm in arms:
         s = {"tokens_per_s": round(tokens / total(arm), 3),
              "engine_tokens_per_s": round(tokens / total(arm, "engine_s"), 3),
@@ -260,12 +259,11 @@ def main():
                      cpu_ratio=ratio(total("inproc", "cpu_s"), total(arm, "cpu_s")),
                      extra_outside_engine_ms_per_request=round(1e3 * extra / len(rows), 2),
                      load_adjusted_ratio=ratio(t_in, t_in + extra))
-        summary["arm"][arm] = s
-    summary["rows"] = rows
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(summary, indent=2) + "\n")
+        out[arm] = s
+    return out
 
+
+def print_summary(summary, arms, rows, tokens, blas, load0) -> None:
     print(f"\n{len(rows)} blocks of {', '.join(arms)}; {tokens} tokens per arm; outputs identical: "
           f"{'yes' if summary['all_same_text'] else 'NO'}; server has OpenBLAS: {blas}")
     print(f"{'arm':8} {'tok/s':>7} {'ratio':>6} {'median':>7} {'min-max':>13} {'engine':>7} {'cpu':>6} "
@@ -282,6 +280,31 @@ def main():
           f"the engine's own seconds; cpu: over CPU seconds; +out ms: time outside the engine per "
           f"request beyond inproc's; adjusted: inproc time / (inproc time + that). Load average "
           f"{load0[0]:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+
+
+def main():
+    args = parse_args()
+    arms = tuple(a for a in ARMS if a == "inproc" or a in args.arms.split(","))
+    load0 = os.getloadavg()
+    log = tempfile.TemporaryFile()
+    proc, url, command = start_server(args.model, args.draft, args.k, free_port(), log)
+    try:
+        rows, blas = measure(args, arms, proc, url)
+    finally:
+        proc.terminate()
+        proc.wait(60)
+    tokens = sum(r["tokens"] for r in rows)
+    summary = {"command": " ".join(["python"] + sys.argv), "server": command,
+               "model": args.model, "draft": args.draft, "k": args.k, "max_tokens": args.max_tokens,
+               "prompts": len(rows) // max(1, args.rounds), "rounds": args.rounds, "arms": list(arms),
+               "tokens_per_arm": tokens, "server_has_openblas": blas,
+               "load_average": [list(load0), list(os.getloadavg())], "cpus": os.cpu_count(),
+               "all_same_text": all(r["same_text"] for r in rows), "arm": arm_summaries(arms, rows, tokens)}
+    summary["rows"] = rows
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(summary, indent=2) + "\n")
+    print_summary(summary, arms, rows, tokens, blas, load0)
     return 0 if summary["all_same_text"] else 1
 
 

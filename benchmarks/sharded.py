@@ -150,7 +150,6 @@ def command(args) -> int:
     """Rank 0 (or a single process): everything measured, one JSON line."""
     args.draft = args.draft or default_draft(args.model)
     from olifant_mlx.engine import GenerationOptions, Session
-    from olifant_mlx.measure import calc
     from olifant_mlx.measure.bench import calibrate
     from olifant_mlx.verifier import load_verifier
 
@@ -164,7 +163,26 @@ def command(args) -> int:
            "hidden": cfg.hidden_size, "layers": cfg.num_hidden_layers, "gs": list(GS)}
     warm = GenerationOptions(k=0, max_tokens=3)
     Session(v, "none", warm).generate("Warm-up.")
-    runs = {}
+    runs = res["runs"] = timed_runs(v, args)
+    res["identical"] = runs["plain"]["tokens"] == runs["speculative"]["tokens"]
+    res["speedup"] = runs["speculative"]["tokens_per_s"] / runs["plain"]["tokens_per_s"]
+    res["traffic"] = traffic(v, args, ranks)
+    if shard is not None:
+        res.update(communication(v, args, ranks, res["traffic"][1]["bytes_each"]))
+    cal = calibrate(v, args.prompt, max_new=max(GS), repeats=args.repeats)
+    res["pass_ms"] = {int(g): ms for g, ms in cal["kv_ms"].items()}
+    res["verify_costs_measured"] = {int(g): x for g, x in cal["kv_relative"].items()}
+    predict(res, runs, args.k, shard is not None)
+    print("RESULT " + json.dumps(res), flush=True)
+    return 0
+
+
+def timed_runs(v, args) -> dict:
+    """Plain, then speculative decoding of the prompt (or the other way round): each one's
+    numbers, and the collectives and bytes our code sent per step."""
+    from olifant_mlx.engine import GenerationOptions, Session
+
+    shard, runs = v.shard, {}
     order = [("plain", "none", 0), ("speculative", args.draft, args.k)]
     for label, spec, k in (order if not args.speculative_first else order[::-1]):
         before = (shard.traffic.collectives, shard.traffic.bytes) if shard else (0, 0)
@@ -180,53 +198,65 @@ def command(args) -> int:
                        "our_bytes_per_step": (after[1] - before[1]) / max(st.steps, 1)}
         print(f"{label}: {st.tokens} tokens in {st.seconds:.1f} s ({st.tokens_per_s:.3f} tok/s), "
               f"{st.steps} passes, acceptance {st.acceptance:.0%}", file=sys.stderr, flush=True)
-    res["runs"] = runs
-    res["identical"] = runs["plain"]["tokens"] == runs["speculative"]["tokens"]
-    res["speedup"] = runs["speculative"]["tokens_per_s"] / runs["plain"]["tokens_per_s"]
+    return runs
 
+
+def traffic(v, args, ranks: int) -> dict:
+    """The collectives one pass of each length in GS makes (counted on every rank)."""
+    from olifant_mlx.measure import calc
+
+    shard, cfg = v.shard, v.model.args
     if shard is not None:
         shard.everywhere("count", prompt=args.prompt, gs=list(GS))
     counts = count_job(v, args.prompt, GS)
-    res["traffic"] = {g: {"collectives": len(c), "bytes_each": c[0][3] if c else 0,
-                          "kinds": sorted({x[0] for x in c}),
-                          "bytes_sent_per_rank": calc.pass_traffic(
-                              g, cfg.hidden_size, cfg.num_hidden_layers, ranks, shard.mode if shard else "tensor",
-                              c[0][3] // (g * cfg.hidden_size) if c else 4)["bytes"]}
-                      for g, c in counts.items()}
-    if shard is not None:
-        shard.everywhere("replay", repeats=args.repeats)
-        rep = replay_job(v, args.repeats)
-        res["comm_ms"] = {int(g): ms for g, ms in rep["pass_ms"].items()}
-        res["all_reduce_ms"] = rep["all_reduce"]
-        res["our_collective_ms"] = rep["ours_ms"]
-        lat, bw = calc.fit_link(rep["all_reduce"])
-        res["link_fit"] = {"latency_ms": lat, "bytes_per_ms": bw}
-        dtype_bytes = res["traffic"][1]["bytes_each"] // cfg.hidden_size
-        res["comm_ms_predicted"] = {g: calc.pass_comm_ms(g, cfg.hidden_size, cfg.num_hidden_layers, ranks,
-                                                         lat, bw, shard.mode, dtype_bytes, shared_values=0)
-                                    for g in GS}
-    cal = calibrate(v, args.prompt, max_new=max(GS), repeats=args.repeats)
-    res["pass_ms"] = {int(g): ms for g, ms in cal["kv_ms"].items()}
-    res["verify_costs_measured"] = {int(g): x for g, x in cal["kv_relative"].items()}
+    return {g: {"collectives": len(c), "bytes_each": c[0][3] if c else 0,
+                "kinds": sorted({x[0] for x in c}),
+                "bytes_sent_per_rank": calc.pass_traffic(
+                    g, cfg.hidden_size, cfg.num_hidden_layers, ranks, shard.mode if shard else "tensor",
+                    c[0][3] // (g * cfg.hidden_size) if c else 4)["bytes"]}
+            for g, c in counts.items()}
+
+
+def communication(v, args, ranks: int, bytes_each: int) -> dict:
+    """A sharded verifier's communication per pass, replayed on every rank, and the link model
+    fitted to it."""
+    from olifant_mlx.measure import calc
+
+    shard, cfg = v.shard, v.model.args
+    shard.everywhere("replay", repeats=args.repeats)
+    rep = replay_job(v, args.repeats)
+    lat, bw = calc.fit_link(rep["all_reduce"])
+    dtype_bytes = bytes_each // cfg.hidden_size
+    return {"comm_ms": {int(g): ms for g, ms in rep["pass_ms"].items()},
+            "all_reduce_ms": rep["all_reduce"], "our_collective_ms": rep["ours_ms"],
+            "link_fit": {"latency_ms": lat, "bytes_per_ms": bw},
+            "comm_ms_predicted": {g: calc.pass_comm_ms(g, cfg.hidden_size, cfg.num_hidden_layers, ranks,
+                                                       lat, bw, shard.mode, dtype_bytes, shared_values=0)
+                                  for g in GS}}
+
+
+def predict(res: dict, runs: dict, k_max: int, sharded: bool) -> None:
+    """The verify costs a sharded pass would have, and the speedup the calculator gives from the
+    measured (and those) costs, into `res`."""
+    from olifant_mlx.measure import calc
+
     spec = runs["speculative"]
-    if shard is not None:
+    if sharded:
         comm, pred = res["comm_ms"], res["comm_ms_predicted"]
         compute = {g: max(res["pass_ms"][g] - comm[g], 0.0) for g in GS}
         res["verify_costs_predicted"] = calc.sharded_verify_costs(compute, pred)
-    if spec["drafted"] and args.k >= 1:
-        alpha = calc.alpha_from_acceptance(min(spec["acceptance"], 1.0), args.k)
+    if spec["drafted"] and k_max >= 1:
+        alpha = calc.alpha_from_acceptance(min(spec["acceptance"], 1.0), k_max)
         plain_step = runs["plain"]["decode_s"] / max(runs["plain"]["steps"], 1)
-        c = (spec["draft_s"] / max(spec["steps"], 1)) / plain_step / args.k
-        k = args.k if args.k in GS else max(g for g in GS if g <= args.k)
+        c = (spec["draft_s"] / max(spec["steps"], 1)) / plain_step / k_max
+        k = k_max if k_max in GS else max(g for g in GS if g <= k_max)
         res["predicted_speedup"] = {
             "alpha": alpha, "c": c,
-            "measured_curve": calc.speedup_fast_path(alpha, args.k, c, res["verify_costs_measured"][k]),
+            "measured_curve": calc.speedup_fast_path(alpha, k_max, c, res["verify_costs_measured"][k]),
         }
         if "verify_costs_predicted" in res:
             res["predicted_speedup"]["predicted_curve"] = calc.speedup_fast_path(
-                alpha, args.k, c, res["verify_costs_predicted"][k])
-    print("RESULT " + json.dumps(res), flush=True)
-    return 0
+                alpha, k_max, c, res["verify_costs_predicted"][k])
 
 
 def derive(res) -> dict:

@@ -1,7 +1,7 @@
 """The package's shape: every module imports alone, no import cycles, libraries never import
 the CLI, one registry behind every surface's drafter list, the C extension's clear error, and
-docs/architecture.md's module map, import table and options table checked against the code."""
-import ast
+docs/architecture.md's generated tables and counts (olifant_mlx/architecture.py) the code's."""
+import dataclasses
 import re
 import subprocess
 import sys
@@ -9,51 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from olifant_mlx import architecture
+from olifant_mlx.architecture import graph, imports_of, modules
+
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGE_DIRS = {"olifant_mlx": ROOT / "olifant_mlx", "olifant_mlx.tui": ROOT / "tui"}
-
-
-def modules() -> dict:
-    """Every module of the package (olifant_mlx.tui lives in tui/) -> its file."""
-    out = {}
-    for prefix, folder in PACKAGE_DIRS.items():
-        for f in sorted(folder.rglob("*.py")):
-            rel = f.relative_to(folder).with_suffix("")
-            parts = [p for p in rel.parts if p != "__init__"]
-            name = ".".join([prefix, *parts])
-            if name.startswith("olifant_mlx.tui") and prefix == "olifant_mlx":
-                continue
-            out[name] = f
-    return out
-
-
-def imports_of(name: str, path: Path, known) -> set:
-    """The package modules `path` imports anywhere (top level or inside functions)."""
-    tree = ast.parse(path.read_text())
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            targets = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                up = package.split(".")[:len(package.split(".")) - node.level + 1]
-                base = ".".join(up + ([base] if base else []))
-            targets = [base] + [f"{base}.{a.name}" for a in node.names]
-        else:
-            continue
-        for t in targets:
-            while t and t not in known:
-                t = t.rpartition(".")[0]
-            if t and t != name:
-                found.add(t)
-    return found
-
-
-def graph() -> dict:
-    mods = modules()
-    return {name: imports_of(name, path, mods) for name, path in mods.items()}
 
 
 def test_no_import_cycles():
@@ -165,113 +124,182 @@ def test_every_surface_shows_the_registry_drafters():
 
 
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
-SURFACES = ("olifant_mlx.cli", "olifant_mlx.tui", "olifant_mlx.__main__")
+ISSUE_39 = pytest.mark.xfail(reason="issue 39 in progress", strict=False)
 
 
-def doc_table(header: str, text: str | None = None) -> list:
-    """The body rows (lists of cells) of the Markdown table whose header line is `header`."""
-    lines = (ARCHITECTURE.read_text() if text is None else text).splitlines()
-    start = lines.index(header)
-    rows = []
-    for line in lines[start + 2:]:
-        if not line.startswith("|"):
-            break
-        rows.append([c.strip() for c in re.split(r"(?<!\\)\|", line.strip()[1:-1])])
-    return rows
+@pytest.fixture(scope="module")
+def committed() -> str:
+    return ARCHITECTURE.read_text()
 
 
-def short(name: str) -> str:
-    return name.removeprefix("olifant_mlx.")
+def test_the_generated_sections_are_the_code(committed):
+    """Every table and count docs/architecture.md shows is what olifant_mlx.architecture makes
+    from the code now, to the byte."""
+    assert sorted(architecture.sections_in(committed)) == sorted(architecture.SECTIONS)
+    assert architecture.generate(committed) == committed, \
+        f"docs/architecture.md's generated sections differ from the code: run `{architecture.REWRITE}`"
 
 
-def top(name: str) -> str:
-    return short(name).split(".")[0]
+def test_the_generated_sections_check_can_fail(committed):
+    """A row changed by hand, a row missing, a section nobody makes: each is seen."""
+    section = re.search(r"<!-- generated: imports -->.*?<!-- end: imports -->", committed, re.S).group(0)
+    assert architecture.generate(section) == section
+    row = section.splitlines()[3]                       # the first module's row
+    for edited in (section.replace(row, row.rpartition(" | ")[0] + " | `files` |"), section.replace(row + "\n", "")):
+        assert architecture.generate(edited) == section
+    with pytest.raises(ValueError, match="no generated section called 'bogus'"):
+        architecture.generate("<!-- generated: bogus -->\n<!-- end: bogus -->")
 
 
-def cross_package_imports() -> dict:
-    """Library module (short name) -> the modules of other packages it imports, where any."""
-    out = {}
-    for m, ts in graph().items():
-        if m.startswith(SURFACES):
-            continue
-        found = {short(t) for t in ts if t != "olifant_mlx" and top(t) != top(m)}
-        if found:
-            out[short(m)] = found
-    return out
-
-
-def import_table_mismatches(rows, actual: dict, names) -> list:
-    """How the import table's rows differ from `actual` (an empty list when they agree)."""
-    documented, problems = {}, []
-    for left, right in rows:
-        named = {n for n in re.findall(r"`([\w.]+)`", right) if n in names}
-        for m in re.findall(r"`([\w.]+)`", left):
-            if m not in names:
-                problems.append(f"{m} is no module")
-                continue
-            documented[m] = {n for n in named if top(n) != top(m)}
-    for m in sorted(set(documented) | set(actual)):
-        has, says = actual.get(m, set()), documented.get(m)
-        if says is None:
-            problems.append(f"{m} imports {sorted(has)} and has no row")
-        elif says != has:
-            problems.append(f"{m}: the table says {sorted(says)}, the code imports {sorted(has)}")
-    return problems
+def test_the_generator_rewrites_a_file_and_is_idempotent(tmp_path, capsys):
+    doc = tmp_path / "architecture.md"
+    doc.write_text("# A\n\n<!-- generated: options -->\nstale\n<!-- end: options -->\n")
+    assert architecture.main(["--write", str(doc)]) == 0
+    once = doc.read_text()
+    assert "stale" not in once and "| `k` |" in once
+    assert architecture.main(["--write", str(doc)]) == 0 and doc.read_text() == once
+    assert "rewritten" in capsys.readouterr().out.splitlines()[0]
 
 
 def test_the_import_table_is_the_code():
-    names = {short(m) for m in modules()}
-    rows = doc_table("| module | imports from other packages |")
-    problems = import_table_mismatches(rows, cross_package_imports(), names)
-    assert not problems, "docs/architecture.md's import table:\n" + "\n".join(problems)
+    """The import table's data: each library module's imports from other packages, exactly."""
+    g = graph()
+    for m, found in architecture.cross_package_imports().items():
+        assert "olifant_mlx." + m in g and not m.startswith(("cli", "tui", "__main__"))
+        assert set(found) == {architecture.short(t) for t in g["olifant_mlx." + m]
+                              if t != "olifant_mlx" and architecture.top(t) != architecture.top(m)}
 
 
-def test_the_import_table_check_can_fail():
-    names = {"engine.loop", "drafters.base", "drafters.adaptive", "files", "mlx_setup"}
-    actual = {"engine.loop": {"drafters.base", "drafters.adaptive", "mlx_setup"}, "mlx_setup": {"files"}}
-    rows = [["`engine.loop`", "`drafters.base`, `mlx_setup` (and `engine.cache`)"]]
-    problems = import_table_mismatches(rows, actual, names)
-    assert problems == ["engine.loop: the table says ['drafters.base', 'mlx_setup'], the code imports "
-                        "['drafters.adaptive', 'drafters.base', 'mlx_setup']",
-                        "mlx_setup imports ['files'] and has no row"]
+def test_the_import_table_check_can_fail(tmp_path):
+    """A function-level import is told apart from a top-level one."""
+    a = tmp_path / "a.py"
+    a.write_text("import olifant_mlx.b\n\ndef f():\n    from olifant_mlx.c import g\n")
+    known = {"olifant_mlx.a": a, "olifant_mlx.b": a, "olifant_mlx.c": a}
+    assert architecture.import_sites("olifant_mlx.a", a, known) == {"olifant_mlx.b": True, "olifant_mlx.c": False}
 
 
-def test_every_module_is_on_the_map():
+def test_every_module_is_on_the_map(committed):
     names = set(modules())
-    mapped = {"olifant_mlx"}
-    for package, _folder, holds in doc_table("| package | folder | what it holds |"):
-        package = package.strip("`")
-        assert package in names, f"docs/architecture.md maps {package}, which is no module"
-        mapped.add(package)
-        mapped.update(f"{package}.{n}" for n in re.findall(r"`([a-z_]+)`", holds))
-    missing = sorted(names - mapped)
-    assert not missing, f"modules on no map in docs/architecture.md: {missing}"
+    assert len(names) > 40
+    mapped = {"olifant_mlx." + n.strip("`") if n != "`olifant_mlx`" else "olifant_mlx"
+              for n in re.findall(r"^\| (`[\w.]+`) \|", architecture.module_map(), re.M)}
+    assert mapped == names, sorted(names ^ mapped)
+    assert all(f"`{architecture.short(m)}`" in committed for m in names)
 
 
 def test_the_options_table_is_the_dataclass():
-    """Read from the dataclass itself, so the check follows the options type wherever it goes."""
-    import dataclasses
-
+    """Read from the dataclass itself, so the table follows the options type wherever it goes."""
     from olifant_mlx.engine import GenerationOptions
 
-    rows = doc_table("| field | default | valid |")
+    rows = architecture.option_rows()
     fields = dataclasses.fields(GenerationOptions)
-    assert [r[0].strip("`") for r in rows] == [f.name for f in fields], \
-        "docs/architecture.md's GenerationOptions table and its fields differ"
+    assert [r[0] for r in rows] == [f.name for f in fields]
     for (name, default, _valid), f in zip(rows, fields):
         value = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        assert default.strip("`") == repr(value), (name, default, value)
+        assert default == repr(value), name
+    assert dict((n, v) for n, _, v in rows)["top_p"] == "in (0, 1]"
 
 
 def test_the_option_attributes_table_is_the_option_type():
     """Every Option attribute, in order: what a new option may say to the surfaces."""
-    import dataclasses
-
     from olifant_mlx.engine.options import Option
 
-    rows = doc_table("| `Option` attribute | what it says |")
-    assert [r[0].strip("`") for r in rows] == [f.name for f in dataclasses.fields(Option)], \
-        "docs/architecture.md's Option attributes table and Option's fields differ"
+    rows = architecture.class_fields(architecture.PACKAGE / "engine" / "options.py", "Option")
+    assert [r[0] for r in rows] == [f.name for f in dataclasses.fields(Option)]
+
+
+def test_a_fields_comment_is_read_with_its_continuation(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("class C:\n    a: int   # one\n    #        and two\n    b: str = 'x'\n    c: tuple = ()  # three\n")
+    assert architecture.class_fields(f, "C") == [("a", "int", None, "one and two"), ("b", "str", "'x'", ""),
+                                                 ("c", "tuple", "()", "three")]
+
+
+# ---- the counts ----------------------------------------------------------------------------
+
+def entries(what: str) -> dict:
+    ext = next(e for e in architecture.EXTENSIONS if e.what == what)
+    return architecture.extension_count(ext)
+
+
+def test_the_extension_entries_are_the_registries():
+    """The counts are about the real registries: what the code's text lists is what they hold."""
+    from olifant_mlx.cli import COMMANDS
+    from olifant_mlx.draftmodel.documents import DOCUMENT_SUFFIXES
+    from olifant_mlx.drafters import KINDS
+    from olifant_mlx.energy.backends import BACKENDS
+    from olifant_mlx.engine import GenerationOptions
+    from olifant_mlx.tui.panes import PANES
+
+    assert list(entries("a drafter")["entries"]) == list(KINDS)
+    assert list(entries("a CLI command")["entries"]) == list(COMMANDS)
+    assert list(entries("an energy backend")["entries"]) == list(BACKENDS)
+    assert list(entries("a document format")["entries"]) == list(DOCUMENT_SUFFIXES)
+    assert list(entries("an option")["entries"]) == [f.name for f in dataclasses.fields(GenerationOptions)]
+    assert list(entries("a TUI tab that generates")["entries"]) == [p.id for p in PANES if p.numbers]
+    own = [m for e in architecture.EXTENSIONS for m in entries(e.what)["entries"].values() if m]
+    assert own and all(architecture.source_file(m).is_file() for m in own)
+
+
+@pytest.mark.parametrize("what", ["an option", "an energy backend", "a CLI command"])
+def test_adding_one_is_one_entry(what):
+    count = entries(what)
+    assert count["edits"] == 1 and len(count["files"]) == 1, count["places"]
+
+
+@ISSUE_39
+@pytest.mark.parametrize("what", ["a drafter", "a TUI tab that generates"])
+def test_adding_one_is_one_entry_still_to_come(what):
+    count = entries(what)
+    assert count["edits"] == 1 and len(count["files"]) == 1, count["places"]
+
+
+def test_the_matching_check_can_fail(tmp_path):
+    """A function that matches two entries by name is a place; one entry alone is not."""
+    f = tmp_path / "m.py"
+    f.write_text("def switch(kind):\n    if kind == 'chat':\n        return 1\n"
+                 "    return kind.startswith('document:')\n\n"
+                 "def one(kind):\n    return kind in ('chat', 'other')\n\n"
+                 "def case(kind):\n    match kind:\n        case 'chat': pass\n        case 'compare': pass\n")
+    assert architecture.matching_functions(f, {"chat", "document", "compare"}) == ["switch", "case"]
+
+
+@ISSUE_39
+def test_no_class_or_function_is_over_its_limit():
+    """No class over 250 lines nor function over 60 outside tests (the docs' Sizes)."""
+    over = architecture.oversized()
+    assert not over, "\n".join(f"{f} {n}: {lines} lines" for f, n, _, lines in over)
+
+
+def test_the_size_check_can_fail(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("class C:\n    def m(self):\n" + "        x = 1\n" * 61 + "\ndef g():\n    pass\n")
+    assert list(architecture.definitions(f)) == [("C", True, 63), ("C.m", False, 62), ("g", False, 2)]
+
+
+@ISSUE_39
+def test_ks_default_lives_in_one_place():
+    places = architecture.k_defaults()
+    assert len(places) == 1, places
+
+
+def test_the_k_default_check_can_fail(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("class O:\n    k: int = option(3, flag_default=8)\n\n"
+                 "def f(k=8, *, num_draft_tokens=5):\n    g(k=0)\n    g(k=4)\n"
+                 "    p.add_argument('-k', type=int, default=8)\n")
+    assert architecture.k_defaults_in(f) == [
+        ("O.k", "flag_default=", 8), ("O.k", "the field's default", 3), ("f", "parameter k=", 8),
+        ("f", "parameter num_draft_tokens=", 5), ("f", "k= passed", 4), ("f", "-k default=", 8)]
+
+
+def test_the_print_command_shows_the_graph_and_the_counts(capsys):
+    assert architecture.main(["--print"]) == 0
+    out = capsys.readouterr().out
+    assert "# import graph:" in out and "\nengine.loop -> " in out
+    for heading in ("# functions outside tests:", "# what adding one takes", "# literal defaults of k"):
+        assert heading in out
+    assert all(f"{e.what}: " in out for e in architecture.EXTENSIONS)
 
 
 # a test module is never imported by another (code or a subprocess's script): what tests share is

@@ -164,13 +164,12 @@ def test_the_help_listing_is_the_commands_table():
 
 
 def test_the_drafter_kind_table_is_the_dataclass():
-    """docs/architecture.md's `| field | means |` table lists DrafterKind's fields, in order."""
+    """docs/architecture.md's DrafterKind table (generated from the class's source, compared by
+    tests/test_architecture.py) lists DrafterKind's fields, in order, each with its comment."""
     import dataclasses
-    import itertools
-    from pathlib import Path
 
-    lines = (Path(__file__).resolve().parent.parent / "docs" / "architecture.md").read_text().splitlines()
-    start = lines.index("| field | means |")
-    table = itertools.takewhile(lambda line: line.startswith("|"), lines[start + 2:])
-    rows = [line.split("|")[1].strip().strip("`") for line in table]
-    assert rows == [f.name for f in dataclasses.fields(DrafterKind)]
+    from olifant_mlx import architecture
+
+    rows = architecture.class_fields(architecture.PACKAGE / "drafters" / "registry.py", "DrafterKind")
+    assert [r[0] for r in rows] == [f.name for f in dataclasses.fields(DrafterKind)]
+    assert all(comment for name, _, _, comment in rows if name != "name")

@@ -431,18 +431,9 @@ def train(corpora, tokenizer, out, window: int = 4, order="gain_ratio", top_k: i
                       tokenizer_name=tokenizer.name, tokenizer_digest=tokenizer.digest,
                       memory_limit=memory_limit or None, tmpdir=tmpdir, threads=threads)
     cpu0 = time.process_time()
-    with _progress_bar(show_progress) as bar:
-        reporter = Reporter(bar, on_progress)
-        fed = feed(builder, corpora, tokenizer, reporter, cancel, max_tokens=max_tokens,
-                   holdout=holdout, eval_max=eval_max, text_field=text_field, workers=workers,
-                   force=force)
-        if len(builder) == 0:
-            raise CorpusError(f"corpus {', '.join(map(str, corpora))} holds no text to train on")
-        t1 = time.perf_counter()
-        model = build_model(builder, reporter, cancel)
-        t_build = time.perf_counter() - t1
-        if bar and reporter.build_task is not None:
-            bar.update(reporter.build_task, description="building: done", completed=1, total=1)
+    fed, model, t_build = _read_and_build(builder, corpora, tokenizer, cancel, show_progress, on_progress,
+                                          max_tokens=max_tokens, holdout=holdout, eval_max=eval_max,
+                                          text_field=text_field, workers=workers, force=force)
     with private_output(out) as tmp:
         model.save(tmp)
         del model
@@ -453,10 +444,7 @@ def train(corpora, tokenizer, out, window: int = 4, order="gain_ratio", top_k: i
                       text_field=text_field, workers=workers, force=force)
     return {
         "out": str(out), "corpora": [str(c) for c in corpora],
-        "tokenizer": tokenizer.identity(), "window": window, "order": model.order,
-        "permutation": model.permutation, "gain_ratio": [round(g, 6) for g in model.gain_ratio],
-        "documents": fed.documents, "tokens": fed.tokens, "instances": model.n_instances,
-        "nodes": model.n_nodes, "classes": model.n_classes, "file_bytes": model.file_size,
+        "tokenizer": tokenizer.identity(), "window": window, **_model_summary(model, fed),
         "workers": workers, "threads": threads, "memory_limit": memory_limit,
         "read_tokenize_s": round(fed.wall_s, 3),
         "read_s": round(fed.timing.read_s, 3), "tokenize_s": round(fed.timing.tokenize_s, 3),
@@ -465,3 +453,26 @@ def train(corpora, tokenizer, out, window: int = 4, order="gain_ratio", top_k: i
         "load_s": round(t_load, 4), "train_cpu_s": round(time.process_time() - cpu0, 3),
         "peak_rss_mb": round(peak_rss_mb(), 1), "eval": evals,
     }
+
+
+def _read_and_build(builder, corpora, tokenizer, cancel, show_progress, on_progress, **feed_options):
+    """Feed the corpora to `builder` and build the tree, under one progress bar:
+    (what was fed, the model, the build's seconds)."""
+    with _progress_bar(show_progress) as bar:
+        reporter = Reporter(bar, on_progress)
+        fed = feed(builder, corpora, tokenizer, reporter, cancel, **feed_options)
+        if len(builder) == 0:
+            raise CorpusError(f"corpus {', '.join(map(str, corpora))} holds no text to train on")
+        t1 = time.perf_counter()
+        model = build_model(builder, reporter, cancel)
+        t_build = time.perf_counter() - t1
+        if bar and reporter.build_task is not None:
+            bar.update(reporter.build_task, description="building: done", completed=1, total=1)
+    return fed, model, t_build
+
+
+def _model_summary(model, fed) -> dict:
+    return {"order": model.order, "permutation": model.permutation,
+            "gain_ratio": [round(g, 6) for g in model.gain_ratio],
+            "documents": fed.documents, "tokens": fed.tokens, "instances": model.n_instances,
+            "nodes": model.n_nodes, "classes": model.n_classes, "file_bytes": model.file_size}

@@ -1,0 +1,562 @@
+"""The package's shape, read from its code: the import graph, the tables of docs/architecture.md
+and the counts a change costs.
+
+The tables and counts in docs/architecture.md are generated here, never edited by hand: each
+sits between `<!-- generated: NAME -->` and `<!-- end: NAME -->`, and
+`python -m olifant_mlx.architecture --write docs/architecture.md` rewrites them (byte-identical
+when nothing changed); tests/test_architecture.py fails when the committed file differs.
+`--print` prints the import graph and the counts. The code is read with `ast` (nothing of the
+surfaces is imported); only the options' defaults come from importing `engine.options`.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import importlib.util
+import io
+import re
+import statistics
+import sys
+import tokenize
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent
+ROOT = PACKAGE.parent                       # the source tree (benchmarks/ lives there)
+SURFACES = ("olifant_mlx.cli", "olifant_mlx.tui", "olifant_mlx.__main__")
+CLASS_LIMIT, FUNCTION_LIMIT = 250, 60       # lines, outside tests
+REWRITE = "python -m olifant_mlx.architecture --write docs/architecture.md"
+
+
+def tui_folder() -> Path:
+    """Where olifant_mlx.tui's files are: tui/ in the source tree, olifant_mlx/tui installed."""
+    return Path(importlib.util.find_spec("olifant_mlx.tui").submodule_search_locations[0])
+
+
+def modules() -> dict:
+    """Every module of the package (olifant_mlx.tui lives in tui/) -> its file."""
+    out = {}
+    for prefix, folder in (("olifant_mlx", PACKAGE), ("olifant_mlx.tui", tui_folder())):
+        for f in sorted(folder.rglob("*.py")):
+            parts = [p for p in f.relative_to(folder).with_suffix("").parts if p != "__init__"]
+            name = ".".join([prefix, *parts])
+            if not (name.startswith("olifant_mlx.tui") and prefix == "olifant_mlx"):
+                out[name] = f
+    return out
+
+
+@cache
+def parsed(path: Path) -> ast.Module:
+    return ast.parse(path.read_text())
+
+
+def short(name: str) -> str:
+    return name.removeprefix("olifant_mlx.")
+
+
+def top(name: str) -> str:
+    return short(name).split(".")[0]
+
+
+# ---- the import graph ----------------------------------------------------------------------
+
+def import_sites(name: str, path: Path, known) -> dict:
+    """The package modules `path` imports -> whether at its top level (False: only inside
+    functions or classes)."""
+    tree = parsed(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    top_level = {id(n) for n in tree.body}
+    found = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(up + ([base] if base else []))
+            targets = [base] + [f"{base}.{a.name}" for a in node.names]
+        else:
+            continue
+        for t in targets:
+            while t and t not in known:
+                t = t.rpartition(".")[0]
+            if t and t != name:
+                found[t] = found.get(t, False) or id(node) in top_level
+    return found
+
+
+def imports_of(name: str, path: Path, known) -> set:
+    """The package modules `path` imports anywhere (top level or inside functions)."""
+    return set(import_sites(name, path, known))
+
+
+def graph() -> dict:
+    mods = modules()
+    return {name: imports_of(name, path, mods) for name, path in mods.items()}
+
+
+def cross_package_imports() -> dict:
+    """Library module (short name) -> {module of another package (short) -> at top level}."""
+    mods = modules()
+    out = {}
+    for m, path in mods.items():
+        if m.startswith(SURFACES):
+            continue
+        found = {short(t): at_top for t, at_top in import_sites(m, path, mods).items()
+                 if t != "olifant_mlx" and top(t) != top(m)}
+        if found:
+            out[short(m)] = found
+    return out
+
+
+# ---- the tables ----------------------------------------------------------------------------
+
+def cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def table(header: tuple, rows) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def summary(path: Path) -> str:
+    """The first sentence of a module's docstring."""
+    doc = ast.get_docstring(parsed(path)) or ""
+    first = " ".join(doc.split("\n\n")[0].split())
+    return re.split(r"(?<=[.?!])\s+(?=[A-Z`(])", first)[0] if first else "—"
+
+
+def module_map() -> str:
+    rows = [(f"`{short(m)}`", summary(path)) for m, path in sorted(modules().items())]
+    return table(("module", "what it is (its docstring's first sentence)"), rows)
+
+
+def import_table() -> str:
+    """One row per group of modules of one package that import the same modules of others."""
+    groups = {}
+    for m, found in sorted(cross_package_imports().items()):
+        at_top = ", ".join(f"`{t}`" for t in sorted(t for t, yes in found.items() if yes))
+        inner = ", ".join(f"`{t}`" for t in sorted(t for t, yes in found.items() if not yes))
+        said = "; ".join(filter(None, [at_top, inner and f"inside functions: {inner}"]))
+        groups.setdefault((top(m), said), []).append(f"`{m}`")
+    rows = [(", ".join(names), said) for (_, said), names in groups.items()]
+    return table(("module", "imports from other packages"), rows)
+
+
+def valid(o) -> str:
+    """What an option takes, from its `Option` (an empty text for a field without one)."""
+    if o is None:
+        return ""
+    kind, low, high = getattr(o, "kind", ""), getattr(o, "low", None), getattr(o, "high", None)
+    word = {"whole": "whole number", "number": "finite number"}.get(kind)
+    if word and low is not None and high is not None:
+        brackets = "(" if o.low_open else "[", ")" if o.high_open else "]"
+        said = (f"{word} {low:g}..{high:g}" if kind == "whole"
+                else f"in {brackets[0]}{low:g}, {high:g}{brackets[1]}")
+    elif word and low is not None:
+        said = f"{word} {'>' if o.low_open else '≥'} {low:g}"
+    else:
+        said = word or {"choice": "one of " + ", ".join(map(repr, getattr(o, "choices", ()))),
+                        "flag": "true or false", "text": "a non-empty text",
+                        "texts": "a tuple of non-empty strings",
+                        "cost": "a pass-cost model (coefficients(), observe())"}.get(kind, kind)
+    return said + getattr(o, "note", "") + (", or None" if getattr(o, "optional", False) else "")
+
+
+def option_rows() -> list:
+    """(field, repr of its default, what it takes) of GenerationOptions, in field order."""
+    from olifant_mlx.engine.options import GenerationOptions
+
+    rows = []
+    for f in dataclasses.fields(GenerationOptions):
+        value = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        rows.append((f.name, repr(value), valid(f.metadata.get("option"))))
+    return rows
+
+
+def options_table() -> str:
+    return table(("field", "default", "valid"), [(f"`{n}`", f"`{d}`", v) for n, d, v in option_rows()])
+
+
+def comments(path: Path) -> dict:
+    """Line number -> (its comment, whether the line holds nothing else)."""
+    out, code = {}, set()
+    for tok in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
+        if tok.type == tokenize.COMMENT:
+            out[tok.start[0]] = tok.string.lstrip("#").strip()
+        elif tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT):
+            code.update(range(tok.start[0], tok.end[0] + 1))
+    return {line: (text, line not in code) for line, text in out.items()}
+
+
+def class_fields(path: Path, name: str) -> list:
+    """(field, annotation, default or None, comment) of the dataclass `name` in `path`: the
+    comment is the one on the field's line and the comment lines right under it."""
+    notes = comments(path)
+    cls = next(n for n in parsed(path).body if isinstance(n, ast.ClassDef) and n.name == name)
+    rows = []
+    for node in cls.body:
+        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
+            continue
+        said, line = [], node.end_lineno
+        if line in notes and not notes[line][1]:
+            said.append(notes[line][0])
+        while notes.get(line + 1, ("", False))[1]:
+            line += 1
+            said.append(notes[line][0])
+        default = ast.unparse(node.value) if node.value else None
+        rows.append((node.target.id, ast.unparse(node.annotation), default, " ".join(said)))
+    return rows
+
+
+def fields_table(path: Path, name: str, first: str) -> str:
+    rows = [(f"`{n}`", f"`{a}`", f"`{d}`" if d else "required", c) for n, a, d, c in class_fields(path, name)]
+    return table((first, "type", "default", "what it says (its comment)"), rows)
+
+
+# ---- what adding one takes -----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Extension:
+    """One kind of thing the code is extended by: where its entry goes and how its entries
+    are read from the code; `scope`: the folders whose code could name its entries."""
+    what: str
+    file: str          # the registry's file, under the package (tui/ for olifant_mlx.tui)
+    table: str         # the entry, as the table's code names it
+    entries: str       # a function of this module: (its file) -> {name: its own module or None}
+    scope: tuple
+
+
+def called(path: Path, function: str) -> list:
+    """The calls of `function` in `path`, in order."""
+    return [n for n in ast.walk(parsed(path)) if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Name) and n.func.id == function]
+
+
+def first_strings(call: ast.Call, count: int) -> list:
+    return [a.value if isinstance(a, ast.Constant) else None for a in call.args[:count]]
+
+
+def drafter_entries(path: Path) -> dict:
+    out = {}
+    for call in called(path, "DrafterKind"):
+        name, _arg, _summary, build = first_strings(call, 4)
+        out[name] = f"drafters/{build.partition(':')[0]}.py" if build else None
+    return out
+
+
+def command_entries(path: Path) -> dict:
+    return {name: f"cli/{module}.py" for name, module in (first_strings(c, 2) for c in called(path, "Command"))}
+
+
+def generating_pane_entries(path: Path) -> dict:
+    """The tabs that generate (the live numbers show beside them) -> the module their `make`
+    imports."""
+    makers = {f.name: f for f in parsed(path).body if isinstance(f, ast.FunctionDef)}
+    out = {}
+    for call in called(path, "Pane"):
+        if any(k.arg == "numbers" and getattr(k.value, "value", False) for k in call.keywords):
+            make = makers[call.args[3].id]
+            module = next(n.module for n in ast.walk(make) if isinstance(n, ast.ImportFrom))
+            out[call.args[0].value] = "tui/" + module.rpartition(".")[2] + ".py"
+    return out
+
+
+def assigned(path: Path, name: str) -> ast.expr:
+    return next(n.value for n in parsed(path).body if isinstance(n, (ast.Assign, ast.AnnAssign))
+                and name in [t.id for t in getattr(n, "targets", [getattr(n, "target", None)])
+                             if isinstance(t, ast.Name)])
+
+
+def backend_entries(path: Path) -> dict:
+    names = [k.value for k in assigned(path, "BACKENDS").keys]
+    return {n: f"energy/{n}.py" if (path.parent / f"{n}.py").exists() else None for n in names}
+
+
+def format_entries(path: Path) -> dict:
+    names = [k.value for k in assigned(path, "NEEDS").keys] + [e.value for e in assigned(path, "STDLIB").elts]
+    return dict.fromkeys(names)
+
+
+def option_entries(path: Path) -> dict:
+    return dict.fromkeys(name for name, *_ in class_fields(path, "GenerationOptions"))
+
+
+EXTENSIONS = (
+    Extension("an option", "engine/options.py", "a field of `GenerationOptions`", "option_entries", ("",)),
+    Extension("a drafter", "drafters/registry.py", "a `DrafterKind` in `KINDS`", "drafter_entries",
+              ("cli", "drafters", "engine", "measure", "server", "tui", "library.py", "provenance.py",
+               "precedents.py", "catalog.py")),
+    Extension("a TUI tab that generates", "tui/panes.py", "a `Pane` in `PANES`", "generating_pane_entries",
+              ("tui",)),
+    Extension("an energy backend", "energy/backends.py", "a key of `BACKENDS`", "backend_entries", ("",)),
+    Extension("a document format", "draftmodel/documents.py", "a key of `NEEDS` or a suffix in `STDLIB`",
+              "format_entries", ("draftmodel",)),
+    Extension("a CLI command", "cli/__init__.py", "a `Command` in `COMMANDS`", "command_entries", ("cli",)),
+)
+
+
+def source_file(rel: str) -> Path:
+    return tui_folder() / rel.removeprefix("tui/") if rel.startswith("tui") else PACKAGE / rel
+
+
+def named(node: ast.AST) -> list:
+    """The texts `node` matches by: both sides of a comparison (`==`, `in (...)`), a
+    `startswith`/`removeprefix` argument (less a trailing ':'), a `case` value."""
+    def texts(n):
+        items = n.elts if isinstance(n, (ast.Tuple, ast.List, ast.Set)) else [n]
+        return [e.value for e in items if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+
+    if isinstance(node, ast.Compare):
+        return [t for side in (node.left, *node.comparators) for t in texts(side)]
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("startswith", "removeprefix") and node.args):
+        return [t.removesuffix(":") for t in texts(node.args[0])]
+    return texts(node.value) if isinstance(node, ast.MatchValue) else []
+
+
+@cache
+def texts_by_function(path: Path) -> tuple:
+    """(name, the texts it matches by) of every function of `path`, nested ones included (an
+    outer function holds its inner ones' texts too)."""
+    out = []
+
+    def visit(node) -> set:
+        found = set(named(node))
+        for child in ast.iter_child_nodes(node):
+            found |= visit(child)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out.append((node.lineno, node.name, frozenset(found)))
+        return found
+
+    visit(parsed(path))
+    return tuple((name, found) for _, name, found in sorted(out))
+
+
+def matching_functions(path: Path, names) -> list:
+    """The functions of `path` that match two or more of `names` by name: each a place that
+    knows the entries one by one, so a new entry may need an edit there too."""
+    return [name for name, found in texts_by_function(path) if len(found & set(names)) >= 2]
+
+
+def scope_files(scope: tuple) -> list:
+    files = []
+    for part in scope:
+        base = tui_folder() if part == "tui" else PACKAGE / part
+        files += [base] if base.is_file() else sorted(base.rglob("*.py"))
+    return files
+
+
+def relative(path: Path) -> str:
+    folder = tui_folder()
+    return "tui/" + str(path.relative_to(folder)) if path.is_relative_to(folder) else str(path.relative_to(PACKAGE))
+
+
+def extension_count(ext: Extension) -> dict:
+    """What adding one takes: its entry, its own module (if its kind has one), and every
+    function elsewhere that matches two or more of the existing entries by name."""
+    entries = globals()[ext.entries](source_file(ext.file))
+    own = {m for m in entries.values() if m}
+    places = [(relative(f), fn) for f in scope_files(ext.scope) if relative(f) not in own
+              for fn in matching_functions(f, set(entries))]
+    files = {ext.file} | {f for f, _ in places}
+    return {"entries": entries, "module": bool(own), "files": sorted(files), "places": places,
+            "edits": 1 + len(places)}
+
+
+def extensions_table() -> str:
+    rows = []
+    for ext in EXTENSIONS:
+        c = extension_count(ext)
+        where = ", ".join(f"`{f}` `{fn}`" for f, fn in c["places"]) or "—"
+        rows.append((ext.what, f"{ext.table} (`{ext.file}`)", "1" if c["module"] else "0",
+                     str(len(c["files"])), str(c["edits"]), where))
+    return table(("to add", "its entry", "new modules", "files edited", "edits",
+                  "functions elsewhere that match the entries by name"), rows)
+
+
+# ---- sizes ---------------------------------------------------------------------------------
+
+def code_files() -> list:
+    """The code outside tests: the package, tui/ and, in a source tree, benchmarks/."""
+    folders = [PACKAGE, tui_folder()] + ([ROOT / "benchmarks"] if (ROOT / "benchmarks").is_dir() else [])
+    return [f for folder in folders for f in sorted(folder.rglob("*.py"))
+            if not (folder == PACKAGE and f.is_relative_to(PACKAGE / "tui"))]
+
+
+def display(path: Path) -> str:
+    if path.is_relative_to(ROOT / "benchmarks"):
+        return str(path.relative_to(ROOT))
+    rel = relative(path)
+    return rel if rel.startswith("tui/") else "olifant_mlx/" + rel
+
+
+def definitions(path: Path):
+    """(qualified name, is a class, lines from its `def`/`class` line to its last) of `path`."""
+    def walk(node, prefix):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = prefix + child.name
+                yield name, isinstance(child, ast.ClassDef), child.end_lineno - child.lineno + 1
+                yield from walk(child, name + ".")
+            else:
+                yield from walk(child, prefix)
+
+    yield from walk(parsed(path), "")
+
+
+def oversized() -> list:
+    """(file, name, is a class, lines) of every class over CLASS_LIMIT and function over
+    FUNCTION_LIMIT lines in the code outside tests."""
+    return [(display(f), name, is_class, lines) for f in code_files() for name, is_class, lines in definitions(f)
+            if lines > (CLASS_LIMIT if is_class else FUNCTION_LIMIT)]
+
+
+def sizes_table() -> str:
+    found = oversized()
+    rows = []
+    for is_class, limit, what in ((True, CLASS_LIMIT, "classes"), (False, FUNCTION_LIMIT, "functions")):
+        over = [f"`{f}` `{n}`" for f, n, c, _ in found if c == is_class]
+        rows.append((f"{what} over {limit} lines", str(len(over)), ", ".join(over) or "—"))
+    return table(("outside tests (olifant_mlx/, tui/, benchmarks/)", "count", "which"), rows)
+
+
+# ---- where k's default lives ---------------------------------------------------------------
+
+K_NAMES = ("k", "num_draft_tokens")
+K_FLAGS = ("-k", "--num-draft-tokens")
+
+
+def number(node) -> bool:
+    return isinstance(node, ast.Constant) and type(node.value) in (int, float)
+
+
+def k_defaults_in(path: Path) -> list:
+    """(where, what, value) of every literal default of k in `path`: a parameter's default, a
+    class field's (or the first argument of the call that makes it, and its `flag_default`), a
+    `-k` flag's `default=`, and a `k=N` (N > 0: 0 is plain decoding, a choice) passed to a call."""
+    found = []
+
+    def visit(node, where):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            where = f"{where}.{node.name}" if where else node.name
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            a = node.args
+            pairs = [*zip(a.args[len(a.args) - len(a.defaults):], a.defaults), *zip(a.kwonlyargs, a.kw_defaults)]
+            found.extend((where, f"parameter {p.arg}=", d.value) for p, d in pairs if p.arg in K_NAMES and number(d))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id in K_NAMES:
+            value, field = node.value, f"{where}.{node.target.id}"
+            if isinstance(value, ast.Call) and value.args:
+                found.extend((field, "flag_default=", k.value.value) for k in value.keywords
+                             if k.arg == "flag_default" and number(k.value))
+                value = value.args[0]
+            if number(value):
+                found.append((field, "the field's default", value.value))
+        elif isinstance(node, ast.Call):
+            flags = {a.value for a in node.args if isinstance(a, ast.Constant)}
+            for k in node.keywords:
+                if k.arg == "default" and flags & set(K_FLAGS) and number(k.value):
+                    found.append((where, "-k default=", k.value.value))
+                elif k.arg in K_NAMES and number(k.value) and k.value.value > 0:
+                    found.append((where, f"{k.arg}= passed", k.value.value))
+        for child in ast.iter_child_nodes(node):
+            visit(child, where)
+
+    visit(parsed(path), "")
+    return found
+
+
+def k_defaults() -> list:
+    """(file, where, what, value) of every literal default of k in the package and tui/."""
+    files = [f for f in code_files() if not f.is_relative_to(ROOT / "benchmarks")]
+    return [(display(f), *found) for f in files for found in k_defaults_in(f)]
+
+
+def k_table() -> str:
+    rows = [(f"`{f}`", f"`{where}`", what, str(v))
+            for f, where, what, v in k_defaults()]
+    return (f"{len(rows)} places hold a literal default of `k`:\n\n"
+            + table(("file", "in", "as", "value"), rows))
+
+
+# ---- the generated sections ----------------------------------------------------------------
+
+SECTIONS = {
+    "modules": module_map,
+    "imports": import_table,
+    "options": options_table,
+    "option-attributes": lambda: fields_table(PACKAGE / "engine" / "options.py", "Option", "`Option` attribute"),
+    "drafter-kind": lambda: fields_table(PACKAGE / "drafters" / "registry.py", "DrafterKind", "field"),
+    "extensions": extensions_table,
+    "sizes": sizes_table,
+    "k-default": k_table,
+}
+BLOCK = re.compile(r"(<!-- generated: ([\w-]+) -->\n)(.*?)(<!-- end: \2 -->)", re.S)
+
+
+def generate(text: str) -> str:
+    """`text` with every generated section made anew from the code; a ValueError for a
+    section this module does not make."""
+    def fill(m):
+        if m.group(2) not in SECTIONS:
+            raise ValueError(f"no generated section called {m.group(2)!r} (known: {', '.join(SECTIONS)})")
+        return m.group(1) + SECTIONS[m.group(2)]() + "\n" + m.group(4)
+
+    return BLOCK.sub(fill, text)
+
+
+def sections_in(text: str) -> list:
+    return [m.group(2) for m in BLOCK.finditer(text)]
+
+
+# ---- the command ---------------------------------------------------------------------------
+
+def print_graph(out) -> None:
+    g = graph()
+    lengths = [n for f in code_files() for _, c, n in definitions(f) if not c]
+    print(f"# import graph: {len(g)} modules, {sum(map(len, g.values()))} imports "
+          "(module -> the package modules it imports)", file=out)
+    for m, ts in sorted(g.items()):
+        print(f"{short(m)} -> {', '.join(sorted(short(t) for t in ts)) or '-'}", file=out)
+    print(f"\n# functions outside tests: {len(lengths)}, median {statistics.median(lengths):g} lines", file=out)
+    for f, name, is_class, lines in oversized():
+        print(f"{'class' if is_class else 'function'} {f} {name}: {lines} lines", file=out)
+    print("\n# what adding one takes", file=out)
+    for ext in EXTENSIONS:
+        c = extension_count(ext)
+        print(f"{ext.what}: {len(c['files'])} files edited, {c['edits']} edits"
+              f"{' + its module' if c['module'] else ''}", file=out)
+    print("\n# literal defaults of k", file=out)
+    for f, where, what, value in k_defaults():
+        print(f"{f} {where} {what} {value}", file=out)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m olifant_mlx.architecture", description=__doc__.splitlines()[0])
+    what = ap.add_mutually_exclusive_group(required=True)
+    what.add_argument("--write", metavar="FILE", help="rewrite FILE's generated sections (docs/architecture.md)")
+    what.add_argument("--print", action="store_true", help="print the import graph and the counts")
+    args = ap.parse_args(argv)
+    if args.print:
+        print_graph(sys.stdout)
+        return 0
+    from olifant_mlx.files import write_atomic
+
+    path = Path(args.write)
+    text = path.read_text()
+    if not sections_in(text):
+        ap.error(f"{path} has no generated sections (<!-- generated: NAME --> ... <!-- end: NAME -->)")
+    new = generate(text)
+    if new != text:
+        write_atomic(path, new, mode=0o644)
+    print(f"{path}: {len(sections_in(text))} sections, {'rewritten' if new != text else 'unchanged'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
