@@ -33,6 +33,7 @@
  */
 #include "igt_internal.h"
 #include "olif_checksum.h"
+#include "olif_frame.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -40,14 +41,10 @@
 #include <string.h>
 
 #define IGT_MAGIC "OLIFIGT"     /* 8 bytes with the NUL */
-#define IGT_ENDIAN_TAG 0x01020304u
-#define IGT_ALIGN 64u
 
 /* ---- checksum ------------------------------------------------------------------ */
 
 uint64_t igt__checksum64(const uint8_t *p, size_t n) { return olif_checksum64(p, n); }
-
-static size_t align_up(size_t x) { return (x + IGT_ALIGN - 1) & ~(size_t)(IGT_ALIGN - 1); }
 
 static uint32_t id_width_for(uint32_t vocab_size) {
     /* keys go up to the padding id, vocab_size itself */
@@ -84,43 +81,6 @@ static igt_status check_meta(const igt_meta *mt, uint32_t padding_id, igt_error 
         return igt__fail(err, IGT_ERR_CORRUPT, "default class %u out of range", mt->default_class);
     if (memchr(mt->tokenizer_name, 0, IGT_TOKENIZER_NAME_MAX) == NULL)
         return igt__fail(err, IGT_ERR_CORRUPT, "tokenizer name not terminated");
-    return IGT_OK;
-}
-
-/* What every header is checked for before its own fields: its size, the byte
- * order, its checksum, and the file's length. */
-static igt_status check_frame(uint32_t header_size, uint32_t endian_tag, int header_sum_ok,
-                              uint64_t file_size, size_t size, igt_error *err) {
-    if (header_size != 640)
-        return igt__fail(err, IGT_ERR_CORRUPT, "header size %u, expected 640", header_size);
-    if (endian_tag != IGT_ENDIAN_TAG)
-        return igt__fail(err, IGT_ERR_CORRUPT,
-                         "byte order tag 0x%08x: file from another byte order", endian_tag);
-    if (!header_sum_ok) return igt__fail(err, IGT_ERR_CHECKSUM, "header checksum mismatch");
-    if (file_size > size)
-        return igt__fail(err, IGT_ERR_TRUNCATED, "file has %zu bytes, header says %llu", size,
-                         (unsigned long long)file_size);
-    if (file_size < size)
-        return igt__fail(err, IGT_ERR_CORRUPT, "file has %zu bytes, header says %llu", size,
-                         (unsigned long long)file_size);
-    return IGT_OK;
-}
-
-/* Sections in order, 64-byte aligned, inside the file; returns the end of
- * the last one in *end. */
-static igt_status check_sections(const uint64_t *offset, const uint64_t *sz, int count,
-                                 uint64_t header_size, uint64_t file_size, uint64_t *end,
-                                 igt_error *err) {
-    uint64_t prev_end = header_size;
-    for (int k = 0; k < count; k++) {
-        uint64_t o = offset[k];
-        if (o % IGT_ALIGN || o < prev_end || o > file_size || sz[k] > file_size - o)
-            return igt__fail(err, IGT_ERR_CORRUPT,
-                             "section %d at offset %llu (%llu bytes) out of bounds", k,
-                             (unsigned long long)o, (unsigned long long)sz[k]);
-        prev_end = o + sz[k];
-    }
-    *end = prev_end;
     return IGT_OK;
 }
 
@@ -166,14 +126,12 @@ typedef struct {
     uint8_t reserved[64];
 } header_v1;
 
-IGT_STATIC_ASSERT(sizeof(header_v1) == 640, header_v1_layout);
-IGT_STATIC_ASSERT(sizeof(double) == 8, ieee_doubles);
+OLIF_STATIC_ASSERT(sizeof(header_v1) == 640, header_v1_layout);
+OLIF_STATIC_ASSERT(sizeof(double) == 8, ieee_doubles);
 
-static uint64_t header_v1_checksum(const header_v1 *h) {
-    header_v1 tmp = *h;
-    tmp.header_checksum = 0;
-    return igt__checksum64((const uint8_t *)&tmp, sizeof tmp);
-}
+static const olif_frame V1_FRAME = {sizeof(header_v1), offsetof(header_v1, file_size),
+                                    offsetof(header_v1, payload_checksum),
+                                    offsetof(header_v1, header_checksum)};
 
 static void v1_section_sizes(const header_v1 *h, uint64_t size[V1_COUNT]) {
     uint64_t n = h->n_nodes;
@@ -198,17 +156,10 @@ static void meta_from_v1(const header_v1 *h, igt_meta *mt) {
  * the padding id (version 2 stores keys in fewer bytes). */
 static igt_status parse_v1(const uint8_t *p, size_t size, uint32_t flags, v1_view *v,
                            igt_error *err) {
-    if (size < sizeof(header_v1))
-        return igt__fail(err, IGT_ERR_TRUNCATED,
-                         "file of %zu bytes ends inside the %zu-byte header", size,
-                         sizeof(header_v1));
+    igt_status st = olif_check_frame(&V1_FRAME, p, size, flags, err);
+    if (st) return st;
     header_v1 *h = &v->h;
     memcpy(h, p, sizeof *h);
-    igt_status st = check_frame(h->header_size, h->endian_tag,
-                                (flags & IGT_LOAD_SKIP_CHECKSUM) ||
-                                    header_v1_checksum(h) == h->header_checksum,
-                                h->file_size, size, err);
-    if (st) return st;
     igt_meta mt;
     meta_from_v1(h, &mt);
     st = check_meta(&mt, h->padding_id, err);
@@ -223,11 +174,10 @@ static igt_status parse_v1(const uint8_t *p, size_t size, uint32_t flags, v1_vie
                          (unsigned long long)h->n_classes, h->vocab_size);
     uint64_t sz[V1_COUNT], end = 0;
     v1_section_sizes(h, sz);
-    st = check_sections(h->sec_offset, sz, V1_COUNT, sizeof(header_v1), h->file_size, &end, err);
+    st = olif_check_sections(h->sec_offset, sz, V1_COUNT, sizeof(header_v1), h->file_size, &end,
+                             err);
+    if (!st) st = olif_check_payload(&V1_FRAME, p, size, flags, err);
     if (st) return st;
-    if (!(flags & IGT_LOAD_SKIP_CHECKSUM) &&
-        igt__checksum64(p + sizeof(header_v1), size - sizeof(header_v1)) != h->payload_checksum)
-        return igt__fail(err, IGT_ERR_CHECKSUM, "payload checksum mismatch: the file is damaged");
 
     const uint32_t n = (uint32_t)h->n_nodes;
 #define V1_SECTION(k) ((const uint32_t *)(const void *)(p + h->sec_offset[k]))
@@ -293,17 +243,14 @@ static igt_status encode_v1(const igt_meta *mt, const igt_node_source *src, uint
     memcpy(h.magic, IGT_MAGIC, sizeof h.magic);
     h.version = 1;
     h.header_size = sizeof h;
-    h.endian_tag = IGT_ENDIAN_TAG;
+    h.endian_tag = OLIF_ENDIAN_TAG;
     IGT_COPY_META(&h, mt);
     h.padding_id = mt->vocab_size;
     h.n_nodes = src->n_nodes;
     h.n_pairs = mt->top_k ? src->n_pairs : 0;
-    uint64_t size[V1_COUNT], off = align_up(sizeof h);
+    uint64_t size[V1_COUNT];
     v1_section_sizes(&h, size);
-    for (int k = 0; k < V1_COUNT; k++) {
-        h.sec_offset[k] = off;
-        off = align_up((size_t)(off + size[k]));
-    }
+    const uint64_t off = olif_align(olif_lay_out(sizeof h, size, V1_COUNT, h.sec_offset));
     h.file_size = off;
     uint8_t *img = calloc(1, (size_t)off);
     uint32_t *scratch = igt__malloc(2 * (size_t)src->scratch_pairs + 2, sizeof *scratch);
@@ -337,9 +284,8 @@ static igt_status encode_v1(const igt_meta *mt, const igt_node_source *src, uint
     child[src->n_nodes] = (uint32_t)next;
     if (h.top_k) dist[src->n_nodes] = (uint32_t)pi;
     free(scratch);
-    h.payload_checksum = igt__checksum64(img + sizeof h, (size_t)(off - sizeof h));
-    h.header_checksum = header_v1_checksum(&h);
     memcpy(img, &h, sizeof h);
+    olif_seal(&V1_FRAME, img, (size_t)off);
     *image = img;
     *image_size = (size_t)off;
     return IGT_OK;
@@ -384,14 +330,12 @@ typedef struct {
     uint8_t tokenizer_digest[IGT_TOKENIZER_DIGEST_SIZE];
 } header_v2;
 
-IGT_STATIC_ASSERT(sizeof(header_v2) == 640, header_v2_layout);
-IGT_STATIC_ASSERT(offsetof(header_v2, gain_ratio) == 120, header_v2_no_padding);
+OLIF_STATIC_ASSERT(sizeof(header_v2) == 640, header_v2_layout);
+OLIF_STATIC_ASSERT(offsetof(header_v2, gain_ratio) == 120, header_v2_no_padding);
 
-static uint64_t header_v2_checksum(const header_v2 *h) {
-    header_v2 tmp = *h;
-    tmp.header_checksum = 0;
-    return igt__checksum64((const uint8_t *)&tmp, sizeof tmp);
-}
+static const olif_frame V2_FRAME = {sizeof(header_v2), offsetof(header_v2, file_size),
+                                    offsetof(header_v2, payload_checksum),
+                                    offsetof(header_v2, header_checksum)};
 
 /* Section sizes from counts already checked to be below 2^32. */
 static void v2_section_sizes(const header_v2 *h, uint64_t size[V2_COUNT]) {
@@ -453,17 +397,10 @@ static igt_status check_escapes(const igt_model *m, const uint8_t *small, const 
  * damage before whatever structural symptom the damage has. */
 static igt_status open_v2(uint8_t *p, size_t size, uint32_t flags, igt_model **out,
                           igt_error *err) {
-    if (size < sizeof(header_v2))
-        return igt__fail(err, IGT_ERR_TRUNCATED,
-                         "file of %zu bytes ends inside the %zu-byte header", size,
-                         sizeof(header_v2));
+    igt_status st = olif_check_frame(&V2_FRAME, p, size, flags, err);
+    if (st) return st;
     header_v2 h;
     memcpy(&h, p, sizeof h);
-    igt_status st = check_frame(h.header_size, h.endian_tag,
-                                (flags & IGT_LOAD_SKIP_CHECKSUM) ||
-                                    header_v2_checksum(&h) == h.header_checksum,
-                                h.file_size, size, err);
-    if (st) return st;
     igt_meta mt;
     meta_from_v2(&h, &mt);
     st = check_meta(&mt, h.padding_id, err);
@@ -493,14 +430,14 @@ static igt_status open_v2(uint8_t *p, size_t size, uint32_t flags, igt_model **o
                          (unsigned long long)h.n_pairs, (unsigned long long)h.n_nodes);
     uint64_t sz[V2_COUNT], prev_end = 0;
     v2_section_sizes(&h, sz);
-    st = check_sections(h.sec_offset, sz, V2_COUNT, sizeof(header_v2), h.file_size, &prev_end, err);
+    st = olif_check_sections(h.sec_offset, sz, V2_COUNT, sizeof(header_v2), h.file_size,
+                             &prev_end, err);
     if (st) return st;
-    if (align_up((size_t)prev_end) != h.file_size)
+    if (olif_align(prev_end) != h.file_size)
         return igt__fail(err, IGT_ERR_CORRUPT, "file size %llu, sections end at %llu",
                          (unsigned long long)h.file_size, (unsigned long long)prev_end);
-    if (!(flags & IGT_LOAD_SKIP_CHECKSUM) &&
-        igt__checksum64(p + sizeof h, size - sizeof h) != h.payload_checksum)
-        return igt__fail(err, IGT_ERR_CHECKSUM, "payload checksum mismatch: the file is damaged");
+    st = olif_check_payload(&V2_FRAME, p, size, flags, err);
+    if (st) return st;
     /* the gaps between sections are zero */
     prev_end = sizeof h;
     for (int k = 0; k <= V2_COUNT; k++) {
@@ -673,7 +610,7 @@ static igt_status encode_v2(const igt_meta *mt, const igt_node_source *src, uint
     memcpy(h.magic, IGT_MAGIC, sizeof h.magic);
     h.version = 2;
     h.header_size = sizeof h;
-    h.endian_tag = IGT_ENDIAN_TAG;
+    h.endian_tag = OLIF_ENDIAN_TAG;
     IGT_COPY_META(&h, mt);
     h.padding_id = mt->vocab_size;
     h.id_width = id_width_for(mt->vocab_size);
@@ -697,12 +634,9 @@ static igt_status encode_v2(const igt_meta *mt, const igt_node_source *src, uint
         return igt__fail(err, IGT_ERR_LIMIT, "tree too large: %llu stored classes",
                          (unsigned long long)n_pairs);
     }
-    uint64_t size[V2_COUNT], off = align_up(sizeof h);
+    uint64_t size[V2_COUNT];
     v2_section_sizes(&h, size);
-    for (int k = 0; k < V2_COUNT; k++) {
-        h.sec_offset[k] = off;
-        off = align_up((size_t)(off + size[k]));
-    }
+    const uint64_t off = olif_align(olif_lay_out(sizeof h, size, V2_COUNT, h.sec_offset));
     h.file_size = off;
     uint8_t *img = calloc(1, (size_t)off);
     if (!img) {
@@ -753,9 +687,8 @@ static igt_status encode_v2(const igt_meta *mt, const igt_node_source *src, uint
     if (h.top_k) dist[n] = (uint32_t)pi;
 #undef OUT
     free(scratch);
-    h.payload_checksum = igt__checksum64(img + sizeof h, (size_t)(off - sizeof h));
-    h.header_checksum = header_v2_checksum(&h);
     memcpy(img, &h, sizeof h);
+    olif_seal(&V2_FRAME, img, (size_t)off);
     *image = img;
     *image_size = (size_t)off;
     return IGT_OK;
@@ -815,41 +748,20 @@ void igt__model_source(const igt_model *m, igt_node_source *src) {
 
 /* ---- images to models ---------------------------------------------------------- */
 
-/* Any supported version. Takes ownership of image (freed unless it becomes
- * the model's). */
-static igt_status model_from_image(uint8_t *image, size_t size, uint32_t flags, igt_model **out,
-                                   igt_error *err) {
-    if (size < 8 || memcmp(image, IGT_MAGIC, 8) != 0) {
-        free(image);
-        return igt__fail(err, IGT_ERR_FOREIGN, "not an olifant model file (bad magic)");
-    }
-    if (size < 16) {
-        free(image);
-        return igt__fail(err, IGT_ERR_TRUNCATED, "file of %zu bytes ends inside the header", size);
-    }
-    uint32_t version;
-    memcpy(&version, image + 8, 4);
+/* A model of a supported version (the file layer checked the magic and the version; olif_frame.h).
+ * Takes ownership of image (freed unless it becomes the model's). */
+static igt_status model_parse(uint8_t *image, size_t size, uint32_t version, uint32_t flags,
+                              void *out, igt_error *err) {
+    igt_model **model = out;
     igt_status st;
     if (version == 2) {
-        st = open_v2(image, size, flags, out, err);
-        if (st) {
+        st = open_v2(image, size, flags, model, err);
+        if (st)
             free(image);
-        } else if (flags & IGT_LOAD_SKIP_CHECKSUM) {
-            /* the structure is valid whatever the checksums said: seal the
-             * image, so that igt_save writes a file that loads */
-            header_v2 h;
-            memcpy(&h, image, sizeof h);
-            h.payload_checksum = igt__checksum64(image + sizeof h, size - sizeof h);
-            h.header_checksum = header_v2_checksum(&h);
-            memcpy(image, &h, sizeof h);
-        }
+        else if (flags & IGT_LOAD_SKIP_CHECKSUM)
+            olif_seal(&V2_FRAME, image, size);  /* the structure is valid whatever the checksums
+                                                   said: igt_save writes a file that loads */
         return st;
-    }
-    if (version != 1) {
-        free(image);
-        return igt__fail(err, IGT_ERR_VERSION,
-                         "model format version %u, this library reads versions 1 and %u", version,
-                         IGT_FORMAT_VERSION);
     }
     /* version 1: validate, then convert to version 2 (one query layout); a
      * file that version 1's checks accept may still fail version 2's
@@ -864,9 +776,9 @@ static igt_status model_from_image(uint8_t *image, size_t size, uint32_t flags, 
         size_t size2 = 0;
         st = encode_v2(&mt, &src, &img2, &size2, err);
         if (st == IGT_OK) {
-            st = open_v2(img2, size2, 0, out, err);
+            st = open_v2(img2, size2, 0, model, err);
             if (st == IGT_OK) {
-                (*out)->source_version = 1;
+                (*model)->source_version = 1;
             } else {
                 free(img2);
                 if (st != IGT_ERR_NOMEM) igt__prefix_error(err, "version-1 file: ");
@@ -877,27 +789,22 @@ static igt_status model_from_image(uint8_t *image, size_t size, uint32_t flags, 
     return st;
 }
 
+OLIF_STATIC_ASSERT(IGT_LOAD_SKIP_CHECKSUM == OLIF_SKIP_CHECKSUM, skip_checksum_flag);
+
+static const olif_kind MODEL = {IGT_MAGIC, "model", "a model file", 1, IGT_FORMAT_VERSION,
+                                model_parse};
+
 igt_status igt_load_buffer(const void *data, size_t size, uint32_t flags, igt_model **out,
                            igt_error *err) {
-    igt__clear_error(err);
-    if (!out || (!data && size)) return igt__fail(err, IGT_ERR_ARG, "NULL data or out");
-    *out = NULL;
-    uint8_t *copy = malloc(size ? size : 1);
-    if (!copy) return igt__fail(err, IGT_ERR_NOMEM, "cannot allocate %zu bytes for the model", size);
-    if (size) memcpy(copy, data, size);
-    return model_from_image(copy, size, flags, out, err);
+    if (out) *out = NULL;
+    return olif_load_buffer(&MODEL, data, size, flags, out, err);
 }
 
 /* The file layer reads the whole file into private memory (olif_read_file): a model does not
  * change, and cannot SIGBUS, when its file is rewritten or truncated. */
 igt_status igt_load(const char *path, uint32_t flags, igt_model **out, igt_error *err) {
-    igt__clear_error(err);
-    if (!path || !out) return igt__fail(err, IGT_ERR_ARG, "NULL path or out");
-    *out = NULL;
-    uint8_t *buf = NULL;
-    size_t size = 0;
-    igt_status st = olif_read_file(path, "a model file", &buf, &size, err);
-    return st ? st : model_from_image(buf, size, flags, out, err);
+    if (out) *out = NULL;
+    return olif_load(&MODEL, path, flags, out, err);
 }
 
 void igt_free(igt_model *m) {

@@ -24,6 +24,7 @@
 #endif
 #define _POSIX_C_SOURCE 200809L
 #include "igt_spill.h"
+#include "olif_frame.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -251,7 +252,7 @@ typedef struct {
     uint64_t sums_checksum;
 } run_trailer;
 
-IGT_STATIC_ASSERT(sizeof(run_trailer) == 40, run_trailer_layout);
+OLIF_STATIC_ASSERT(sizeof(run_trailer) == 40, run_trailer_layout);
 
 static uint32_t block_records(uint32_t rec_size) {
     uint32_t r = (uint32_t)(((size_t)64 << 10) / rec_size);

@@ -17,7 +17,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "suffix.h"
-#include "olif_checksum.h"
+#include "olif_frame.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,10 +58,6 @@ static int cancelled(sfx_progress_fn progress, void *user, const char *phase, ui
 
 /* ---- file header ----------------------------------------------------------- */
 
-#define MAGIC_INDEX "OLIFSFX"   /* 8 bytes with the NUL */
-#define MAGIC_NGRAM "OLIFNGC"
-#define ENDIAN_TAG 0x01020304u
-#define ALIGN 64u
 #define MAX_SECTIONS 4
 
 typedef struct {
@@ -86,36 +82,19 @@ typedef struct {
     uint8_t reserved[264];
 } file_header;
 
-_Static_assert(sizeof(file_header) == 512, "file header layout changed");
+OLIF_STATIC_ASSERT(sizeof(file_header) == 512, file_header_layout);
+OLIF_STATIC_ASSERT(SFX_LOAD_SKIP_CHECKSUM == OLIF_SKIP_CHECKSUM, skip_checksum_flag);
 
-static uint64_t header_checksum(const file_header *h) {
-    file_header tmp = *h;
-    tmp.header_checksum = 0;
-    return olif_checksum64((const uint8_t *)&tmp, sizeof tmp);
-}
-
-static uint64_t align_up(uint64_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
-
-/* Offsets for sections of the given sizes; returns the file size. */
-static uint64_t lay_out(file_header *h, const uint64_t *sizes, uint32_t n) {
-    uint64_t off = sizeof(file_header);
-    h->n_sections = n;
-    for (uint32_t k = 0; k < n; k++) {
-        off = align_up(off);
-        h->sec_offset[k] = off;
-        h->sec_size[k] = sizes[k];
-        off += sizes[k];
-    }
-    h->file_size = off;
-    return off;
-}
+static const olif_frame FRAME = {sizeof(file_header), offsetof(file_header, file_size),
+                                 offsetof(file_header, payload_checksum),
+                                 offsetof(file_header, header_checksum)};
 
 static void header_init(file_header *h, const char *magic, const sfx_config *cfg, uint32_t param) {
     memset(h, 0, sizeof *h);
     memcpy(h->magic, magic, 8);
     h->version = SFX_FORMAT_VERSION;
     h->header_size = sizeof(file_header);
-    h->endian_tag = ENDIAN_TAG;
+    h->endian_tag = OLIF_ENDIAN_TAG;
     h->vocab_size = cfg->vocab_size;
     h->separator = cfg->vocab_size;
     h->param = param;
@@ -123,10 +102,18 @@ static void header_init(file_header *h, const char *magic, const sfx_config *cfg
     memcpy(h->tokenizer_digest, cfg->tokenizer_digest, SFX_TOKENIZER_DIGEST_SIZE);
 }
 
-static void seal(uint8_t *image, file_header *h) {
-    h->payload_checksum = olif_checksum64(image + sizeof *h, (size_t)(h->file_size - sizeof *h));
-    h->header_checksum = header_checksum(h);
+/* Sections of the given sizes after the header; returns the file size. */
+static uint64_t lay_out(file_header *h, const uint64_t *sizes, uint32_t n) {
+    h->n_sections = n;
+    memcpy(h->sec_size, sizes, n * sizeof *sizes);
+    h->file_size = olif_lay_out(sizeof *h, sizes, n, h->sec_offset);
+    return h->file_size;
+}
+
+/* The header into its image, then both checksums. */
+static void seal(uint8_t *image, const file_header *h) {
     memcpy(image, h, sizeof *h);
+    olif_seal(&FRAME, image, (size_t)h->file_size);
 }
 
 /* Parsed file image shared by both structures. */
@@ -141,48 +128,18 @@ static void image_release(image *im) {
     im->data = NULL;
 }
 
-/* Steps 1-8 of the validation: magic, version, header, sizes, sections,
- * checksums. `expected` holds the section sizes the counts imply, computed
- * by the caller's check_counts once the header is known. */
+/* The header's checks after the magic and the version (the file layer's, olif_frame.h): frame,
+ * fields, sizes, sections, checksums. `expected` holds the section sizes the counts imply,
+ * computed by the caller's check_counts once the header is known. */
 typedef sfx_status (*counts_fn)(const file_header *h, uint64_t *expected, uint32_t *n_sections,
                                 sfx_error *err);
 
-static sfx_status parse_header(image *im, const char *magic, const char *what, counts_fn counts,
-                               uint32_t flags, sfx_error *err) {
+static sfx_status parse_header(image *im, counts_fn counts, uint32_t flags, sfx_error *err) {
     const uint8_t *p = im->data;
-    size_t size = im->size;
-    if (size < 8 || memcmp(p, magic, 8) != 0) {
-        int other = size >= 8 && (memcmp(p, MAGIC_INDEX, 8) == 0 || memcmp(p, MAGIC_NGRAM, 8) == 0);
-        return fail(err, SFX_ERR_FOREIGN, other ? "not an olifant %s file (bad magic: it is the "
-                    "other retrieval structure)" : "not an olifant %s file (bad magic)", what);
-    }
-    if (size < 16)
-        return fail(err, SFX_ERR_TRUNCATED, "file of %zu bytes ends inside the header", size);
-    uint32_t version, hsize;
-    memcpy(&version, p + 8, 4);
-    memcpy(&hsize, p + 12, 4);
-    if (version != SFX_FORMAT_VERSION)
-        return fail(err, SFX_ERR_VERSION, "%s format version %u, this library reads version %u",
-                    what, version, SFX_FORMAT_VERSION);
-    if (hsize != sizeof(file_header))
-        return fail(err, SFX_ERR_CORRUPT, "header size %u, expected %zu", hsize,
-                    sizeof(file_header));
-    if (size < sizeof(file_header))
-        return fail(err, SFX_ERR_TRUNCATED, "file of %zu bytes ends inside the %zu-byte header",
-                    size, sizeof(file_header));
+    sfx_status st = olif_check_frame(&FRAME, p, im->size, flags, err);
+    if (st) return st;
     file_header *h = &im->h;
     memcpy(h, p, sizeof *h);
-    if (h->endian_tag != ENDIAN_TAG)
-        return fail(err, SFX_ERR_CORRUPT, "byte order tag 0x%08x: file from another byte order",
-                    h->endian_tag);
-    if (!(flags & SFX_LOAD_SKIP_CHECKSUM) && header_checksum(h) != h->header_checksum)
-        return fail(err, SFX_ERR_CHECKSUM, "header checksum mismatch");
-    if (h->file_size > size)
-        return fail(err, SFX_ERR_TRUNCATED, "file has %zu bytes, header says %llu: truncated",
-                    size, (unsigned long long)h->file_size);
-    if (h->file_size < size)
-        return fail(err, SFX_ERR_CORRUPT, "file has %zu bytes, header says %llu", size,
-                    (unsigned long long)h->file_size);
     if (h->vocab_size < 1 || h->vocab_size >= SFX_MAX_VOCAB || h->separator != h->vocab_size)
         return fail(err, SFX_ERR_CORRUPT, "vocab_size %u / separator %u invalid", h->vocab_size,
                     h->separator);
@@ -193,95 +150,49 @@ static sfx_status parse_header(image *im, const char *magic, const char *what, c
     for (size_t i = 0; i < sizeof h->reserved; i++)
         if (h->reserved[i])
             return fail(err, SFX_ERR_CORRUPT, "reserved header bytes are not zero");
-    uint64_t expected[MAX_SECTIONS] = {0};
+    uint64_t expected[MAX_SECTIONS] = {0}, end = 0;
     uint32_t n_sec = 0;
-    sfx_status st = counts(h, expected, &n_sec, err);
+    st = counts(h, expected, &n_sec, err);
     if (st) return st;
     if (h->n_sections != n_sec)
         return fail(err, SFX_ERR_CORRUPT, "%u sections, expected %u", h->n_sections, n_sec);
-    uint64_t prev_end = sizeof(file_header);
     for (uint32_t k = 0; k < MAX_SECTIONS; k++) {
-        uint64_t o = h->sec_offset[k], s = h->sec_size[k];
-        if (k >= n_sec) {
-            if (o || s) return fail(err, SFX_ERR_CORRUPT, "unused section %u is not empty", k);
-            continue;
-        }
-        if (s != expected[k])
+        if (k >= n_sec && (h->sec_offset[k] || h->sec_size[k]))
+            return fail(err, SFX_ERR_CORRUPT, "unused section %u is not empty", k);
+        if (k < n_sec && h->sec_size[k] != expected[k])
             return fail(err, SFX_ERR_CORRUPT, "section %u holds %llu bytes, its counts say %llu",
-                        k, (unsigned long long)s, (unsigned long long)expected[k]);
-        if (o % ALIGN || o < prev_end || o > h->file_size || s > h->file_size - o)
-            return fail(err, SFX_ERR_CORRUPT, "section %u at offset %llu (%llu bytes) out of bounds",
-                        k, (unsigned long long)o, (unsigned long long)s);
-        prev_end = o + s;
+                        k, (unsigned long long)h->sec_size[k], (unsigned long long)expected[k]);
     }
-    if (prev_end != h->file_size)
+    st = olif_check_sections(h->sec_offset, h->sec_size, n_sec, sizeof *h, h->file_size, &end, err);
+    if (st) return st;
+    if (end != h->file_size)
         return fail(err, SFX_ERR_CORRUPT, "%llu bytes after the last section",
-                    (unsigned long long)(h->file_size - prev_end));
-    if (!(flags & SFX_LOAD_SKIP_CHECKSUM) &&
-        olif_checksum64(p + sizeof(file_header), size - sizeof(file_header)) != h->payload_checksum)
-        return fail(err, SFX_ERR_CHECKSUM, "payload checksum mismatch: the file is damaged");
-    return SFX_OK;
+                    (unsigned long long)(h->file_size - end));
+    return olif_check_payload(&FRAME, p, im->size, flags, err);
 }
 
-/* The file layer reads the whole file into private memory (olif_read_file): a loaded structure
- * does not change, and cannot SIGBUS, when its file is rewritten or truncated. */
-static sfx_status read_file(const char *path, const char *what, image *im, sfx_error *err) {
-    memset(im, 0, sizeof *im);
-    uint8_t *data = NULL;
-    size_t size = 0;
-    sfx_status st = olif_read_file(path, what, &data, &size, err);
-    im->data = data;
-    im->size = size;
-    return st;
-}
-
-static sfx_status copy_buffer(const void *data, size_t size, image *im, sfx_error *err) {
-    memset(im, 0, sizeof *im);
-    if (!data && size) return fail(err, SFX_ERR_ARG, "NULL data");
-    uint8_t *copy = malloc(size ? size : 1);
-    if (!copy) return fail(err, SFX_ERR_NOMEM, "cannot allocate %zu bytes", size);
-    if (size) memcpy(copy, data, size);
-    im->data = copy;
-    im->size = size;
-    return SFX_OK;
-}
-
-/* An object whose first member is an image: allocated, its image read from a path, copied
- * from a buffer or taken over (owned, a built image; freed on failure), then parsed. */
+/* An object whose first member is its image, made of image (owned: freed on failure) and
+ * checked by parse. */
 typedef sfx_status (*parse_fn)(void *obj, uint32_t flags, sfx_error *err);
 
-static sfx_status open_object(size_t size, parse_fn parse, const char *path, const void *data,
-                              size_t n, uint8_t *owned, uint32_t flags, void **out,
-                              sfx_error *err) {
+static sfx_status open_object(size_t size, parse_fn parse, uint8_t *data, size_t n,
+                              uint32_t flags, void **out, sfx_error *err) {
     *out = NULL;
-    void *obj = calloc(1, size);
-    if (!obj) {
-        free(owned);
+    image *im = calloc(1, size);
+    if (!im) {
+        free(data);
         return fail(err, SFX_ERR_NOMEM, "cannot allocate %zu bytes", size);
     }
-    image *im = obj;
-    sfx_status st = SFX_OK;
-    if (path) {
-        st = read_file(path, "a retrieval file (.sfx, .ngc)", im, err);
-    } else if (owned) {
-        im->data = owned;
-        im->size = n;
-    } else {
-        st = copy_buffer(data, n, im, err);
-    }
-    if (!st) st = parse(obj, flags, err);
+    im->data = data;
+    im->size = n;
+    sfx_status st = parse(im, flags, err);
     if (st) {
         image_release(im);
-        free(obj);
+        free(im);
         return st;
     }
-    *out = obj;
+    *out = im;
     return SFX_OK;
-}
-
-static sfx_status write_image(const uint8_t *data, size_t size, const char *path,
-                              sfx_error *err) {
-    return olif_write_file(path, data, size, err);
 }
 
 /* ---- the corpus -------------------------------------------------------------- */
@@ -552,7 +463,7 @@ static inline uint32_t text_at(const sfx_index *x, uint64_t i) {
 }
 
 static sfx_status index_check(sfx_index *x, uint32_t flags, sfx_error *err) {
-    sfx_status st = parse_header(&x->im, MAGIC_INDEX, "suffix index", index_counts, flags, err);
+    sfx_status st = parse_header(&x->im, index_counts, flags, err);
     if (st) return st;
     const file_header *h = &x->im.h;
     const uint8_t *p = x->im.data;
@@ -607,6 +518,19 @@ static sfx_status index_parse(void *obj, uint32_t flags, sfx_error *err) {
     return SFX_OK;
 }
 
+/* The file layer's parser of an index (olif_frame.h). */
+static sfx_status index_load(uint8_t *data, size_t size, uint32_t version, uint32_t flags,
+                             void *out, sfx_error *err) {
+    (void)version;
+    void *obj = NULL;
+    sfx_status st = open_object(sizeof(sfx_index), index_parse, data, size, flags, &obj, err);
+    *(sfx_index **)out = obj;
+    return st;
+}
+
+static const olif_kind INDEX_FILE = {"OLIFSFX", "suffix index", "a retrieval file (.sfx, .ngc)",
+                                     SFX_FORMAT_VERSION, SFX_FORMAT_VERSION, index_load};
+
 sfx_status sfx_index_build(const sfx_corpus *c, sfx_index **out, sfx_progress_fn progress,
                            void *user, sfx_error *err) {
     clear_error(err);
@@ -625,7 +549,7 @@ sfx_status sfx_index_build(const sfx_corpus *c, sfx_index **out, sfx_progress_fn
     const uint32_t V = c->cfg.vocab_size;
     const uint32_t tb = V <= 0xFFFFu ? 2 : 4;
     file_header h;
-    header_init(&h, MAGIC_INDEX, &c->cfg, tb);
+    header_init(&h, INDEX_FILE.magic, &c->cfg, tb);
     h.count[0] = c->n;
     h.count[1] = c->n_tokens;
     h.count[2] = c->n_docs;
@@ -658,38 +582,23 @@ sfx_status sfx_index_build(const sfx_corpus *c, sfx_index **out, sfx_progress_fn
         free(img);
         return fail(err, SFX_ERR_CANCELLED, "build cancelled");
     }
-    void *obj = NULL;
-    sfx_status st_ = open_object(sizeof(sfx_index), index_parse, NULL,
-                                 NULL, (size_t)total, img, 0, &obj, err);
-    *out = obj;
-    return st_;
+    return olif_load_image(&INDEX_FILE, img, (size_t)total, out, err);
 }
 
 sfx_status sfx_index_save(const sfx_index *x, const char *path, sfx_error *err) {
-    clear_error(err);
     if (!x) return fail(err, SFX_ERR_ARG, "NULL index");
-    return write_image(x->im.data, x->im.size, path, err);
+    return olif_write_file(path, x->im.data, x->im.size, err);
 }
 
 sfx_status sfx_index_load_buffer(const void *data, size_t size, uint32_t flags, sfx_index **out,
                                  sfx_error *err) {
-    clear_error(err);
-    if (!out) return fail(err, SFX_ERR_ARG, "NULL out");
-    void *obj = NULL;
-    sfx_status st_ = open_object(sizeof(sfx_index), index_parse, NULL,
-                                 data, size, NULL, flags, &obj, err);
-    *out = obj;
-    return st_;
+    if (out) *out = NULL;
+    return olif_load_buffer(&INDEX_FILE, data, size, flags, out, err);
 }
 
 sfx_status sfx_index_load(const char *path, uint32_t flags, sfx_index **out, sfx_error *err) {
-    clear_error(err);
-    if (!path || !out) return fail(err, SFX_ERR_ARG, "NULL path or out");
-    void *obj = NULL;
-    sfx_status st_ = open_object(sizeof(sfx_index), index_parse, path,
-                                 NULL, 0, NULL, flags, &obj, err);
-    *out = obj;
-    return st_;
+    if (out) *out = NULL;
+    return olif_load(&INDEX_FILE, path, flags, out, err);
 }
 
 void sfx_index_free(sfx_index *x) {
@@ -1111,7 +1020,7 @@ static int key_cmp(const uint32_t *a, const uint32_t *b, uint32_t order) {
 
 static sfx_status ngram_parse(void *obj, uint32_t flags, sfx_error *err) {
     sfx_ngram *g = obj;
-    sfx_status st = parse_header(&g->im, MAGIC_NGRAM, "n-gram cache", ngram_counts, flags, err);
+    sfx_status st = parse_header(&g->im, ngram_counts, flags, err);
     if (st) return st;
     const file_header *h = &g->im.h;
     const uint8_t *p = g->im.data;
@@ -1164,6 +1073,19 @@ static sfx_status ngram_parse(void *obj, uint32_t flags, sfx_error *err) {
                     (unsigned long long)instances, (unsigned long long)h->count[2]);
     return SFX_OK;
 }
+
+/* The file layer's parser of an n-gram cache (olif_frame.h). */
+static sfx_status ngram_load(uint8_t *data, size_t size, uint32_t version, uint32_t flags,
+                             void *out, sfx_error *err) {
+    (void)version;
+    void *obj = NULL;
+    sfx_status st = open_object(sizeof(sfx_ngram), ngram_parse, data, size, flags, &obj, err);
+    *(sfx_ngram **)out = obj;
+    return st;
+}
+
+static const olif_kind NGRAM_FILE = {"OLIFNGC", "n-gram cache", "a retrieval file (.sfx, .ngc)",
+                                     SFX_FORMAT_VERSION, SFX_FORMAT_VERSION, ngram_load};
 
 /* growable u32 vector */
 typedef struct {
@@ -1265,7 +1187,7 @@ sfx_status sfx_ngram_build(const sfx_corpus *c, uint32_t order, sfx_ngram **out,
     uint64_t size = 0;
     file_header h;
     if (!nomem) {
-        header_init(&h, MAGIC_NGRAM, &c->cfg, order);
+        header_init(&h, NGRAM_FILE.magic, &c->cfg, order);
         h.count[0] = n_ctx;
         h.count[1] = n_pairs;
         h.count[2] = instances;
@@ -1292,38 +1214,23 @@ sfx_status sfx_ngram_build(const sfx_corpus *c, uint32_t order, sfx_ngram **out,
         free(img);
         return fail(err, SFX_ERR_NOMEM, "out of memory while counting n-grams");
     }
-    void *obj = NULL;
-    sfx_status st_ = open_object(sizeof(sfx_ngram), ngram_parse, NULL,
-                                 NULL, (size_t)size, img, 0, &obj, err);
-    *out = obj;
-    return st_;
+    return olif_load_image(&NGRAM_FILE, img, (size_t)size, out, err);
 }
 
 sfx_status sfx_ngram_save(const sfx_ngram *g, const char *path, sfx_error *err) {
-    clear_error(err);
     if (!g) return fail(err, SFX_ERR_ARG, "NULL n-gram cache");
-    return write_image(g->im.data, g->im.size, path, err);
+    return olif_write_file(path, g->im.data, g->im.size, err);
 }
 
 sfx_status sfx_ngram_load_buffer(const void *data, size_t size, uint32_t flags, sfx_ngram **out,
                                  sfx_error *err) {
-    clear_error(err);
-    if (!out) return fail(err, SFX_ERR_ARG, "NULL out");
-    void *obj = NULL;
-    sfx_status st_ = open_object(sizeof(sfx_ngram), ngram_parse, NULL,
-                                 data, size, NULL, flags, &obj, err);
-    *out = obj;
-    return st_;
+    if (out) *out = NULL;
+    return olif_load_buffer(&NGRAM_FILE, data, size, flags, out, err);
 }
 
 sfx_status sfx_ngram_load(const char *path, uint32_t flags, sfx_ngram **out, sfx_error *err) {
-    clear_error(err);
-    if (!path || !out) return fail(err, SFX_ERR_ARG, "NULL path or out");
-    void *obj = NULL;
-    sfx_status st_ = open_object(sizeof(sfx_ngram), ngram_parse, path,
-                                 NULL, 0, NULL, flags, &obj, err);
-    *out = obj;
-    return st_;
+    if (out) *out = NULL;
+    return olif_load(&NGRAM_FILE, path, flags, out, err);
 }
 
 void sfx_ngram_free(sfx_ngram *g) {

@@ -1228,6 +1228,11 @@ static void test_load_errors(T *t) {
         }
     }
     CHECK(t, strstr(err.message, "magic") != NULL, "message should mention the magic: %s", err.message);
+    /* another olifant file says what it is */
+    memcpy(buf, "OLIFSFX", 8);
+    CHECK_STATUS(t, igt_load_buffer(buf, 64, 0, &m, &err), IGT_ERR_FOREIGN, &err, "a suffix index");
+    CHECK(t, strstr(err.message, "not an olifant model file (bad magic: it is a suffix index") != NULL,
+          "message: %s", err.message);
     /* random bytes behind the magic (and behind magic + version) */
     for (int s = 0; s < 300; s++) {
         size_t len = 8 + rng_below(&r, sizeof buf - 8);

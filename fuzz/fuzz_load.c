@@ -12,7 +12,7 @@
  * catch out-of-bounds reads; a broken guarantee traps.
  *
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
- *         -pthread -Icsrc fuzz/fuzz_load.c csrc/igt*.c -lm -o fuzz/out/fuzz_load
+ *         -pthread -Icsrc fuzz/fuzz_load.c csrc/igt*.c csrc/olif_file.c -lm -o fuzz/out/fuzz_load
  *
  * See fuzz/README.md.
  */

@@ -224,7 +224,8 @@ def test_wrong_version_and_other_magic(files, kind, tmp_path):
         err = _refused(cls, bytes(bumped), lib.SFX_ERR_VERSION, "version", verify=False)
         assert f"version {version}" in err.message
     other = NgramCache if cls is SuffixIndex else SuffixIndex
-    _refused(other, data, lib.SFX_ERR_FOREIGN, "other retrieval structure")
+    _refused(other, data, lib.SFX_ERR_FOREIGN, "bad magic: it is " + ("a suffix index" if cls is SuffixIndex
+                                                                      else "an n-gram cache"))
     with pytest.raises(RetrievalFileError, match="no-such") as info:
         cls.load(tmp_path / "no-such.bin")
     assert info.value.code == lib.SFX_ERR_IO
