@@ -59,29 +59,29 @@ static void put_id(uint8_t *base, size_t i, uint32_t width, uint32_t v) {
 /* Checks shared by both versions' headers: the model facts. */
 static igt_status check_meta(const igt_meta *mt, uint32_t padding_id, igt_error *err) {
     if (mt->window < 1 || mt->window > IGT_MAX_WINDOW)
-        return igt__fail(err, IGT_ERR_CORRUPT, "window %u out of range 1..%u", mt->window,
+        return igt__fail(err, OLIF_ERR_CORRUPT, "window %u out of range 1..%u", mt->window,
                          IGT_MAX_WINDOW);
     if (mt->vocab_size < 1 || mt->vocab_size >= IGT_MAX_VOCAB || padding_id != mt->vocab_size)
-        return igt__fail(err, IGT_ERR_CORRUPT, "vocab_size %u / padding id %u invalid",
+        return igt__fail(err, OLIF_ERR_CORRUPT, "vocab_size %u / padding id %u invalid",
                          mt->vocab_size, padding_id);
     if (mt->order > IGT_ORDER_EXPLICIT)
-        return igt__fail(err, IGT_ERR_CORRUPT, "unknown level order %u", mt->order);
+        return igt__fail(err, OLIF_ERR_CORRUPT, "unknown level order %u", mt->order);
     uint32_t seen = 0;
     for (uint32_t d = 0; d < mt->window; d++) {
         uint32_t q = mt->permutation[d];
         if (q >= mt->window || (seen & (1u << q)))
-            return igt__fail(err, IGT_ERR_CORRUPT,
+            return igt__fail(err, OLIF_ERR_CORRUPT,
                              "level order is not a permutation (level %u = %u)", d, q);
         seen |= 1u << q;
     }
     for (uint32_t d = 0; d < IGT_MAX_WINDOW; d++)
         if (!isfinite(mt->gain_ratio[d]) || !isfinite(mt->info_gain[d]))
-            return igt__fail(err, IGT_ERR_CORRUPT, "feature weights of position %u are not finite", d);
+            return igt__fail(err, OLIF_ERR_CORRUPT, "feature weights of position %u are not finite", d);
     if (mt->default_class >= mt->vocab_size)
-        return igt__fail(err, IGT_ERR_CORRUPT, "default class %u out of range", mt->default_class);
+        return igt__fail(err, OLIF_ERR_CORRUPT, "default class %u out of range", mt->default_class);
     if (memchr(mt->tokenizer_name, 0, IGT_TOKENIZER_NAME_MAX) == NULL)
-        return igt__fail(err, IGT_ERR_CORRUPT, "tokenizer name not terminated");
-    return IGT_OK;
+        return igt__fail(err, OLIF_ERR_CORRUPT, "tokenizer name not terminated");
+    return OLIF_OK;
 }
 
 static void set_unmatched(igt_model *m) {
@@ -165,12 +165,12 @@ static igt_status parse_v1(const uint8_t *p, size_t size, uint32_t flags, v1_vie
     st = check_meta(&mt, h->padding_id, err);
     if (st) return st;
     if (h->n_nodes < 1 || h->n_nodes >= UINT32_MAX || h->n_pairs >= UINT32_MAX)
-        return igt__fail(err, IGT_ERR_CORRUPT, "node count %llu or class count %llu out of range",
+        return igt__fail(err, OLIF_ERR_CORRUPT, "node count %llu or class count %llu out of range",
                          (unsigned long long)h->n_nodes, (unsigned long long)h->n_pairs);
     if (!h->top_k && h->n_pairs)
-        return igt__fail(err, IGT_ERR_CORRUPT, "stored classes without top_k");
+        return igt__fail(err, OLIF_ERR_CORRUPT, "stored classes without top_k");
     if (h->n_classes < 1 || h->n_classes > h->vocab_size)
-        return igt__fail(err, IGT_ERR_CORRUPT, "%llu classes for vocab_size %u",
+        return igt__fail(err, OLIF_ERR_CORRUPT, "%llu classes for vocab_size %u",
                          (unsigned long long)h->n_classes, h->vocab_size);
     uint64_t sz[V1_COUNT], end = 0;
     v1_section_sizes(h, sz);
@@ -190,32 +190,32 @@ static igt_status parse_v1(const uint8_t *p, size_t size, uint32_t flags, v1_vie
     v->pairs = V1_SECTION(V1_PAIRS);
 #undef V1_SECTION
     if (v->child[0] != 1 || v->child[n] != n)
-        return igt__fail(err, IGT_ERR_CORRUPT, "child index of root or end is wrong");
+        return igt__fail(err, OLIF_ERR_CORRUPT, "child index of root or end is wrong");
     for (uint32_t i = 0; i < n; i++) {
         if (v->child[i + 1] < v->child[i] || v->child[i] <= i)
-            return igt__fail(err, IGT_ERR_CORRUPT, "child index of node %u is out of order", i);
+            return igt__fail(err, OLIF_ERR_CORRUPT, "child index of node %u is out of order", i);
         if (v->cls[i] >= h->vocab_size || v->winner[i] > v->total[i])
-            return igt__fail(err, IGT_ERR_CORRUPT, "node %u has an invalid class or counts", i);
+            return igt__fail(err, OLIF_ERR_CORRUPT, "node %u has an invalid class or counts", i);
         if (i > 0 && v->key[i] > h->vocab_size)
-            return igt__fail(err, IGT_ERR_CORRUPT, "node %u: key %u exceeds the padding id %u", i,
+            return igt__fail(err, OLIF_ERR_CORRUPT, "node %u: key %u exceeds the padding id %u", i,
                              v->key[i], h->vocab_size);
         for (uint32_t c = v->child[i] + 1; c < v->child[i + 1]; c++)
             if (v->key[c] <= v->key[c - 1])
-                return igt__fail(err, IGT_ERR_CORRUPT, "children of node %u are not sorted", i);
+                return igt__fail(err, OLIF_ERR_CORRUPT, "children of node %u are not sorted", i);
     }
     if (v->dist) {
         if (v->dist[0] != 0 || v->dist[n] != h->n_pairs)
-            return igt__fail(err, IGT_ERR_CORRUPT, "class index of root or end is wrong");
+            return igt__fail(err, OLIF_ERR_CORRUPT, "class index of root or end is wrong");
         for (uint32_t i = 0; i < n; i++)
             if (v->dist[i + 1] < v->dist[i] ||
                 (h->top_k != IGT_TOPK_ALL && v->dist[i + 1] - v->dist[i] > h->top_k))
-                return igt__fail(err, IGT_ERR_CORRUPT, "class index of node %u is out of order", i);
+                return igt__fail(err, OLIF_ERR_CORRUPT, "class index of node %u is out of order", i);
         for (uint64_t i = 0; i < h->n_pairs; i++)
             if (v->pairs[2 * i] >= h->vocab_size)
-                return igt__fail(err, IGT_ERR_CORRUPT, "stored class %u out of range",
+                return igt__fail(err, OLIF_ERR_CORRUPT, "stored class %u out of range",
                                  v->pairs[2 * i]);
     }
-    return IGT_OK;
+    return OLIF_OK;
 }
 
 static void v1_get(void *ctx, uint32_t i, igt_node *o, uint32_t *scratch) {
@@ -257,7 +257,7 @@ static igt_status encode_v1(const igt_meta *mt, const igt_node_source *src, uint
     if (!img || !scratch) {
         free(img);
         free(scratch);
-        return igt__fail(err, IGT_ERR_NOMEM, "cannot allocate a %llu-byte version-1 image",
+        return igt__fail(err, OLIF_ERR_NOMEM, "cannot allocate a %llu-byte version-1 image",
                          (unsigned long long)off);
     }
 #define V1_OUT(k) ((uint32_t *)(void *)(img + h.sec_offset[k]))
@@ -288,7 +288,7 @@ static igt_status encode_v1(const igt_meta *mt, const igt_node_source *src, uint
     olif_seal(&V1_FRAME, img, (size_t)off);
     *image = img;
     *image_size = (size_t)off;
-    return IGT_OK;
+    return OLIF_OK;
 }
 
 /* ---- version 2 ------------------------------------------------------------------ */
@@ -377,18 +377,18 @@ static igt_status check_escapes(const igt_model *m, const uint8_t *small, const 
             dir[next_block] = (uint32_t)e;
         if (!p) break;
         if (e >= n_esc || esc[2 * e] != i)
-            return igt__fail(err, IGT_ERR_CORRUPT, "%s of node %u is escaped but not in its table",
+            return igt__fail(err, OLIF_ERR_CORRUPT, "%s of node %u is escaped but not in its table",
                              what, i);
         if (esc[2 * e + 1] < 255)
-            return igt__fail(err, IGT_ERR_CORRUPT, "%s escape of node %u holds %u, below 255",
+            return igt__fail(err, OLIF_ERR_CORRUPT, "%s escape of node %u holds %u, below 255",
                              what, i, esc[2 * e + 1]);
         e++;
     }
     if (e != n_esc)
-        return igt__fail(err, IGT_ERR_CORRUPT, "%s table has %llu entries for %llu escaped nodes",
+        return igt__fail(err, OLIF_ERR_CORRUPT, "%s table has %llu entries for %llu escaped nodes",
                          what, (unsigned long long)n_esc, (unsigned long long)e);
     dir[blocks] = (uint32_t)e;
-    return IGT_OK;
+    return OLIF_OK;
 }
 
 /* Validate a version-2 image in place and make it a model. The image stays
@@ -406,14 +406,14 @@ static igt_status open_v2(uint8_t *p, size_t size, uint32_t flags, igt_model **o
     st = check_meta(&mt, h.padding_id, err);
     if (st) return st;
     if (h.flags != 0 || h.reserved0 != 0)
-        return igt__fail(err, IGT_ERR_CORRUPT, "unknown flags 0x%x (reserved 0x%x)", h.flags,
+        return igt__fail(err, OLIF_ERR_CORRUPT, "unknown flags 0x%x (reserved 0x%x)", h.flags,
                          h.reserved0);
     if (h.id_width != id_width_for(h.vocab_size))
-        return igt__fail(err, IGT_ERR_CORRUPT, "id width %u for vocab_size %u, expected %u",
+        return igt__fail(err, OLIF_ERR_CORRUPT, "id width %u for vocab_size %u, expected %u",
                          h.id_width, h.vocab_size, id_width_for(h.vocab_size));
     if (h.n_nodes < 1 || h.n_nodes >= UINT32_MAX || h.n_internal >= h.n_nodes ||
         h.n_pairs >= UINT32_MAX || h.n_total_esc > h.n_nodes || h.n_winner_esc > h.n_nodes)
-        return igt__fail(err, IGT_ERR_CORRUPT,
+        return igt__fail(err, OLIF_ERR_CORRUPT,
                          "node count %llu, internal %llu, class pairs %llu or escapes %llu/%llu "
                          "out of range",
                          (unsigned long long)h.n_nodes, (unsigned long long)h.n_internal,
@@ -421,12 +421,12 @@ static igt_status open_v2(uint8_t *p, size_t size, uint32_t flags, igt_model **o
                          (unsigned long long)h.n_winner_esc);
     if (h.n_instances < 1 || h.n_instances > UINT32_MAX || h.n_classes < 1 ||
         h.n_classes > h.vocab_size)
-        return igt__fail(err, IGT_ERR_CORRUPT, "%llu instances or %llu classes out of range",
+        return igt__fail(err, OLIF_ERR_CORRUPT, "%llu instances or %llu classes out of range",
                          (unsigned long long)h.n_instances, (unsigned long long)h.n_classes);
     if (!h.top_k && h.n_pairs)
-        return igt__fail(err, IGT_ERR_CORRUPT, "stored classes without top_k");
+        return igt__fail(err, OLIF_ERR_CORRUPT, "stored classes without top_k");
     if (h.top_k && h.n_pairs < h.n_nodes)
-        return igt__fail(err, IGT_ERR_CORRUPT, "%llu stored classes for %llu nodes",
+        return igt__fail(err, OLIF_ERR_CORRUPT, "%llu stored classes for %llu nodes",
                          (unsigned long long)h.n_pairs, (unsigned long long)h.n_nodes);
     uint64_t sz[V2_COUNT], prev_end = 0;
     v2_section_sizes(&h, sz);
@@ -434,7 +434,7 @@ static igt_status open_v2(uint8_t *p, size_t size, uint32_t flags, igt_model **o
                              &prev_end, err);
     if (st) return st;
     if (olif_align(prev_end) != h.file_size)
-        return igt__fail(err, IGT_ERR_CORRUPT, "file size %llu, sections end at %llu",
+        return igt__fail(err, OLIF_ERR_CORRUPT, "file size %llu, sections end at %llu",
                          (unsigned long long)h.file_size, (unsigned long long)prev_end);
     st = olif_check_payload(&V2_FRAME, p, size, flags, err);
     if (st) return st;
@@ -444,13 +444,13 @@ static igt_status open_v2(uint8_t *p, size_t size, uint32_t flags, igt_model **o
         uint64_t o = k < V2_COUNT ? h.sec_offset[k] : h.file_size;
         for (uint64_t b = prev_end; b < o; b++)
             if (p[b])
-                return igt__fail(err, IGT_ERR_CORRUPT, "nonzero padding byte at offset %llu",
+                return igt__fail(err, OLIF_ERR_CORRUPT, "nonzero padding byte at offset %llu",
                                  (unsigned long long)b);
         if (k < V2_COUNT) prev_end = o + sz[k];
     }
 
     igt_model *m = calloc(1, sizeof *m);
-    if (!m) return igt__fail(err, IGT_ERR_NOMEM, "cannot allocate a model");
+    if (!m) return igt__fail(err, OLIF_ERR_NOMEM, "cannot allocate a model");
     const uint32_t n = (uint32_t)h.n_nodes, V = h.vocab_size, w = h.id_width;
     m->meta = mt;
     m->n_nodes = n;
@@ -481,9 +481,9 @@ static igt_status open_v2(uint8_t *p, size_t size, uint32_t flags, igt_model **o
         free(m->total_dir);
         free(m->winner_dir);
         free(m);
-        return igt__fail(err, IGT_ERR_NOMEM, "cannot allocate the model's directories");
+        return igt__fail(err, OLIF_ERR_NOMEM, "cannot allocate the model's directories");
     }
-#define BAD(...) do { st = igt__fail(err, IGT_ERR_CORRUPT, __VA_ARGS__); goto bad; } while (0)
+#define BAD(...) do { st = igt__fail(err, OLIF_ERR_CORRUPT, __VA_ARGS__); goto bad; } while (0)
     /* KIDS: rank directory; no bits past the last node */
     uint64_t ones = 0;
     for (uint64_t k = 0; k < words; k++) {
@@ -589,7 +589,7 @@ static igt_status open_v2(uint8_t *p, size_t size, uint32_t flags, igt_model **o
     m->source_version = 2;
     set_unmatched(m);
     *out = m;
-    return IGT_OK;
+    return OLIF_OK;
 bad:
     free(m->rank);
     free(m->total_dir);
@@ -603,7 +603,7 @@ static igt_status encode_v2(const igt_meta *mt, const igt_node_source *src, uint
                             size_t *image_size, igt_error *err) {
     const uint64_t n = src->n_nodes;
     if (n < 1 || n >= UINT32_MAX || src->n_pairs >= UINT32_MAX)
-        return igt__fail(err, IGT_ERR_LIMIT, "tree too large: %llu nodes, %llu stored classes",
+        return igt__fail(err, OLIF_ERR_LIMIT, "tree too large: %llu nodes, %llu stored classes",
                          (unsigned long long)n, (unsigned long long)src->n_pairs);
     header_v2 h;
     memset(&h, 0, sizeof h);
@@ -617,7 +617,7 @@ static igt_status encode_v2(const igt_meta *mt, const igt_node_source *src, uint
     h.n_nodes = n;
     /* sized by the source, never by a header field */
     uint32_t *scratch = igt__malloc(2 * (size_t)src->scratch_pairs + 2, sizeof *scratch);
-    if (!scratch) return igt__fail(err, IGT_ERR_NOMEM, "cannot allocate encoder scratch");
+    if (!scratch) return igt__fail(err, OLIF_ERR_NOMEM, "cannot allocate encoder scratch");
     /* pass 1: how big each section is */
     uint64_t n_pairs = 0;
     for (uint64_t i = 0; i < n; i++) {
@@ -631,7 +631,7 @@ static igt_status encode_v2(const igt_meta *mt, const igt_node_source *src, uint
     h.n_pairs = n_pairs;
     if (n_pairs >= UINT32_MAX) {
         free(scratch);
-        return igt__fail(err, IGT_ERR_LIMIT, "tree too large: %llu stored classes",
+        return igt__fail(err, OLIF_ERR_LIMIT, "tree too large: %llu stored classes",
                          (unsigned long long)n_pairs);
     }
     uint64_t size[V2_COUNT];
@@ -641,7 +641,7 @@ static igt_status encode_v2(const igt_meta *mt, const igt_node_source *src, uint
     uint8_t *img = calloc(1, (size_t)off);
     if (!img) {
         free(scratch);
-        return igt__fail(err, IGT_ERR_NOMEM, "cannot allocate a %llu-byte model image",
+        return igt__fail(err, OLIF_ERR_NOMEM, "cannot allocate a %llu-byte model image",
                          (unsigned long long)off);
     }
     /* pass 2: write them */
@@ -691,7 +691,7 @@ static igt_status encode_v2(const igt_meta *mt, const igt_node_source *src, uint
     olif_seal(&V2_FRAME, img, (size_t)off);
     *image = img;
     *image_size = (size_t)off;
-    return IGT_OK;
+    return OLIF_OK;
 }
 
 /* Encode, then the same validation a file gets: one set of checks for every
@@ -706,7 +706,7 @@ igt_status igt__model_from_nodes(const igt_meta *mt, const igt_node_source *src,
     st = open_v2(img, size, 0, out, err);
     if (st) {
         free(img);
-        if (st != IGT_ERR_NOMEM)   /* the builder made an inconsistent tree */
+        if (st != OLIF_ERR_NOMEM)   /* the builder made an inconsistent tree */
             igt__prefix_error(err, "internal error: built tree fails validation: ");
     }
     return st;
@@ -768,20 +768,20 @@ static igt_status model_parse(uint8_t *image, size_t size, uint32_t version, uin
      * stricter ones, and then the message says which version failed */
     v1_view v;
     st = parse_v1(image, size, flags, &v, err);
-    if (st == IGT_OK) {
+    if (st == OLIF_OK) {
         igt_meta mt;
         meta_from_v1(&v.h, &mt);
         igt_node_source src = {v.h.n_nodes, v.h.n_pairs, 0, v1_get, &v};
         uint8_t *img2 = NULL;
         size_t size2 = 0;
         st = encode_v2(&mt, &src, &img2, &size2, err);
-        if (st == IGT_OK) {
+        if (st == OLIF_OK) {
             st = open_v2(img2, size2, 0, model, err);
-            if (st == IGT_OK) {
+            if (st == OLIF_OK) {
                 (*model)->source_version = 1;
             } else {
                 free(img2);
-                if (st != IGT_ERR_NOMEM) igt__prefix_error(err, "version-1 file: ");
+                if (st != OLIF_ERR_NOMEM) igt__prefix_error(err, "version-1 file: ");
             }
         }
     }
@@ -821,10 +821,10 @@ void igt_free(igt_model *m) {
 igt_status igt_save_version(const igt_model *m, const char *path, uint32_t version,
                             igt_error *err) {
     igt__clear_error(err);
-    if (!m || !path) return igt__fail(err, IGT_ERR_ARG, "NULL model or path");
+    if (!m || !path) return igt__fail(err, OLIF_ERR_ARG, "NULL model or path");
     if (version == 2) return olif_write_file(path, m->image, m->size, err);
     if (version != 1)
-        return igt__fail(err, IGT_ERR_ARG, "cannot write format version %u (this library writes 1 and 2)",
+        return igt__fail(err, OLIF_ERR_ARG, "cannot write format version %u (this library writes 1 and 2)",
                          version);
     igt_node_source src;
     igt__model_source(m, &src);
