@@ -59,7 +59,7 @@
 #endif
 
 #define UNSEEN UINT32_MAX
-#define NOMEM(what) do { st = igt__fail(err, IGT_ERR_NOMEM, "out of memory (%s)", what); goto done; } while (0)
+#define NOMEM(what) do { st = igt__fail(err, OLIF_ERR_NOMEM, "out of memory (%s)", what); goto done; } while (0)
 
 static double log2z(double x) { return fabs(x) < DBL_EPSILON ? 0.0 : log2(x); }
 
@@ -280,9 +280,9 @@ typedef struct {
 
 static igt_status push_run(run_vec *rv, const igt__run *run, igt_error *err) {
     if (!igt__grow((void **)&rv->v, &rv->cap, rv->n + 1, sizeof *rv->v, 16))
-        return igt__fail(err, IGT_ERR_NOMEM, "out of memory (runs)");
+        return igt__fail(err, OLIF_ERR_NOMEM, "out of memory (runs)");
     rv->v[rv->n++] = *run;
-    return IGT_OK;
+    return OLIF_OK;
 }
 
 struct igt_builder {
@@ -326,46 +326,46 @@ void igt_config_init(igt_config *cfg, uint32_t vocab_size) {
 }
 
 static igt_status check_config(const igt_config *cfg, igt_error *err) {
-    if (!cfg) return igt__fail(err, IGT_ERR_ARG, "config is NULL");
+    if (!cfg) return igt__fail(err, OLIF_ERR_ARG, "config is NULL");
     if (cfg->window < 1 || cfg->window > IGT_MAX_WINDOW)
-        return igt__fail(err, IGT_ERR_ARG, "window %u out of range 1..%u", cfg->window,
+        return igt__fail(err, OLIF_ERR_ARG, "window %u out of range 1..%u", cfg->window,
                          IGT_MAX_WINDOW);
     if (cfg->vocab_size < 1 || cfg->vocab_size >= IGT_MAX_VOCAB)
-        return igt__fail(err, IGT_ERR_ARG, "vocab_size %u out of range 1..%u", cfg->vocab_size,
+        return igt__fail(err, OLIF_ERR_ARG, "vocab_size %u out of range 1..%u", cfg->vocab_size,
                          IGT_MAX_VOCAB - 1);
     if (cfg->order > IGT_ORDER_EXPLICIT)
-        return igt__fail(err, IGT_ERR_ARG, "unknown level order %u", cfg->order);
+        return igt__fail(err, OLIF_ERR_ARG, "unknown level order %u", cfg->order);
     if (cfg->order == IGT_ORDER_EXPLICIT) {
         uint32_t seen = 0;
         for (uint32_t i = 0; i < cfg->window; i++) {
             uint32_t p = cfg->permutation[i];
             if (p >= cfg->window || (seen & (1u << p)))
-                return igt__fail(err, IGT_ERR_ARG,
+                return igt__fail(err, OLIF_ERR_ARG,
                                  "permutation is not a permutation of 0..%u (entry %u = %u)",
                                  cfg->window - 1, i, p);
             seen |= 1u << p;
         }
     }
     if (memchr(cfg->tokenizer_name, 0, IGT_TOKENIZER_NAME_MAX) == NULL)
-        return igt__fail(err, IGT_ERR_ARG, "tokenizer_name is not NUL-terminated");
-    return IGT_OK;
+        return igt__fail(err, OLIF_ERR_ARG, "tokenizer_name is not NUL-terminated");
+    return OLIF_OK;
 }
 
 igt_status igt_builder_new(const igt_config *cfg, igt_builder **out, igt_error *err) {
     igt__clear_error(err);
-    if (!out) return igt__fail(err, IGT_ERR_ARG, "out is NULL");
+    if (!out) return igt__fail(err, OLIF_ERR_ARG, "out is NULL");
     *out = NULL;
     igt_status st = check_config(cfg, err);
     if (st) return st;
     igt_builder *b = calloc(1, sizeof *b);
-    if (!b) return igt__fail(err, IGT_ERR_NOMEM, "cannot allocate builder");
+    if (!b) return igt__fail(err, OLIF_ERR_NOMEM, "cannot allocate builder");
     b->cfg = *cfg;
     b->F = cfg->window;
     b->V = cfg->vocab_size;
     b->wide = cfg->vocab_size > 0xFFFFu;
     b->threads = 1;
     *out = b;
-    return IGT_OK;
+    return OLIF_OK;
 }
 
 static void close_stores(igt_builder *b) {
@@ -404,9 +404,9 @@ uint64_t igt_builder_count(const igt_builder *b) { return b ? b->n : 0; }
 
 igt_status igt_builder_set_threads(igt_builder *b, uint32_t threads, igt_error *err) {
     igt__clear_error(err);
-    if (!b) return igt__fail(err, IGT_ERR_ARG, "NULL builder");
+    if (!b) return igt__fail(err, OLIF_ERR_ARG, "NULL builder");
     if (threads > IGT_MAX_THREADS)
-        return igt__fail(err, IGT_ERR_ARG, "%u threads, at most %u", threads, IGT_MAX_THREADS);
+        return igt__fail(err, OLIF_ERR_ARG, "%u threads, at most %u", threads, IGT_MAX_THREADS);
     if (threads == 0) {
 #if IGT_HAVE_THREADS && defined(_SC_NPROCESSORS_ONLN)
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -419,19 +419,19 @@ igt_status igt_builder_set_threads(igt_builder *b, uint32_t threads, igt_error *
     threads = 1;
 #endif
     b->threads = threads;
-    return IGT_OK;
+    return OLIF_OK;
 }
 
 igt_status igt_builder_set_memory_limit(igt_builder *b, uint64_t bytes, const char *tmpdir,
                                         igt_error *err) {
     igt__clear_error(err);
-    if (!b) return igt__fail(err, IGT_ERR_ARG, "NULL builder");
-    if (b->consumed) return igt__fail(err, IGT_ERR_ARG, "builder was already built");
-    if (b->n) return igt__fail(err, IGT_ERR_ARG,
+    if (!b) return igt__fail(err, OLIF_ERR_ARG, "NULL builder");
+    if (b->consumed) return igt__fail(err, OLIF_ERR_ARG, "builder was already built");
+    if (b->n) return igt__fail(err, OLIF_ERR_ARG,
                                "set the memory limit before adding instances (%llu added)",
                                (unsigned long long)b->n);
     if (bytes && bytes < IGT_MIN_MEMORY_LIMIT)
-        return igt__fail(err, IGT_ERR_ARG, "memory limit %llu bytes is below the minimum %u",
+        return igt__fail(err, OLIF_ERR_ARG, "memory limit %llu bytes is below the minimum %u",
                          (unsigned long long)bytes, IGT_MIN_MEMORY_LIMIT);
     const char *dir = tmpdir;
     if (!dir || !*dir) dir = getenv("TMPDIR");
@@ -441,12 +441,12 @@ igt_status igt_builder_set_memory_limit(igt_builder *b, uint64_t bytes, const ch
 #if IGT_HAVE_THREADS
         struct stat stt;
         if (stat(dir, &stt) != 0)
-            return igt__fail(err, IGT_ERR_IO, "temporary directory %s: %s", dir, strerror(errno));
+            return igt__fail(err, OLIF_ERR_IO, "temporary directory %s: %s", dir, strerror(errno));
         if (!S_ISDIR(stt.st_mode))
-            return igt__fail(err, IGT_ERR_ARG, "temporary directory %s is not a directory", dir);
+            return igt__fail(err, OLIF_ERR_ARG, "temporary directory %s is not a directory", dir);
 #endif
         copy = malloc(strlen(dir) + 1);
-        if (!copy) return igt__fail(err, IGT_ERR_NOMEM, "tmpdir");
+        if (!copy) return igt__fail(err, OLIF_ERR_NOMEM, "tmpdir");
         strcpy(copy, dir);
     }
     free(b->tmpdir);
@@ -457,13 +457,13 @@ igt_status igt_builder_set_memory_limit(igt_builder *b, uint64_t bytes, const ch
     b->chunk_cap = bytes ? bytes / ((b->wide ? 4u : 2u) + 20u) : 0;
     if (b->chunk_cap && b->chunk_cap < 4 * (uint64_t)(b->F + 1))
         b->chunk_cap = 4 * (uint64_t)(b->F + 1);
-    return IGT_OK;
+    return OLIF_OK;
 }
 
 /* ---- statistics of a chunk -------------------------------------------------------------- */
 
 static igt_status ensure_stats(igt_builder *b, igt_error *err) {
-    if (b->gcount) return IGT_OK;
+    if (b->gcount) return OLIF_OK;
     const size_t V = b->V;
     b->gcount = igt__calloc(V, sizeof *b->gcount);
     b->crank = igt__malloc(V, sizeof *b->crank);
@@ -476,10 +476,10 @@ static igt_status ensure_stats(igt_builder *b, igt_error *err) {
     }
     if (!ok) {
         free_stats(b);
-        return igt__fail(err, IGT_ERR_NOMEM, "cannot allocate class statistics for %zu ids", V);
+        return igt__fail(err, OLIF_ERR_NOMEM, "cannot allocate class statistics for %zu ids", V);
     }
     memset(b->crank, 0xff, V * sizeof *b->crank);
-    return IGT_OK;
+    return OLIF_OK;
 }
 
 /* Global class counts and first-seen ranks, in instance order. */
@@ -595,7 +595,7 @@ static igt_status column_pairs(igt_builder *b, const chunk_t *c, uint32_t j, col
     const uint32_t nc = b->n_classes;
     const int shift = top_shift(nc ? nc - 1 : 0);
     uint64_t start = 0;
-    igt_status st = IGT_OK;
+    igt_status st = OLIF_OK;
     for (uint32_t r = 0; r < nv && !st; r++) {
         uint64_t end = cs->hist[r];
         cs->hist[r] = 0;        /* ready for the next chunk */
@@ -669,9 +669,9 @@ static igt_status entropy_sink(void *ctx, uint32_t vr, uint32_t cr, uint32_t cou
         e->cur = vr;
     }
     if (!igt__grow((void **)&e->counts, &e->cap, e->n_counts + 1, sizeof *e->counts, 256))
-        return igt__fail(err, IGT_ERR_NOMEM, "out of memory (feature statistics)");
+        return igt__fail(err, OLIF_ERR_NOMEM, "out of memory (feature statistics)");
     e->counts[e->n_counts++] = count;
-    return IGT_OK;
+    return OLIF_OK;
 }
 
 /* ---- pair runs (memory limit): triples as sorted records --------------------------------- */
@@ -706,7 +706,7 @@ static igt_status pair_writer_sink(void *ctx, uint32_t vr, uint32_t cr, uint32_t
         pw->fill = 0;
         return igt__run_put(&pw->w, pw->buf, 256, err);
     }
-    return IGT_OK;
+    return OLIF_OK;
 }
 
 /* ---- appending instances ------------------------------------------------------------------ */
@@ -714,11 +714,11 @@ static igt_status pair_writer_sink(void *ctx, uint32_t vr, uint32_t cr, uint32_t
 static igt_status spill_chunk(igt_builder *b, igt_error *err);
 
 static igt_status builder_usable(igt_builder *b, igt_error *err) {
-    if (b->consumed) return igt__fail(err, IGT_ERR_ARG, "builder was already built");
+    if (b->consumed) return igt__fail(err, OLIF_ERR_ARG, "builder was already built");
     if (b->broken)
         return igt__fail(err, (igt_status)b->broken_err.code, "builder failed earlier: %s",
                          b->broken_err.message);
-    return IGT_OK;
+    return OLIF_OK;
 }
 
 static igt_status grow_chunk(igt_builder *b, uint64_t tokens, uint64_t segs, igt_error *err) {
@@ -729,10 +729,10 @@ static igt_status grow_chunk(igt_builder *b, uint64_t tokens, uint64_t segs, igt
         if (cap < c->n_tok + tokens) cap = c->n_tok + tokens;
         if (b->chunk_cap && cap > b->chunk_cap) cap = b->chunk_cap;
         if (cap < c->n_tok + tokens) cap = c->n_tok + tokens;
-        if (cap > SIZE_MAX / tw) return igt__fail(err, IGT_ERR_NOMEM, "instance buffer too large");
+        if (cap > SIZE_MAX / tw) return igt__fail(err, OLIF_ERR_NOMEM, "instance buffer too large");
         void *t = big_realloc(c->tok, (size_t)c->n_tok * tw, (size_t)cap, tw);
         if (!t)
-            return igt__fail(err, IGT_ERR_NOMEM, "cannot grow the token buffer to %llu tokens",
+            return igt__fail(err, OLIF_ERR_NOMEM, "cannot grow the token buffer to %llu tokens",
                              (unsigned long long)cap);
         c->tok = t;
         c->cap_tok = cap;
@@ -741,11 +741,11 @@ static igt_status grow_chunk(igt_builder *b, uint64_t tokens, uint64_t segs, igt
         uint64_t cap = c->cap_seg ? c->cap_seg + c->cap_seg / 2 : 256;
         if (cap < c->n_seg + segs) cap = c->n_seg + segs;
         uint64_t *s = cap <= SIZE_MAX / 8 ? realloc(c->seg, (size_t)cap * 8) : NULL;
-        if (!s) return igt__fail(err, IGT_ERR_NOMEM, "cannot grow the document index");
+        if (!s) return igt__fail(err, OLIF_ERR_NOMEM, "cannot grow the document index");
         c->seg = s;
         c->cap_seg = cap;
     }
-    return IGT_OK;
+    return OLIF_OK;
 }
 
 /* Tokens a chunk may hold: the memory limit's share, and never more than
@@ -757,7 +757,7 @@ static uint64_t chunk_limit(const igt_builder *b) {
 /* The chunk is full: spill it (memory limit) or refuse. */
 static igt_status chunk_full(igt_builder *b, igt_error *err) {
     if (!b->chunk_cap)
-        return igt__fail(err, IGT_ERR_LIMIT,
+        return igt__fail(err, OLIF_ERR_LIMIT,
                          "more than %u tokens in memory; set a memory limit "
                          "(igt_builder_set_memory_limit) to build from disk", UINT32_MAX - 1);
     igt_status st = spill_chunk(b, err);
@@ -773,7 +773,7 @@ static igt_status chunk_full(igt_builder *b, igt_error *err) {
 igt_status igt_builder_add_instances(igt_builder *b, const uint32_t *rows, size_t n,
                                      igt_error *err) {
     igt__clear_error(err);
-    if (!b || (!rows && n)) return igt__fail(err, IGT_ERR_ARG, "NULL builder or rows");
+    if (!b || (!rows && n)) return igt__fail(err, OLIF_ERR_ARG, "NULL builder or rows");
     igt_status st = builder_usable(b, err);
     if (st) return st;
     const uint32_t F = b->F, V = b->V, W = F + 1;
@@ -781,15 +781,15 @@ igt_status igt_builder_add_instances(igt_builder *b, const uint32_t *rows, size_
         const uint32_t *r = rows + i * (size_t)W;
         for (uint32_t j = 0; j < F; j++)
             if (r[j] > V)
-                return igt__fail(err, IGT_ERR_ARG,
+                return igt__fail(err, OLIF_ERR_ARG,
                                  "instance %zu: feature id %u at position %u exceeds vocab_size %u",
                                  i, r[j], j, V);
         if (r[F] >= V)
-            return igt__fail(err, IGT_ERR_ARG,
+            return igt__fail(err, OLIF_ERR_ARG,
                              "instance %zu: class id %u is not below vocab_size %u", i, r[F], V);
     }
     if (n > (uint64_t)UINT32_MAX - b->n)
-        return igt__fail(err, IGT_ERR_LIMIT, "more than %u instances", UINT32_MAX);
+        return igt__fail(err, OLIF_ERR_LIMIT, "more than %u instances", UINT32_MAX);
     const int wide = b->wide;
     const uint64_t limit = chunk_limit(b);
     chunk_t *c = &b->cur;
@@ -801,12 +801,12 @@ igt_status igt_builder_add_instances(igt_builder *b, const uint32_t *rows, size_
             cont = tok_at(c->tok, wide, c->n_tok - F + j) == r[j];
         uint64_t need = cont ? 1 : W;
         if (c->n_tok + need > limit) {
-            if ((st = chunk_full(b, err)) != IGT_OK) return st;
+            if ((st = chunk_full(b, err)) != OLIF_OK) return st;
             cont = 0;
             need = W;
         }
         if (c->n_tok + need > c->cap_tok || (!cont && c->n_seg == c->cap_seg))
-            if ((st = grow_chunk(b, need, 1, err)) != IGT_OK) return st;
+            if ((st = grow_chunk(b, need, 1, err)) != OLIF_OK) return st;
         if (!cont) {
             c->seg[c->n_seg++] = c->n_tok;
             for (uint32_t j = 0; j < F; j++) tok_put(c->tok, wide, c->n_tok++, r[j]);
@@ -815,7 +815,7 @@ igt_status igt_builder_add_instances(igt_builder *b, const uint32_t *rows, size_
         c->n++;
         b->n++;
     }
-    return IGT_OK;
+    return OLIF_OK;
 }
 
 igt_status igt_builder_add_document(igt_builder *b, const uint32_t *tokens, size_t n,
@@ -823,7 +823,7 @@ igt_status igt_builder_add_document(igt_builder *b, const uint32_t *tokens, size
     uint64_t start = 0;
     if (n == 0) {
         igt__clear_error(err);
-        if (!b) return igt__fail(err, IGT_ERR_ARG, "NULL builder");
+        if (!b) return igt__fail(err, OLIF_ERR_ARG, "NULL builder");
         return builder_usable(b, err);
     }
     return igt_builder_add_documents(b, tokens, n, &start, 1, err);
@@ -833,25 +833,25 @@ igt_status igt_builder_add_documents(igt_builder *b, const uint32_t *tokens, siz
                                      const uint64_t *doc_starts, size_t n_docs, igt_error *err) {
     igt__clear_error(err);
     if (!b || (!tokens && n_tokens) || (!doc_starts && n_docs))
-        return igt__fail(err, IGT_ERR_ARG, "NULL builder, tokens or doc_starts");
+        return igt__fail(err, OLIF_ERR_ARG, "NULL builder, tokens or doc_starts");
     igt_status st = builder_usable(b, err);
     if (st) return st;
     const uint32_t F = b->F, V = b->V;
     if (n_docs && doc_starts[0] != 0)
-        return igt__fail(err, IGT_ERR_ARG, "doc_starts[0] must be 0, got %llu",
+        return igt__fail(err, OLIF_ERR_ARG, "doc_starts[0] must be 0, got %llu",
                          (unsigned long long)doc_starts[0]);
     for (size_t d = 1; d < n_docs; d++)
         if (doc_starts[d] < doc_starts[d - 1] || doc_starts[d] > n_tokens)
-            return igt__fail(err, IGT_ERR_ARG, "doc_starts[%zu] = %llu is out of order or range",
+            return igt__fail(err, OLIF_ERR_ARG, "doc_starts[%zu] = %llu is out of order or range",
                              d, (unsigned long long)doc_starts[d]);
     if (!n_docs && n_tokens)
-        return igt__fail(err, IGT_ERR_ARG, "tokens given without any document start");
+        return igt__fail(err, OLIF_ERR_ARG, "tokens given without any document start");
     for (size_t i = 0; i < n_tokens; i++)
         if (tokens[i] >= V)
-            return igt__fail(err, IGT_ERR_ARG, "token %zu: id %u is not below vocab_size %u", i,
+            return igt__fail(err, OLIF_ERR_ARG, "token %zu: id %u is not below vocab_size %u", i,
                              tokens[i], V);
     if (n_tokens > (uint64_t)UINT32_MAX - b->n)
-        return igt__fail(err, IGT_ERR_LIMIT, "more than %u instances", UINT32_MAX);
+        return igt__fail(err, OLIF_ERR_LIMIT, "more than %u instances", UINT32_MAX);
     const int wide = b->wide;
     const uint64_t limit = chunk_limit(b);
     chunk_t *c = &b->cur;
@@ -860,13 +860,13 @@ igt_status igt_builder_add_documents(igt_builder *b, const uint32_t *tokens, siz
         size_t s = s0, e = d + 1 < n_docs ? (size_t)doc_starts[d + 1] : n_tokens;
         while (s < e) {     /* a document longer than a chunk goes on in the next */
             if (c->n_tok + F + 1 > limit) {
-                if ((st = chunk_full(b, err)) != IGT_OK) return st;
+                if ((st = chunk_full(b, err)) != OLIF_OK) return st;
                 continue;
             }
             size_t m = e - s;
             if (c->n_tok + F + m > limit) m = (size_t)(limit - c->n_tok - F);
             if (c->n_tok + F + m > c->cap_tok || c->n_seg == c->cap_seg)
-                if ((st = grow_chunk(b, F + m, 1, err)) != IGT_OK) return st;
+                if ((st = grow_chunk(b, F + m, 1, err)) != OLIF_OK) return st;
             c->seg[c->n_seg++] = c->n_tok;
             for (uint32_t j = 0; j < F; j++) {  /* context: padding, or the tokens before */
                 size_t back = F - j;
@@ -878,7 +878,7 @@ igt_status igt_builder_add_documents(igt_builder *b, const uint32_t *tokens, siz
             s += m;
         }
     }
-    return IGT_OK;
+    return OLIF_OK;
 }
 
 /* ---- class ranking (TiMBL's BestTarget) -------------------------------------------------- */
@@ -1303,8 +1303,8 @@ enum { BATCH = 512 };
 static igt_status sink_rows(sink_t *k, uint32_t F, const uint32_t *rows, size_t n,
                             uint8_t *recbuf, igt_error *err) {
     if (k->scan) {
-        return scan_rows(k->scan, rows, n) ? IGT_OK
-                                           : igt__fail(err, IGT_ERR_NOMEM, "out of memory (nodes)");
+        return scan_rows(k->scan, rows, n) ? OLIF_OK
+                                           : igt__fail(err, OLIF_ERR_NOMEM, "out of memory (nodes)");
     }
     const uint32_t W = F + 1, w = k->rec_width;
     for (size_t i = 0; i < n; i++)
@@ -1363,7 +1363,7 @@ static igt_status sort_group(sort_task *t, sort_scratch *ss, const uint32_t *off
         ss->tmp = big_malloc(ss->cap, sizeof *ss->tmp);
         if (!ss->e || !ss->tmp) {
             ss->cap = 0;
-            return igt__fail(&t->err, IGT_ERR_NOMEM, "out of memory (sort entries)");
+            return igt__fail(&t->err, OLIF_ERR_NOMEM, "out of memory (sort entries)");
         }
     }
     entry_t *e = ss->e;
@@ -1393,7 +1393,7 @@ static igt_status sort_group(sort_task *t, sort_scratch *ss, const uint32_t *off
             fill = 0;
         }
     }
-    return IGT_OK;
+    return OLIF_OK;
 }
 
 static void sort_task_run(void *arg) {
@@ -1412,9 +1412,9 @@ static void sort_task_run(void *arg) {
     uint32_t *split_offs = split ? big_malloc(biggest, sizeof *split_offs) : NULL;
     uint32_t *hist2 = split ? igt__malloc((size_t)V1 + 1, sizeof *hist2) : NULL;
     uint64_t done = 0, next_report = 0, next_poll = 0;
-    t->st = IGT_OK;
+    t->st = OLIF_OK;
     if (!ss.e || !ss.tmp || !ss.hist16 || !ss.rows || !ss.recbuf || (split && (!split_offs || !hist2))) {
-        t->st = igt__fail(&t->err, IGT_ERR_NOMEM, "out of memory (sort)");
+        t->st = igt__fail(&t->err, OLIF_ERR_NOMEM, "out of memory (sort)");
         goto out;
     }
     for (uint32_t v = t->lo; v < t->hi && !t->st; v++) {
@@ -1449,7 +1449,7 @@ static void sort_task_run(void *arg) {
                 next_report = done + (1u << 20);
                 report(t->ctl, t->phase, t->progress_base + done, t->progress_total);
             }
-            if (!t->st && is_cancelled(t->ctl)) t->st = igt__fail(&t->err, IGT_ERR_CANCELLED, "build cancelled");
+            if (!t->st && is_cancelled(t->ctl)) t->st = igt__fail(&t->err, OLIF_ERR_CANCELLED, "build cancelled");
         }
     }
 out:
@@ -1491,7 +1491,7 @@ static igt_status sort_chunk(igt_builder *b, const chunk_t *c, const uint32_t *p
     while (sc.bits < 32 && (V >> sc.bits)) sc.bits++;   /* bits to hold 0..V */
     sc.per_key = 64 / sc.bits;
     for (uint32_t d = 0; d < F; d++) sc.back[d] = F - perm[d];
-    igt_status st = IGT_OK;
+    igt_status st = OLIF_OK;
     uint64_t *start = igt__calloc((size_t)V + 2, sizeof *start);
     uint32_t *order = scratch ? scratch : big_malloc((size_t)c->n, sizeof *order);
     sort_task *tasks = calloc(n_tasks, sizeof *tasks);
@@ -1509,7 +1509,7 @@ static igt_status sort_chunk(igt_builder *b, const chunk_t *c, const uint32_t *p
     split_roots(start, V, n_tasks, bounds);
     for (uint32_t t = 0; t < n_tasks; t++) {
         tasks[t] = (sort_task){&sc, order, start, bounds[t], bounds[t + 1], sinks[t], ctl, t == 0,
-                               progress_base, progress_total, phase, IGT_OK, {0, ""}};
+                               progress_base, progress_total, phase, OLIF_OK, {0, ""}};
     }
     run_tasks(n_tasks, sort_task_run, tasks, sizeof *tasks);
     for (uint32_t t = 0; t < n_tasks && !st; t++)
@@ -1541,7 +1541,7 @@ typedef struct {
 static void column_task_run(void *arg) {
     column_task *t = arg;
     igt_builder *b = t->b;
-    t->st = IGT_OK;
+    t->st = OLIF_OK;
     for (uint32_t j = t->first; j < b->F && !t->st; j += t->step) {
         if (t->ent) {
             t->st = column_pairs(b, t->c, j, &t->cs, entropy_sink, &t->ent[j], &t->err);
@@ -1574,7 +1574,7 @@ static igt_status close_chunk_stats(igt_builder *b, const chunk_t *c, entropy_t 
     memset(tasks, 0, sizeof tasks);
     if (!ent) {
         pws = calloc(T, sizeof *pws);
-        if (!pws) return igt__fail(err, IGT_ERR_NOMEM, "out of memory (runs)");
+        if (!pws) return igt__fail(err, OLIF_ERR_NOMEM, "out of memory (runs)");
     }
     for (uint32_t t = 0; t < T && !st; t++) {
         column_task *k = &tasks[t];
@@ -1588,7 +1588,7 @@ static igt_status close_chunk_stats(igt_builder *b, const chunk_t *c, entropy_t 
         /* task 0 may borrow the caller's chunk-sized buffer */
         k->cs.grouped = t == 0 && scratch ? scratch : big_malloc((size_t)c->n, sizeof *k->cs.grouped);
         k->cs.dense = igt__calloc(b->V, sizeof *k->cs.dense);
-        if (!k->cs.hist || !k->cs.grouped || !k->cs.dense) st = igt__fail(err, IGT_ERR_NOMEM, "out of memory (feature statistics)");
+        if (!k->cs.hist || !k->cs.grouped || !k->cs.dense) st = igt__fail(err, OLIF_ERR_NOMEM, "out of memory (feature statistics)");
         if (!st && !ent) {
             if (!b->pair_store[t]) st = add_store(b, &b->pair_store[t], err);
             k->store = b->pair_store[t];
@@ -1632,7 +1632,7 @@ static void finish_weights(const igt_builder *b, entropy_t *ent, double *gr, dou
 
 static igt_status add_store(igt_builder *b, igt__store **out, igt_error *err) {
     if (!igt__grow((void **)&b->stores, &b->cap_stores, b->n_stores + 1, sizeof *b->stores, 8))
-        return igt__fail(err, IGT_ERR_NOMEM, "out of memory (stores)");
+        return igt__fail(err, OLIF_ERR_NOMEM, "out of memory (stores)");
     igt_status st = igt__store_open(b->tmpdir, out, err);
     if (!st) b->stores[b->n_stores++] = *out;
     return st;
@@ -1650,12 +1650,12 @@ static void drop_store(igt_builder *b, igt__store *s) {
 /* The current chunk to disk: its statistics as pair runs, its tokens raw. */
 static igt_status spill_chunk(igt_builder *b, igt_error *err) {
     chunk_t *c = &b->cur;
-    if (c->n == 0) return IGT_OK;
+    if (c->n == 0) return OLIF_OK;
     igt_status st = close_chunk_stats(b, c, NULL, NULL, err);
     if (st) return st;
-    if (!b->raw && (st = add_store(b, &b->raw, err)) != IGT_OK) return st;
+    if (!b->raw && (st = add_store(b, &b->raw, err)) != OLIF_OK) return st;
     if (!igt__grow((void **)&b->raws, &b->cap_raws, b->n_raws + 1, sizeof *b->raws, 16))
-        return igt__fail(err, IGT_ERR_NOMEM, "out of memory (chunks)");
+        return igt__fail(err, OLIF_ERR_NOMEM, "out of memory (chunks)");
     const size_t tw = b->wide ? 4 : 2;
     raw_chunk rc = {igt__store_size(b->raw), c->n_tok, c->n_seg, c->n, 0};
     igt__hasher h;
@@ -1668,7 +1668,7 @@ static igt_status spill_chunk(igt_builder *b, igt_error *err) {
     if (st) return st;
     b->raws[b->n_raws++] = rc;
     c->n_tok = c->n_seg = c->n = 0;
-    return IGT_OK;
+    return OLIF_OK;
 }
 
 /* A spilled chunk back in memory, checked: checksum, segments, ids. */
@@ -1680,7 +1680,7 @@ static igt_status read_chunk(igt_builder *b, const raw_chunk *rc, chunk_t *c, ig
     c->seg = igt__malloc((size_t)rc->n_seg, 8);
     if (!c->tok || !c->seg) {
         chunk_free(c);
-        return igt__fail(err, IGT_ERR_NOMEM, "cannot read back a chunk of %llu tokens",
+        return igt__fail(err, OLIF_ERR_NOMEM, "cannot read back a chunk of %llu tokens",
                          (unsigned long long)rc->n_tok);
     }
     igt_status st = igt__store_sync(b->raw, err);
@@ -1707,10 +1707,10 @@ static igt_status read_chunk(igt_builder *b, const raw_chunk *rc, chunk_t *c, ig
     }
     if (!ok || n != rc->n) {
         chunk_free(c);
-        return igt__fail(err, IGT_ERR_IO, "temporary file damaged: a spilled chunk fails its checks");
+        return igt__fail(err, OLIF_ERR_IO, "temporary file damaged: a spilled chunk fails its checks");
     }
     c->n = n;
-    return IGT_OK;
+    return OLIF_OK;
 }
 
 /* Merge groups of runs into single runs until at most fan_in remain. */
@@ -1724,14 +1724,14 @@ static igt_status run_sink(void *ctx, const uint8_t *recs, size_t n, igt_error *
 static igt_status reduce_runs(igt_builder *b, run_vec *rv, uint32_t fan_in, control_t *ctl,
                               igt_error *err) {
     while (rv->n > fan_in) {
-        if (report(ctl, "merging", 0, rv->n)) return igt__fail(err, IGT_ERR_CANCELLED, "build cancelled");
+        if (report(ctl, "merging", 0, rv->n)) return igt__fail(err, OLIF_ERR_CANCELLED, "build cancelled");
         igt__store *out = NULL;
         igt_status st = add_store(b, &out, err);
         if (st) return st;
         run_vec next = {NULL, 0, 0};
         next.cap = (rv->n + fan_in - 1) / fan_in;
         next.v = igt__malloc(next.cap, sizeof *next.v);
-        if (!next.v) return igt__fail(err, IGT_ERR_NOMEM, "out of memory (runs)");
+        if (!next.v) return igt__fail(err, OLIF_ERR_NOMEM, "out of memory (runs)");
         for (size_t i = 0; i < rv->n && !st; i += fan_in) {
             uint32_t k = (uint32_t)(rv->n - i < fan_in ? rv->n - i : fan_in);
             igt__run_writer w;
@@ -1763,7 +1763,7 @@ static igt_status reduce_runs(igt_builder *b, run_vec *rv, uint32_t fan_in, cont
             if (!pair_store && old[o] != out) drop_store(b, old[o]);
         }
     }
-    return IGT_OK;
+    return OLIF_OK;
 }
 
 /* Pair records of one position merged into the entropy sums (equal keys
@@ -1777,7 +1777,7 @@ typedef struct {
 } pair_merge;
 
 static igt_status pair_flush(pair_merge *m, igt_error *err) {
-    if (!m->open) return IGT_OK;
+    if (!m->open) return OLIF_OK;
     m->open = 0;
     return entropy_sink(m->e, m->vr, m->cr, (uint32_t)m->count, err);
 }
@@ -1789,7 +1789,7 @@ static igt_status pair_merge_sink(void *ctx, const uint8_t *recs, size_t n, igt_
         uint32_t vr = get_be32(r), cr = get_be32(r + 4), count;
         memcpy(&count, r + 8, 4);
         if (vr >= m->nvals || cr >= m->n_classes || count == 0)
-            return igt__fail(err, IGT_ERR_IO, "temporary file damaged: feature count out of range");
+            return igt__fail(err, OLIF_ERR_IO, "temporary file damaged: feature count out of range");
         if (m->open && vr == m->vr && cr == m->cr) {
             m->count += count;
             continue;
@@ -1801,7 +1801,7 @@ static igt_status pair_merge_sink(void *ctx, const uint8_t *recs, size_t n, igt_
         m->count = count;
         m->open = 1;
     }
-    return IGT_OK;
+    return OLIF_OK;
 }
 
 /* Instance records merged into a scan. */
@@ -1822,17 +1822,17 @@ static igt_status rec_merge_sink(void *ctx, const uint8_t *recs, size_t n, igt_e
             const uint8_t *p = recs + (i * W + j) * w;
             uint32_t v = w == 2 ? (uint32_t)p[0] << 8 | p[1] : get_be32(p);
             if (v > m->V || (j == m->F && v == m->V))
-                return igt__fail(err, IGT_ERR_IO, "temporary file damaged: id %u out of range", v);
+                return igt__fail(err, OLIF_ERR_IO, "temporary file damaged: id %u out of range", v);
             m->rows[i * W + j] = v;
         }
-    if (!scan_rows(m->scan, m->rows, n)) return igt__fail(err, IGT_ERR_NOMEM, "out of memory (nodes)");
+    if (!scan_rows(m->scan, m->rows, n)) return igt__fail(err, OLIF_ERR_NOMEM, "out of memory (nodes)");
     uint64_t before = m->done;
     m->done += n;
     if ((before >> 20) != (m->done >> 20)) {
         if (m->is_main) report(m->ctl, "building", m->done, m->total);
-        if (is_cancelled(m->ctl)) return igt__fail(err, IGT_ERR_CANCELLED, "build cancelled");
+        if (is_cancelled(m->ctl)) return igt__fail(err, OLIF_ERR_CANCELLED, "build cancelled");
     }
-    return IGT_OK;
+    return OLIF_OK;
 }
 
 typedef struct {
@@ -1850,9 +1850,9 @@ static void merge_task_run(void *arg) {
     const uint32_t w = t->rm.w;
     uint64_t *begin = igt__malloc(rv->n, sizeof *begin), *end = igt__malloc(rv->n, sizeof *end);
     t->rm.rows = igt__malloc(IGT__MERGE_BATCH, (t->rm.F + 1) * sizeof *t->rm.rows);
-    t->st = IGT_OK;
+    t->st = OLIF_OK;
     if (!begin || !end || !t->rm.rows) {
-        t->st = igt__fail(&t->err, IGT_ERR_NOMEM, "out of memory (merge)");
+        t->st = igt__fail(&t->err, OLIF_ERR_NOMEM, "out of memory (merge)");
         goto out;
     }
     uint8_t lo[4], hi[4];
@@ -1929,14 +1929,14 @@ static igt_status layout_model(igt_builder *b, scan_t *scans, uint32_t n_scans,
                                const uint32_t *perm, const double *gr, const double *ig,
                                uint32_t root_cls, uint32_t root_win, const vec32 *root_pairs,
                                uint32_t root_np, igt_model **out, igt_error *err) {
-    igt_status st = IGT_OK;
+    igt_status st = OLIF_OK;
     uint64_t base[IGT_MAX_THREADS + 1];
     base[0] = 0;
     for (uint32_t t = 0; t < n_scans; t++) base[t + 1] = base[t] + scans[t].kept.n;
     const uint64_t n_nodes = base[n_scans] + 1;
     uint32_t *src = NULL, *pair_start = NULL;
     if (n_nodes >= UINT32_MAX)
-        return igt__fail(err, IGT_ERR_LIMIT, "tree too large: %llu nodes",
+        return igt__fail(err, OLIF_ERR_LIMIT, "tree too large: %llu nodes",
                          (unsigned long long)n_nodes);
     src = igt__malloc((size_t)n_nodes, sizeof *src);
     if (!src) NOMEM("layout");
@@ -1948,7 +1948,7 @@ static igt_status layout_model(igt_builder *b, scan_t *scans, uint32_t n_scans,
             uint64_t at = 0;
             for (size_t j = 0; j < scans[t].kept.n; j++) {   /* pairs are in node order */
                 if (at >= UINT32_MAX) {
-                    st = igt__fail(err, IGT_ERR_LIMIT, "tree too large: over 2^32 stored-class words");
+                    st = igt__fail(err, OLIF_ERR_LIMIT, "tree too large: over 2^32 stored-class words");
                     goto done;
                 }
                 pair_start[base[t] + j] = (uint32_t)at;
@@ -1964,7 +1964,7 @@ static igt_status layout_model(igt_builder *b, scan_t *scans, uint32_t n_scans,
     }
     for (uint64_t i = 1; i < n_nodes; i++) {
         if (i >= next) {    /* every kept node hangs under the root: cannot happen */
-            st = igt__fail(err, IGT_ERR_CORRUPT, "internal error: unreachable node %llu",
+            st = igt__fail(err, OLIF_ERR_CORRUPT, "internal error: unreachable node %llu",
                            (unsigned long long)i);
             goto done;
         }
@@ -2028,7 +2028,7 @@ static uint32_t merge_fan_in(const igt_builder *b) {
 #define CANCEL_IF(cond)                                                           \
     do {                                                                          \
         if (cond) {                                                               \
-            st = igt__fail(err, IGT_ERR_CANCELLED, "build cancelled");            \
+            st = igt__fail(err, OLIF_ERR_CANCELLED, "build cancelled");            \
             goto done;                                                            \
         }                                                                         \
     } while (0)
@@ -2069,7 +2069,7 @@ static igt_status root_summary(const igt_builder *b, const class_order *order, u
     ok = ok && summarise(&sc, dist, b->n_classes, cls, win, np, pairs);
     free(dist);
     free(tmp);
-    return ok ? IGT_OK : igt__fail(err, IGT_ERR_NOMEM, "out of memory (root)");
+    return ok ? OLIF_OK : igt__fail(err, OLIF_ERR_NOMEM, "out of memory (root)");
 }
 
 /* Threads' root-id ranges for the final merge, balanced on root ids sampled
@@ -2080,10 +2080,10 @@ static igt_status merge_bounds(const igt_builder *b, const run_vec *runs, uint32
     const uint32_t V = b->V, w = b->wide ? 4 : 2;
     bounds[0] = 0;
     bounds[T] = V + 1;
-    if (T == 1) return IGT_OK;
+    if (T == 1) return OLIF_OK;
     uint64_t *start = igt__calloc((size_t)V + 2, sizeof *start);
-    if (!start) return igt__fail(err, IGT_ERR_NOMEM, "out of memory (merge split)");
-    igt_status st = IGT_OK;
+    if (!start) return igt__fail(err, OLIF_ERR_NOMEM, "out of memory (merge split)");
+    igt_status st = OLIF_OK;
     for (size_t r = 0; r < runs->n && !st; r++) {
         const igt__run *run = &runs->v[r];
         uint64_t step = run->count / 64 + 1;
@@ -2113,11 +2113,11 @@ static igt_status scan_from_runs(igt_builder *b, const uint32_t *perm, scan_t *s
     igt__store *stores[IGT_MAX_THREADS];
     sink_t sinks[IGT_MAX_THREADS];
     run_vec runs = {NULL, 0, 0};
-    igt_status st = IGT_OK;
+    igt_status st = OLIF_OK;
     uint64_t done_n = 0;
     if (!writers || !mt) NOMEM("runs");
     for (uint32_t t = 0; t < T; t++)
-        if ((st = add_store(b, &stores[t], err)) != IGT_OK) goto done;
+        if ((st = add_store(b, &stores[t], err)) != OLIF_OK) goto done;
     for (size_t k = 0; k < b->n_raws; k++) {
         chunk_t c;
         st = read_chunk(b, &b->raws[k], &c, err);
@@ -2134,7 +2134,7 @@ static igt_status scan_from_runs(igt_builder *b, const uint32_t *perm, scan_t *s
             igt__run run;
             if (st) {
                 igt__run_abandon(&writers[t]);
-            } else if ((st = igt__run_end(&writers[t], &run, err)) == IGT_OK && run.count) {
+            } else if ((st = igt__run_end(&writers[t], &run, err)) == OLIF_OK && run.count) {
                 st = push_run(&runs, &run, err);
             }
         }
@@ -2172,11 +2172,11 @@ done:
 igt_status igt_builder_build(igt_builder *b, igt_model **out, igt_progress_fn progress,
                              void *user, igt_error *err) {
     igt__clear_error(err);
-    if (!b || !out) return igt__fail(err, IGT_ERR_ARG, "NULL builder or out");
+    if (!b || !out) return igt__fail(err, OLIF_ERR_ARG, "NULL builder or out");
     *out = NULL;
     igt_status st = builder_usable(b, err);
     if (st) return st;
-    if (b->n == 0) return igt__fail(err, IGT_ERR_EMPTY, "no training instances were added");
+    if (b->n == 0) return igt__fail(err, OLIF_ERR_EMPTY, "no training instances were added");
     b->consumed = 1;
 
     const uint32_t F = b->F, V = b->V, T = b->threads;
@@ -2238,8 +2238,8 @@ igt_status igt_builder_build(igt_builder *b, igt_model **out, igt_progress_fn pr
     st = layout_model(b, scans, T, perm, gr, ig, root_cls, root_win, &root_pairs, root_np, out,
                       err);
 done:
-    if (st && st != IGT_ERR_CANCELLED && is_cancelled(&ctl))
-        st = igt__fail(err, IGT_ERR_CANCELLED, "build cancelled");
+    if (st && st != OLIF_ERR_CANCELLED && is_cancelled(&ctl))
+        st = igt__fail(err, OLIF_ERR_CANCELLED, "build cancelled");
     for (uint32_t j = 0; j < F; j++) free(ent[j].counts);
     if (scans)
         for (uint32_t t = 0; t < T; t++) scan_free(&scans[t]);

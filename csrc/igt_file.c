@@ -33,6 +33,7 @@
  */
 #include "igt_internal.h"
 #include "olif_checksum.h"
+#include "olif_frame.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -40,14 +41,10 @@
 #include <string.h>
 
 #define IGT_MAGIC "OLIFIGT"     /* 8 bytes with the NUL */
-#define IGT_ENDIAN_TAG 0x01020304u
-#define IGT_ALIGN 64u
 
 /* ---- checksum ------------------------------------------------------------------ */
 
 uint64_t igt__checksum64(const uint8_t *p, size_t n) { return olif_checksum64(p, n); }
-
-static size_t align_up(size_t x) { return (x + IGT_ALIGN - 1) & ~(size_t)(IGT_ALIGN - 1); }
 
 static uint32_t id_width_for(uint32_t vocab_size) {
     /* keys go up to the padding id, vocab_size itself */
@@ -62,66 +59,29 @@ static void put_id(uint8_t *base, size_t i, uint32_t width, uint32_t v) {
 /* Checks shared by both versions' headers: the model facts. */
 static igt_status check_meta(const igt_meta *mt, uint32_t padding_id, igt_error *err) {
     if (mt->window < 1 || mt->window > IGT_MAX_WINDOW)
-        return igt__fail(err, IGT_ERR_CORRUPT, "window %u out of range 1..%u", mt->window,
+        return igt__fail(err, OLIF_ERR_CORRUPT, "window %u out of range 1..%u", mt->window,
                          IGT_MAX_WINDOW);
     if (mt->vocab_size < 1 || mt->vocab_size >= IGT_MAX_VOCAB || padding_id != mt->vocab_size)
-        return igt__fail(err, IGT_ERR_CORRUPT, "vocab_size %u / padding id %u invalid",
+        return igt__fail(err, OLIF_ERR_CORRUPT, "vocab_size %u / padding id %u invalid",
                          mt->vocab_size, padding_id);
     if (mt->order > IGT_ORDER_EXPLICIT)
-        return igt__fail(err, IGT_ERR_CORRUPT, "unknown level order %u", mt->order);
+        return igt__fail(err, OLIF_ERR_CORRUPT, "unknown level order %u", mt->order);
     uint32_t seen = 0;
     for (uint32_t d = 0; d < mt->window; d++) {
         uint32_t q = mt->permutation[d];
         if (q >= mt->window || (seen & (1u << q)))
-            return igt__fail(err, IGT_ERR_CORRUPT,
+            return igt__fail(err, OLIF_ERR_CORRUPT,
                              "level order is not a permutation (level %u = %u)", d, q);
         seen |= 1u << q;
     }
     for (uint32_t d = 0; d < IGT_MAX_WINDOW; d++)
         if (!isfinite(mt->gain_ratio[d]) || !isfinite(mt->info_gain[d]))
-            return igt__fail(err, IGT_ERR_CORRUPT, "feature weights of position %u are not finite", d);
+            return igt__fail(err, OLIF_ERR_CORRUPT, "feature weights of position %u are not finite", d);
     if (mt->default_class >= mt->vocab_size)
-        return igt__fail(err, IGT_ERR_CORRUPT, "default class %u out of range", mt->default_class);
+        return igt__fail(err, OLIF_ERR_CORRUPT, "default class %u out of range", mt->default_class);
     if (memchr(mt->tokenizer_name, 0, IGT_TOKENIZER_NAME_MAX) == NULL)
-        return igt__fail(err, IGT_ERR_CORRUPT, "tokenizer name not terminated");
-    return IGT_OK;
-}
-
-/* What every header is checked for before its own fields: its size, the byte
- * order, its checksum, and the file's length. */
-static igt_status check_frame(uint32_t header_size, uint32_t endian_tag, int header_sum_ok,
-                              uint64_t file_size, size_t size, igt_error *err) {
-    if (header_size != 640)
-        return igt__fail(err, IGT_ERR_CORRUPT, "header size %u, expected 640", header_size);
-    if (endian_tag != IGT_ENDIAN_TAG)
-        return igt__fail(err, IGT_ERR_CORRUPT,
-                         "byte order tag 0x%08x: file from another byte order", endian_tag);
-    if (!header_sum_ok) return igt__fail(err, IGT_ERR_CHECKSUM, "header checksum mismatch");
-    if (file_size > size)
-        return igt__fail(err, IGT_ERR_TRUNCATED, "file has %zu bytes, header says %llu", size,
-                         (unsigned long long)file_size);
-    if (file_size < size)
-        return igt__fail(err, IGT_ERR_CORRUPT, "file has %zu bytes, header says %llu", size,
-                         (unsigned long long)file_size);
-    return IGT_OK;
-}
-
-/* Sections in order, 64-byte aligned, inside the file; returns the end of
- * the last one in *end. */
-static igt_status check_sections(const uint64_t *offset, const uint64_t *sz, int count,
-                                 uint64_t header_size, uint64_t file_size, uint64_t *end,
-                                 igt_error *err) {
-    uint64_t prev_end = header_size;
-    for (int k = 0; k < count; k++) {
-        uint64_t o = offset[k];
-        if (o % IGT_ALIGN || o < prev_end || o > file_size || sz[k] > file_size - o)
-            return igt__fail(err, IGT_ERR_CORRUPT,
-                             "section %d at offset %llu (%llu bytes) out of bounds", k,
-                             (unsigned long long)o, (unsigned long long)sz[k]);
-        prev_end = o + sz[k];
-    }
-    *end = prev_end;
-    return IGT_OK;
+        return igt__fail(err, OLIF_ERR_CORRUPT, "tokenizer name not terminated");
+    return OLIF_OK;
 }
 
 static void set_unmatched(igt_model *m) {
@@ -166,14 +126,12 @@ typedef struct {
     uint8_t reserved[64];
 } header_v1;
 
-IGT_STATIC_ASSERT(sizeof(header_v1) == 640, header_v1_layout);
-IGT_STATIC_ASSERT(sizeof(double) == 8, ieee_doubles);
+OLIF_STATIC_ASSERT(sizeof(header_v1) == 640, header_v1_layout);
+OLIF_STATIC_ASSERT(sizeof(double) == 8, ieee_doubles);
 
-static uint64_t header_v1_checksum(const header_v1 *h) {
-    header_v1 tmp = *h;
-    tmp.header_checksum = 0;
-    return igt__checksum64((const uint8_t *)&tmp, sizeof tmp);
-}
+static const olif_frame V1_FRAME = {sizeof(header_v1), offsetof(header_v1, file_size),
+                                    offsetof(header_v1, payload_checksum),
+                                    offsetof(header_v1, header_checksum)};
 
 static void v1_section_sizes(const header_v1 *h, uint64_t size[V1_COUNT]) {
     uint64_t n = h->n_nodes;
@@ -198,36 +156,28 @@ static void meta_from_v1(const header_v1 *h, igt_meta *mt) {
  * the padding id (version 2 stores keys in fewer bytes). */
 static igt_status parse_v1(const uint8_t *p, size_t size, uint32_t flags, v1_view *v,
                            igt_error *err) {
-    if (size < sizeof(header_v1))
-        return igt__fail(err, IGT_ERR_TRUNCATED,
-                         "file of %zu bytes ends inside the %zu-byte header", size,
-                         sizeof(header_v1));
+    igt_status st = olif_check_frame(&V1_FRAME, p, size, flags, err);
+    if (st) return st;
     header_v1 *h = &v->h;
     memcpy(h, p, sizeof *h);
-    igt_status st = check_frame(h->header_size, h->endian_tag,
-                                (flags & IGT_LOAD_SKIP_CHECKSUM) ||
-                                    header_v1_checksum(h) == h->header_checksum,
-                                h->file_size, size, err);
-    if (st) return st;
     igt_meta mt;
     meta_from_v1(h, &mt);
     st = check_meta(&mt, h->padding_id, err);
     if (st) return st;
     if (h->n_nodes < 1 || h->n_nodes >= UINT32_MAX || h->n_pairs >= UINT32_MAX)
-        return igt__fail(err, IGT_ERR_CORRUPT, "node count %llu or class count %llu out of range",
+        return igt__fail(err, OLIF_ERR_CORRUPT, "node count %llu or class count %llu out of range",
                          (unsigned long long)h->n_nodes, (unsigned long long)h->n_pairs);
     if (!h->top_k && h->n_pairs)
-        return igt__fail(err, IGT_ERR_CORRUPT, "stored classes without top_k");
+        return igt__fail(err, OLIF_ERR_CORRUPT, "stored classes without top_k");
     if (h->n_classes < 1 || h->n_classes > h->vocab_size)
-        return igt__fail(err, IGT_ERR_CORRUPT, "%llu classes for vocab_size %u",
+        return igt__fail(err, OLIF_ERR_CORRUPT, "%llu classes for vocab_size %u",
                          (unsigned long long)h->n_classes, h->vocab_size);
     uint64_t sz[V1_COUNT], end = 0;
     v1_section_sizes(h, sz);
-    st = check_sections(h->sec_offset, sz, V1_COUNT, sizeof(header_v1), h->file_size, &end, err);
+    st = olif_check_sections(h->sec_offset, sz, V1_COUNT, sizeof(header_v1), h->file_size, &end,
+                             err);
+    if (!st) st = olif_check_payload(&V1_FRAME, p, size, flags, err);
     if (st) return st;
-    if (!(flags & IGT_LOAD_SKIP_CHECKSUM) &&
-        igt__checksum64(p + sizeof(header_v1), size - sizeof(header_v1)) != h->payload_checksum)
-        return igt__fail(err, IGT_ERR_CHECKSUM, "payload checksum mismatch: the file is damaged");
 
     const uint32_t n = (uint32_t)h->n_nodes;
 #define V1_SECTION(k) ((const uint32_t *)(const void *)(p + h->sec_offset[k]))
@@ -240,32 +190,32 @@ static igt_status parse_v1(const uint8_t *p, size_t size, uint32_t flags, v1_vie
     v->pairs = V1_SECTION(V1_PAIRS);
 #undef V1_SECTION
     if (v->child[0] != 1 || v->child[n] != n)
-        return igt__fail(err, IGT_ERR_CORRUPT, "child index of root or end is wrong");
+        return igt__fail(err, OLIF_ERR_CORRUPT, "child index of root or end is wrong");
     for (uint32_t i = 0; i < n; i++) {
         if (v->child[i + 1] < v->child[i] || v->child[i] <= i)
-            return igt__fail(err, IGT_ERR_CORRUPT, "child index of node %u is out of order", i);
+            return igt__fail(err, OLIF_ERR_CORRUPT, "child index of node %u is out of order", i);
         if (v->cls[i] >= h->vocab_size || v->winner[i] > v->total[i])
-            return igt__fail(err, IGT_ERR_CORRUPT, "node %u has an invalid class or counts", i);
+            return igt__fail(err, OLIF_ERR_CORRUPT, "node %u has an invalid class or counts", i);
         if (i > 0 && v->key[i] > h->vocab_size)
-            return igt__fail(err, IGT_ERR_CORRUPT, "node %u: key %u exceeds the padding id %u", i,
+            return igt__fail(err, OLIF_ERR_CORRUPT, "node %u: key %u exceeds the padding id %u", i,
                              v->key[i], h->vocab_size);
         for (uint32_t c = v->child[i] + 1; c < v->child[i + 1]; c++)
             if (v->key[c] <= v->key[c - 1])
-                return igt__fail(err, IGT_ERR_CORRUPT, "children of node %u are not sorted", i);
+                return igt__fail(err, OLIF_ERR_CORRUPT, "children of node %u are not sorted", i);
     }
     if (v->dist) {
         if (v->dist[0] != 0 || v->dist[n] != h->n_pairs)
-            return igt__fail(err, IGT_ERR_CORRUPT, "class index of root or end is wrong");
+            return igt__fail(err, OLIF_ERR_CORRUPT, "class index of root or end is wrong");
         for (uint32_t i = 0; i < n; i++)
             if (v->dist[i + 1] < v->dist[i] ||
                 (h->top_k != IGT_TOPK_ALL && v->dist[i + 1] - v->dist[i] > h->top_k))
-                return igt__fail(err, IGT_ERR_CORRUPT, "class index of node %u is out of order", i);
+                return igt__fail(err, OLIF_ERR_CORRUPT, "class index of node %u is out of order", i);
         for (uint64_t i = 0; i < h->n_pairs; i++)
             if (v->pairs[2 * i] >= h->vocab_size)
-                return igt__fail(err, IGT_ERR_CORRUPT, "stored class %u out of range",
+                return igt__fail(err, OLIF_ERR_CORRUPT, "stored class %u out of range",
                                  v->pairs[2 * i]);
     }
-    return IGT_OK;
+    return OLIF_OK;
 }
 
 static void v1_get(void *ctx, uint32_t i, igt_node *o, uint32_t *scratch) {
@@ -293,24 +243,21 @@ static igt_status encode_v1(const igt_meta *mt, const igt_node_source *src, uint
     memcpy(h.magic, IGT_MAGIC, sizeof h.magic);
     h.version = 1;
     h.header_size = sizeof h;
-    h.endian_tag = IGT_ENDIAN_TAG;
+    h.endian_tag = OLIF_ENDIAN_TAG;
     IGT_COPY_META(&h, mt);
     h.padding_id = mt->vocab_size;
     h.n_nodes = src->n_nodes;
     h.n_pairs = mt->top_k ? src->n_pairs : 0;
-    uint64_t size[V1_COUNT], off = align_up(sizeof h);
+    uint64_t size[V1_COUNT];
     v1_section_sizes(&h, size);
-    for (int k = 0; k < V1_COUNT; k++) {
-        h.sec_offset[k] = off;
-        off = align_up((size_t)(off + size[k]));
-    }
+    const uint64_t off = olif_align(olif_lay_out(sizeof h, size, V1_COUNT, h.sec_offset));
     h.file_size = off;
     uint8_t *img = calloc(1, (size_t)off);
     uint32_t *scratch = igt__malloc(2 * (size_t)src->scratch_pairs + 2, sizeof *scratch);
     if (!img || !scratch) {
         free(img);
         free(scratch);
-        return igt__fail(err, IGT_ERR_NOMEM, "cannot allocate a %llu-byte version-1 image",
+        return igt__fail(err, OLIF_ERR_NOMEM, "cannot allocate a %llu-byte version-1 image",
                          (unsigned long long)off);
     }
 #define V1_OUT(k) ((uint32_t *)(void *)(img + h.sec_offset[k]))
@@ -337,12 +284,11 @@ static igt_status encode_v1(const igt_meta *mt, const igt_node_source *src, uint
     child[src->n_nodes] = (uint32_t)next;
     if (h.top_k) dist[src->n_nodes] = (uint32_t)pi;
     free(scratch);
-    h.payload_checksum = igt__checksum64(img + sizeof h, (size_t)(off - sizeof h));
-    h.header_checksum = header_v1_checksum(&h);
     memcpy(img, &h, sizeof h);
+    olif_seal(&V1_FRAME, img, (size_t)off);
     *image = img;
     *image_size = (size_t)off;
-    return IGT_OK;
+    return OLIF_OK;
 }
 
 /* ---- version 2 ------------------------------------------------------------------ */
@@ -384,14 +330,12 @@ typedef struct {
     uint8_t tokenizer_digest[IGT_TOKENIZER_DIGEST_SIZE];
 } header_v2;
 
-IGT_STATIC_ASSERT(sizeof(header_v2) == 640, header_v2_layout);
-IGT_STATIC_ASSERT(offsetof(header_v2, gain_ratio) == 120, header_v2_no_padding);
+OLIF_STATIC_ASSERT(sizeof(header_v2) == 640, header_v2_layout);
+OLIF_STATIC_ASSERT(offsetof(header_v2, gain_ratio) == 120, header_v2_no_padding);
 
-static uint64_t header_v2_checksum(const header_v2 *h) {
-    header_v2 tmp = *h;
-    tmp.header_checksum = 0;
-    return igt__checksum64((const uint8_t *)&tmp, sizeof tmp);
-}
+static const olif_frame V2_FRAME = {sizeof(header_v2), offsetof(header_v2, file_size),
+                                    offsetof(header_v2, payload_checksum),
+                                    offsetof(header_v2, header_checksum)};
 
 /* Section sizes from counts already checked to be below 2^32. */
 static void v2_section_sizes(const header_v2 *h, uint64_t size[V2_COUNT]) {
@@ -433,18 +377,18 @@ static igt_status check_escapes(const igt_model *m, const uint8_t *small, const 
             dir[next_block] = (uint32_t)e;
         if (!p) break;
         if (e >= n_esc || esc[2 * e] != i)
-            return igt__fail(err, IGT_ERR_CORRUPT, "%s of node %u is escaped but not in its table",
+            return igt__fail(err, OLIF_ERR_CORRUPT, "%s of node %u is escaped but not in its table",
                              what, i);
         if (esc[2 * e + 1] < 255)
-            return igt__fail(err, IGT_ERR_CORRUPT, "%s escape of node %u holds %u, below 255",
+            return igt__fail(err, OLIF_ERR_CORRUPT, "%s escape of node %u holds %u, below 255",
                              what, i, esc[2 * e + 1]);
         e++;
     }
     if (e != n_esc)
-        return igt__fail(err, IGT_ERR_CORRUPT, "%s table has %llu entries for %llu escaped nodes",
+        return igt__fail(err, OLIF_ERR_CORRUPT, "%s table has %llu entries for %llu escaped nodes",
                          what, (unsigned long long)n_esc, (unsigned long long)e);
     dir[blocks] = (uint32_t)e;
-    return IGT_OK;
+    return OLIF_OK;
 }
 
 /* Validate a version-2 image in place and make it a model. The image stays
@@ -453,30 +397,23 @@ static igt_status check_escapes(const igt_model *m, const uint8_t *small, const 
  * damage before whatever structural symptom the damage has. */
 static igt_status open_v2(uint8_t *p, size_t size, uint32_t flags, igt_model **out,
                           igt_error *err) {
-    if (size < sizeof(header_v2))
-        return igt__fail(err, IGT_ERR_TRUNCATED,
-                         "file of %zu bytes ends inside the %zu-byte header", size,
-                         sizeof(header_v2));
+    igt_status st = olif_check_frame(&V2_FRAME, p, size, flags, err);
+    if (st) return st;
     header_v2 h;
     memcpy(&h, p, sizeof h);
-    igt_status st = check_frame(h.header_size, h.endian_tag,
-                                (flags & IGT_LOAD_SKIP_CHECKSUM) ||
-                                    header_v2_checksum(&h) == h.header_checksum,
-                                h.file_size, size, err);
-    if (st) return st;
     igt_meta mt;
     meta_from_v2(&h, &mt);
     st = check_meta(&mt, h.padding_id, err);
     if (st) return st;
     if (h.flags != 0 || h.reserved0 != 0)
-        return igt__fail(err, IGT_ERR_CORRUPT, "unknown flags 0x%x (reserved 0x%x)", h.flags,
+        return igt__fail(err, OLIF_ERR_CORRUPT, "unknown flags 0x%x (reserved 0x%x)", h.flags,
                          h.reserved0);
     if (h.id_width != id_width_for(h.vocab_size))
-        return igt__fail(err, IGT_ERR_CORRUPT, "id width %u for vocab_size %u, expected %u",
+        return igt__fail(err, OLIF_ERR_CORRUPT, "id width %u for vocab_size %u, expected %u",
                          h.id_width, h.vocab_size, id_width_for(h.vocab_size));
     if (h.n_nodes < 1 || h.n_nodes >= UINT32_MAX || h.n_internal >= h.n_nodes ||
         h.n_pairs >= UINT32_MAX || h.n_total_esc > h.n_nodes || h.n_winner_esc > h.n_nodes)
-        return igt__fail(err, IGT_ERR_CORRUPT,
+        return igt__fail(err, OLIF_ERR_CORRUPT,
                          "node count %llu, internal %llu, class pairs %llu or escapes %llu/%llu "
                          "out of range",
                          (unsigned long long)h.n_nodes, (unsigned long long)h.n_internal,
@@ -484,36 +421,36 @@ static igt_status open_v2(uint8_t *p, size_t size, uint32_t flags, igt_model **o
                          (unsigned long long)h.n_winner_esc);
     if (h.n_instances < 1 || h.n_instances > UINT32_MAX || h.n_classes < 1 ||
         h.n_classes > h.vocab_size)
-        return igt__fail(err, IGT_ERR_CORRUPT, "%llu instances or %llu classes out of range",
+        return igt__fail(err, OLIF_ERR_CORRUPT, "%llu instances or %llu classes out of range",
                          (unsigned long long)h.n_instances, (unsigned long long)h.n_classes);
     if (!h.top_k && h.n_pairs)
-        return igt__fail(err, IGT_ERR_CORRUPT, "stored classes without top_k");
+        return igt__fail(err, OLIF_ERR_CORRUPT, "stored classes without top_k");
     if (h.top_k && h.n_pairs < h.n_nodes)
-        return igt__fail(err, IGT_ERR_CORRUPT, "%llu stored classes for %llu nodes",
+        return igt__fail(err, OLIF_ERR_CORRUPT, "%llu stored classes for %llu nodes",
                          (unsigned long long)h.n_pairs, (unsigned long long)h.n_nodes);
     uint64_t sz[V2_COUNT], prev_end = 0;
     v2_section_sizes(&h, sz);
-    st = check_sections(h.sec_offset, sz, V2_COUNT, sizeof(header_v2), h.file_size, &prev_end, err);
+    st = olif_check_sections(h.sec_offset, sz, V2_COUNT, sizeof(header_v2), h.file_size,
+                             &prev_end, err);
     if (st) return st;
-    if (align_up((size_t)prev_end) != h.file_size)
-        return igt__fail(err, IGT_ERR_CORRUPT, "file size %llu, sections end at %llu",
+    if (olif_align(prev_end) != h.file_size)
+        return igt__fail(err, OLIF_ERR_CORRUPT, "file size %llu, sections end at %llu",
                          (unsigned long long)h.file_size, (unsigned long long)prev_end);
-    if (!(flags & IGT_LOAD_SKIP_CHECKSUM) &&
-        igt__checksum64(p + sizeof h, size - sizeof h) != h.payload_checksum)
-        return igt__fail(err, IGT_ERR_CHECKSUM, "payload checksum mismatch: the file is damaged");
+    st = olif_check_payload(&V2_FRAME, p, size, flags, err);
+    if (st) return st;
     /* the gaps between sections are zero */
     prev_end = sizeof h;
     for (int k = 0; k <= V2_COUNT; k++) {
         uint64_t o = k < V2_COUNT ? h.sec_offset[k] : h.file_size;
         for (uint64_t b = prev_end; b < o; b++)
             if (p[b])
-                return igt__fail(err, IGT_ERR_CORRUPT, "nonzero padding byte at offset %llu",
+                return igt__fail(err, OLIF_ERR_CORRUPT, "nonzero padding byte at offset %llu",
                                  (unsigned long long)b);
         if (k < V2_COUNT) prev_end = o + sz[k];
     }
 
     igt_model *m = calloc(1, sizeof *m);
-    if (!m) return igt__fail(err, IGT_ERR_NOMEM, "cannot allocate a model");
+    if (!m) return igt__fail(err, OLIF_ERR_NOMEM, "cannot allocate a model");
     const uint32_t n = (uint32_t)h.n_nodes, V = h.vocab_size, w = h.id_width;
     m->meta = mt;
     m->n_nodes = n;
@@ -544,9 +481,9 @@ static igt_status open_v2(uint8_t *p, size_t size, uint32_t flags, igt_model **o
         free(m->total_dir);
         free(m->winner_dir);
         free(m);
-        return igt__fail(err, IGT_ERR_NOMEM, "cannot allocate the model's directories");
+        return igt__fail(err, OLIF_ERR_NOMEM, "cannot allocate the model's directories");
     }
-#define BAD(...) do { st = igt__fail(err, IGT_ERR_CORRUPT, __VA_ARGS__); goto bad; } while (0)
+#define BAD(...) do { st = igt__fail(err, OLIF_ERR_CORRUPT, __VA_ARGS__); goto bad; } while (0)
     /* KIDS: rank directory; no bits past the last node */
     uint64_t ones = 0;
     for (uint64_t k = 0; k < words; k++) {
@@ -652,7 +589,7 @@ static igt_status open_v2(uint8_t *p, size_t size, uint32_t flags, igt_model **o
     m->source_version = 2;
     set_unmatched(m);
     *out = m;
-    return IGT_OK;
+    return OLIF_OK;
 bad:
     free(m->rank);
     free(m->total_dir);
@@ -666,21 +603,21 @@ static igt_status encode_v2(const igt_meta *mt, const igt_node_source *src, uint
                             size_t *image_size, igt_error *err) {
     const uint64_t n = src->n_nodes;
     if (n < 1 || n >= UINT32_MAX || src->n_pairs >= UINT32_MAX)
-        return igt__fail(err, IGT_ERR_LIMIT, "tree too large: %llu nodes, %llu stored classes",
+        return igt__fail(err, OLIF_ERR_LIMIT, "tree too large: %llu nodes, %llu stored classes",
                          (unsigned long long)n, (unsigned long long)src->n_pairs);
     header_v2 h;
     memset(&h, 0, sizeof h);
     memcpy(h.magic, IGT_MAGIC, sizeof h.magic);
     h.version = 2;
     h.header_size = sizeof h;
-    h.endian_tag = IGT_ENDIAN_TAG;
+    h.endian_tag = OLIF_ENDIAN_TAG;
     IGT_COPY_META(&h, mt);
     h.padding_id = mt->vocab_size;
     h.id_width = id_width_for(mt->vocab_size);
     h.n_nodes = n;
     /* sized by the source, never by a header field */
     uint32_t *scratch = igt__malloc(2 * (size_t)src->scratch_pairs + 2, sizeof *scratch);
-    if (!scratch) return igt__fail(err, IGT_ERR_NOMEM, "cannot allocate encoder scratch");
+    if (!scratch) return igt__fail(err, OLIF_ERR_NOMEM, "cannot allocate encoder scratch");
     /* pass 1: how big each section is */
     uint64_t n_pairs = 0;
     for (uint64_t i = 0; i < n; i++) {
@@ -694,20 +631,17 @@ static igt_status encode_v2(const igt_meta *mt, const igt_node_source *src, uint
     h.n_pairs = n_pairs;
     if (n_pairs >= UINT32_MAX) {
         free(scratch);
-        return igt__fail(err, IGT_ERR_LIMIT, "tree too large: %llu stored classes",
+        return igt__fail(err, OLIF_ERR_LIMIT, "tree too large: %llu stored classes",
                          (unsigned long long)n_pairs);
     }
-    uint64_t size[V2_COUNT], off = align_up(sizeof h);
+    uint64_t size[V2_COUNT];
     v2_section_sizes(&h, size);
-    for (int k = 0; k < V2_COUNT; k++) {
-        h.sec_offset[k] = off;
-        off = align_up((size_t)(off + size[k]));
-    }
+    const uint64_t off = olif_align(olif_lay_out(sizeof h, size, V2_COUNT, h.sec_offset));
     h.file_size = off;
     uint8_t *img = calloc(1, (size_t)off);
     if (!img) {
         free(scratch);
-        return igt__fail(err, IGT_ERR_NOMEM, "cannot allocate a %llu-byte model image",
+        return igt__fail(err, OLIF_ERR_NOMEM, "cannot allocate a %llu-byte model image",
                          (unsigned long long)off);
     }
     /* pass 2: write them */
@@ -753,12 +687,11 @@ static igt_status encode_v2(const igt_meta *mt, const igt_node_source *src, uint
     if (h.top_k) dist[n] = (uint32_t)pi;
 #undef OUT
     free(scratch);
-    h.payload_checksum = igt__checksum64(img + sizeof h, (size_t)(off - sizeof h));
-    h.header_checksum = header_v2_checksum(&h);
     memcpy(img, &h, sizeof h);
+    olif_seal(&V2_FRAME, img, (size_t)off);
     *image = img;
     *image_size = (size_t)off;
-    return IGT_OK;
+    return OLIF_OK;
 }
 
 /* Encode, then the same validation a file gets: one set of checks for every
@@ -773,7 +706,7 @@ igt_status igt__model_from_nodes(const igt_meta *mt, const igt_node_source *src,
     st = open_v2(img, size, 0, out, err);
     if (st) {
         free(img);
-        if (st != IGT_ERR_NOMEM)   /* the builder made an inconsistent tree */
+        if (st != OLIF_ERR_NOMEM)   /* the builder made an inconsistent tree */
             igt__prefix_error(err, "internal error: built tree fails validation: ");
     }
     return st;
@@ -815,61 +748,40 @@ void igt__model_source(const igt_model *m, igt_node_source *src) {
 
 /* ---- images to models ---------------------------------------------------------- */
 
-/* Any supported version. Takes ownership of image (freed unless it becomes
- * the model's). */
-static igt_status model_from_image(uint8_t *image, size_t size, uint32_t flags, igt_model **out,
-                                   igt_error *err) {
-    if (size < 8 || memcmp(image, IGT_MAGIC, 8) != 0) {
-        free(image);
-        return igt__fail(err, IGT_ERR_FOREIGN, "not an olifant model file (bad magic)");
-    }
-    if (size < 16) {
-        free(image);
-        return igt__fail(err, IGT_ERR_TRUNCATED, "file of %zu bytes ends inside the header", size);
-    }
-    uint32_t version;
-    memcpy(&version, image + 8, 4);
+/* A model of a supported version (the file layer checked the magic and the version; olif_frame.h).
+ * Takes ownership of image (freed unless it becomes the model's). */
+static igt_status model_parse(uint8_t *image, size_t size, uint32_t version, uint32_t flags,
+                              void *out, igt_error *err) {
+    igt_model **model = out;
     igt_status st;
     if (version == 2) {
-        st = open_v2(image, size, flags, out, err);
-        if (st) {
+        st = open_v2(image, size, flags, model, err);
+        if (st)
             free(image);
-        } else if (flags & IGT_LOAD_SKIP_CHECKSUM) {
-            /* the structure is valid whatever the checksums said: seal the
-             * image, so that igt_save writes a file that loads */
-            header_v2 h;
-            memcpy(&h, image, sizeof h);
-            h.payload_checksum = igt__checksum64(image + sizeof h, size - sizeof h);
-            h.header_checksum = header_v2_checksum(&h);
-            memcpy(image, &h, sizeof h);
-        }
+        else if (flags & IGT_LOAD_SKIP_CHECKSUM)
+            olif_seal(&V2_FRAME, image, size);  /* the structure is valid whatever the checksums
+                                                   said: igt_save writes a file that loads */
         return st;
-    }
-    if (version != 1) {
-        free(image);
-        return igt__fail(err, IGT_ERR_VERSION,
-                         "model format version %u, this library reads versions 1 and %u", version,
-                         IGT_FORMAT_VERSION);
     }
     /* version 1: validate, then convert to version 2 (one query layout); a
      * file that version 1's checks accept may still fail version 2's
      * stricter ones, and then the message says which version failed */
     v1_view v;
     st = parse_v1(image, size, flags, &v, err);
-    if (st == IGT_OK) {
+    if (st == OLIF_OK) {
         igt_meta mt;
         meta_from_v1(&v.h, &mt);
         igt_node_source src = {v.h.n_nodes, v.h.n_pairs, 0, v1_get, &v};
         uint8_t *img2 = NULL;
         size_t size2 = 0;
         st = encode_v2(&mt, &src, &img2, &size2, err);
-        if (st == IGT_OK) {
-            st = open_v2(img2, size2, 0, out, err);
-            if (st == IGT_OK) {
-                (*out)->source_version = 1;
+        if (st == OLIF_OK) {
+            st = open_v2(img2, size2, 0, model, err);
+            if (st == OLIF_OK) {
+                (*model)->source_version = 1;
             } else {
                 free(img2);
-                if (st != IGT_ERR_NOMEM) igt__prefix_error(err, "version-1 file: ");
+                if (st != OLIF_ERR_NOMEM) igt__prefix_error(err, "version-1 file: ");
             }
         }
     }
@@ -877,27 +789,22 @@ static igt_status model_from_image(uint8_t *image, size_t size, uint32_t flags, 
     return st;
 }
 
+OLIF_STATIC_ASSERT(IGT_LOAD_SKIP_CHECKSUM == OLIF_SKIP_CHECKSUM, skip_checksum_flag);
+
+static const olif_kind MODEL = {IGT_MAGIC, "model", "a model file", 1, IGT_FORMAT_VERSION,
+                                model_parse};
+
 igt_status igt_load_buffer(const void *data, size_t size, uint32_t flags, igt_model **out,
                            igt_error *err) {
-    igt__clear_error(err);
-    if (!out || (!data && size)) return igt__fail(err, IGT_ERR_ARG, "NULL data or out");
-    *out = NULL;
-    uint8_t *copy = malloc(size ? size : 1);
-    if (!copy) return igt__fail(err, IGT_ERR_NOMEM, "cannot allocate %zu bytes for the model", size);
-    if (size) memcpy(copy, data, size);
-    return model_from_image(copy, size, flags, out, err);
+    if (out) *out = NULL;
+    return olif_load_buffer(&MODEL, data, size, flags, out, err);
 }
 
 /* The file layer reads the whole file into private memory (olif_read_file): a model does not
  * change, and cannot SIGBUS, when its file is rewritten or truncated. */
 igt_status igt_load(const char *path, uint32_t flags, igt_model **out, igt_error *err) {
-    igt__clear_error(err);
-    if (!path || !out) return igt__fail(err, IGT_ERR_ARG, "NULL path or out");
-    *out = NULL;
-    uint8_t *buf = NULL;
-    size_t size = 0;
-    igt_status st = olif_read_file(path, "a model file", &buf, &size, err);
-    return st ? st : model_from_image(buf, size, flags, out, err);
+    if (out) *out = NULL;
+    return olif_load(&MODEL, path, flags, out, err);
 }
 
 void igt_free(igt_model *m) {
@@ -914,10 +821,10 @@ void igt_free(igt_model *m) {
 igt_status igt_save_version(const igt_model *m, const char *path, uint32_t version,
                             igt_error *err) {
     igt__clear_error(err);
-    if (!m || !path) return igt__fail(err, IGT_ERR_ARG, "NULL model or path");
+    if (!m || !path) return igt__fail(err, OLIF_ERR_ARG, "NULL model or path");
     if (version == 2) return olif_write_file(path, m->image, m->size, err);
     if (version != 1)
-        return igt__fail(err, IGT_ERR_ARG, "cannot write format version %u (this library writes 1 and 2)",
+        return igt__fail(err, OLIF_ERR_ARG, "cannot write format version %u (this library writes 1 and 2)",
                          version);
     igt_node_source src;
     igt__model_source(m, &src);

@@ -17,9 +17,6 @@
 #include <stdint.h>
 #include <string.h>
 
-/* C99 has no _Static_assert: a negative array size fails the build. */
-#define IGT_STATIC_ASSERT(cond, name) typedef char igt_static_assert_##name[(cond) ? 1 : -1]
-
 /* ---- errors (igtree.c) ------------------------------------------------------ */
 
 /* the file layer's formatter (olif_file.h): one for both libraries */
@@ -47,10 +44,9 @@ static inline uint32_t igt__popcount64(uint64_t x) {
 #endif
 }
 
-/* FNV-style 64-bit checksum over bytes (8 at a time); the one function both
- * file formats and the temporary files use. `seed` chains pieces. */
+/* FNV-style 64-bit checksum over bytes (8 at a time; olif_checksum.h): the one function both
+ * file formats and the temporary files use. */
 uint64_t igt__checksum64(const uint8_t *p, size_t n);
-uint64_t igt__checksum_update(uint64_t h, const uint8_t *p, size_t n);
 
 /* ---- model facts independent of the file layout ---------------------------- */
 

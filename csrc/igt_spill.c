@@ -16,7 +16,7 @@
  *
  * Readers check the trailer against what the writer reported, each block's
  * checksum as the block is read, and the order of the records, so a damaged
- * or altered temporary file is an error (IGT_ERR_IO), never a wrong tree.
+ * or altered temporary file is an error (OLIF_ERR_IO), never a wrong tree.
  * Per-block sums let a reader start anywhere (threads merge key ranges).
  */
 #if defined(__linux__) && !defined(_GNU_SOURCE)
@@ -24,6 +24,7 @@
 #endif
 #define _POSIX_C_SOURCE 200809L
 #include "igt_spill.h"
+#include "olif_frame.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -148,22 +149,22 @@ igt_status igt__store_open(const char *dir, igt__store **out, igt_error *err) {
     if (!s || !buf) {
         free(s);
         free(buf);
-        return igt__fail(err, IGT_ERR_NOMEM, "cannot allocate a temporary file buffer");
+        return igt__fail(err, OLIF_ERR_NOMEM, "cannot allocate a temporary file buffer");
     }
     int e = 0;
     s->fd = open_temp(dir, &e);
     if (s->fd < 0) {
         free(s);
         free(buf);
-        return igt__fail(err, IGT_ERR_IO, "cannot create a temporary file in %s: %s", dir,
+        return igt__fail(err, OLIF_ERR_IO, "cannot create a temporary file in %s: %s", dir,
                          strerror(e));
     }
     s->buf = buf;
     *out = s;
-    return IGT_OK;
+    return OLIF_OK;
 #else
     (void)dir;
-    return igt__fail(err, IGT_ERR_IO, "temporary files need a POSIX system");
+    return igt__fail(err, OLIF_ERR_IO, "temporary files need a POSIX system");
 #endif
 }
 
@@ -185,14 +186,14 @@ static igt_status full_io(int fd, uint8_t *p, size_t n, uint64_t at, int writing
         ssize_t k = writing ? pwrite(fd, p, n, (off_t)at) : pread(fd, p, n, (off_t)at);
         if (k < 0 && errno == EINTR) continue;
         if (k <= 0)
-            return igt__fail(err, IGT_ERR_IO, "cannot %s a temporary file: %s",
+            return igt__fail(err, OLIF_ERR_IO, "cannot %s a temporary file: %s",
                              writing ? "write" : "read",
                              k < 0 ? strerror(errno) : writing ? "no progress" : "it is shorter than written");
         p += k;
         n -= (size_t)k;
         at += (uint64_t)k;
     }
-    return IGT_OK;
+    return OLIF_OK;
 }
 #endif
 
@@ -202,7 +203,7 @@ static igt_status store_flush(igt__store *s, igt_error *err) {
     if (st) return st;
 #endif
     s->fill = 0;
-    return IGT_OK;
+    return OLIF_OK;
 }
 
 igt_status igt__store_append(igt__store *s, const void *data, size_t n, igt_error *err) {
@@ -219,25 +220,25 @@ igt_status igt__store_append(igt__store *s, const void *data, size_t n, igt_erro
             if (st) return st;
         }
     }
-    return IGT_OK;
+    return OLIF_OK;
 }
 
 igt_status igt__store_sync(igt__store *s, igt_error *err) {
-    return s->fill ? store_flush(s, err) : IGT_OK;
+    return s->fill ? store_flush(s, err) : OLIF_OK;
 }
 
 igt_status igt__store_read(const igt__store *s, uint64_t at, void *data, size_t n,
                            igt_error *err) {
     if (s->fill)
-        return igt__fail(err, IGT_ERR_ARG, "internal error: temporary file read before sync");
+        return igt__fail(err, OLIF_ERR_ARG, "internal error: temporary file read before sync");
     if (at > s->size || n > s->size - at)
-        return igt__fail(err, IGT_ERR_IO, "temporary file read of %zu bytes at %llu is out of range",
+        return igt__fail(err, OLIF_ERR_IO, "temporary file read of %zu bytes at %llu is out of range",
                          n, (unsigned long long)at);
 #if IGT_HAVE_SPILL
     return full_io(s->fd, data, n, at, 0, err);
 #else
     (void)data;
-    return igt__fail(err, IGT_ERR_IO, "temporary files need a POSIX system");
+    return igt__fail(err, OLIF_ERR_IO, "temporary files need a POSIX system");
 #endif
 }
 
@@ -251,7 +252,7 @@ typedef struct {
     uint64_t sums_checksum;
 } run_trailer;
 
-IGT_STATIC_ASSERT(sizeof(run_trailer) == 40, run_trailer_layout);
+OLIF_STATIC_ASSERT(sizeof(run_trailer) == 40, run_trailer_layout);
 
 static uint32_t block_records(uint32_t rec_size) {
     uint32_t r = (uint32_t)(((size_t)64 << 10) / rec_size);
@@ -262,7 +263,7 @@ igt_status igt__run_begin(igt__run_writer *w, igt__store *s, uint32_t rec_size, 
                           igt_error *err) {
     memset(w, 0, sizeof *w);
     if (rec_size < 1 || rec_size > IGT__MAX_RECORD || key_size > rec_size)
-        return igt__fail(err, IGT_ERR_ARG, "internal error: record of %u bytes, key %u", rec_size,
+        return igt__fail(err, OLIF_ERR_ARG, "internal error: record of %u bytes, key %u", rec_size,
                          key_size);
     w->store = s;
     w->run.store = s;
@@ -271,16 +272,16 @@ igt_status igt__run_begin(igt__run_writer *w, igt__store *s, uint32_t rec_size, 
     w->run.key_size = key_size;
     w->run.block_recs = block_records(rec_size);
     igt__hash_init(&w->block);
-    return IGT_OK;
+    return OLIF_OK;
 }
 
 static igt_status close_block(igt__run_writer *w, igt_error *err) {
     if (!igt__grow((void **)&w->sums, &w->cap_sums, w->n_sums + 1, sizeof *w->sums, 64))
-        return igt__fail(err, IGT_ERR_NOMEM, "cannot grow a run's block checksums");
+        return igt__fail(err, OLIF_ERR_NOMEM, "cannot grow a run's block checksums");
     w->sums[w->n_sums++] = igt__hash_final(&w->block);
     igt__hash_init(&w->block);
     w->in_block = 0;
-    return IGT_OK;
+    return OLIF_OK;
 }
 
 igt_status igt__run_put(igt__run_writer *w, const uint8_t *recs, size_t n, igt_error *err) {
@@ -288,7 +289,7 @@ igt_status igt__run_put(igt__run_writer *w, const uint8_t *recs, size_t n, igt_e
     for (size_t i = 0; i < n; i++) {
         const uint8_t *rec = recs + i * R;
         if (w->run.count && memcmp(rec, w->prev, K) < 0)
-            return igt__fail(err, IGT_ERR_ARG, "internal error: run records out of order");
+            return igt__fail(err, OLIF_ERR_ARG, "internal error: run records out of order");
         memcpy(w->prev, rec, R);
         igt__hash_update(&w->block, rec, R);
         w->run.count++;
@@ -301,7 +302,7 @@ igt_status igt__run_put(igt__run_writer *w, const uint8_t *recs, size_t n, igt_e
 }
 
 igt_status igt__run_end(igt__run_writer *w, igt__run *out, igt_error *err) {
-    igt_status st = IGT_OK;
+    igt_status st = OLIF_OK;
     if (w->in_block) st = close_block(w, err);
     run_trailer t;
     memset(&t, 0, sizeof t);
@@ -333,7 +334,7 @@ static uint64_t run_blocks(const igt__run *r) {
 
 igt_status igt__run_record(const igt__run *r, uint64_t i, uint8_t *rec, igt_error *err) {
     if (i >= r->count)
-        return igt__fail(err, IGT_ERR_IO, "temporary run: record %llu of %llu",
+        return igt__fail(err, OLIF_ERR_IO, "temporary run: record %llu of %llu",
                          (unsigned long long)i, (unsigned long long)r->count);
     return igt__store_read(r->store, r->offset + i * r->rec_size, rec, r->rec_size, err);
 }
@@ -346,12 +347,12 @@ static igt_status load_block(igt__cursor *c, uint64_t block, igt_error *err) {
                                     (size_t)n * r->rec_size, err);
     if (st) return st;
     if (hash_bytes(c->buf, (size_t)n * r->rec_size) != c->sums[block])
-        return igt__fail(err, IGT_ERR_IO,
+        return igt__fail(err, OLIF_ERR_IO,
                          "temporary file damaged: block %llu of a run fails its checksum",
                          (unsigned long long)block);
     c->buf_first = first;
     c->buf_n = (uint32_t)n;
-    return IGT_OK;
+    return OLIF_OK;
 }
 
 igt_status igt__cursor_open(igt__cursor *c, const igt__run *run, uint64_t begin, uint64_t end,
@@ -359,7 +360,7 @@ igt_status igt__cursor_open(igt__cursor *c, const igt__run *run, uint64_t begin,
     memset(c, 0, sizeof *c);
     c->run = *run;
     if (end > run->count || begin > end)
-        return igt__fail(err, IGT_ERR_ARG, "internal error: run range %llu..%llu of %llu",
+        return igt__fail(err, OLIF_ERR_ARG, "internal error: run range %llu..%llu of %llu",
                          (unsigned long long)begin, (unsigned long long)end,
                          (unsigned long long)run->count);
     uint64_t blocks = run_blocks(run);
@@ -370,16 +371,16 @@ igt_status igt__cursor_open(igt__cursor *c, const igt__run *run, uint64_t begin,
     if (memcmp(t.magic, RUN_MAGIC, 8) != 0 || t.rec_size != run->rec_size ||
         t.key_size != run->key_size || t.count != run->count || t.block_recs != run->block_recs ||
         t.sums_checksum != run->sums_checksum)
-        return igt__fail(err, IGT_ERR_IO, "temporary file damaged: a run's trailer does not match");
+        return igt__fail(err, OLIF_ERR_IO, "temporary file damaged: a run's trailer does not match");
     c->sums = igt__malloc((size_t)blocks + 1, sizeof *c->sums);
     c->buf = igt__malloc(run->block_recs, run->rec_size);
     if (!c->sums || !c->buf) {
         igt__cursor_close(c);
-        return igt__fail(err, IGT_ERR_NOMEM, "cannot allocate a run reader");
+        return igt__fail(err, OLIF_ERR_NOMEM, "cannot allocate a run reader");
     }
     st = igt__store_read(run->store, tail, c->sums, (size_t)blocks * 8, err);
-    if (st == IGT_OK && hash_bytes((const uint8_t *)c->sums, (size_t)blocks * 8) != t.sums_checksum)
-        st = igt__fail(err, IGT_ERR_IO, "temporary file damaged: block checksums do not match");
+    if (st == OLIF_OK && hash_bytes((const uint8_t *)c->sums, (size_t)blocks * 8) != t.sums_checksum)
+        st = igt__fail(err, OLIF_ERR_IO, "temporary file damaged: block checksums do not match");
     if (st) {
         igt__cursor_close(c);
         return st;
@@ -395,7 +396,7 @@ igt_status igt__cursor_open(igt__cursor *c, const igt__run *run, uint64_t begin,
         }
         c->cur = c->buf + (begin - c->buf_first) * run->rec_size;
     }
-    return IGT_OK;
+    return OLIF_OK;
 }
 
 igt_status igt__cursor_next(igt__cursor *c, igt_error *err) {
@@ -404,7 +405,7 @@ igt_status igt__cursor_next(igt__cursor *c, igt_error *err) {
     c->pos++;
     if (c->pos >= c->end) {
         c->cur = NULL;
-        return IGT_OK;
+        return OLIF_OK;
     }
     if (c->pos - c->buf_first >= c->buf_n) {
         igt_status st = load_block(c, c->pos / r->block_recs, err);
@@ -412,8 +413,8 @@ igt_status igt__cursor_next(igt__cursor *c, igt_error *err) {
     }
     c->cur = c->buf + (c->pos - c->buf_first) * r->rec_size;
     if (memcmp(c->cur, c->prev, r->key_size) < 0)
-        return igt__fail(err, IGT_ERR_IO, "temporary file damaged: run records out of order");
-    return IGT_OK;
+        return igt__fail(err, OLIF_ERR_IO, "temporary file damaged: run records out of order");
+    return OLIF_OK;
 }
 
 void igt__cursor_close(igt__cursor *c) {
@@ -438,7 +439,7 @@ igt_status igt__run_lower_bound(const igt__run *r, const uint8_t *key, uint32_t 
         if (memcmp(rec, key, key_len) < 0) lo = mid + 1; else hi = mid;
     }
     *out = lo;
-    return IGT_OK;
+    return OLIF_OK;
 }
 
 /* ---- k-way merge -------------------------------------------------------------------------- */
@@ -465,19 +466,19 @@ static void sift_down(igt__cursor *cs, uint32_t *heap, uint32_t n, uint32_t i, u
 
 igt_status igt__merge(const igt__run *runs, const uint64_t *begin, const uint64_t *end,
                       uint32_t n_runs, igt__merge_sink sink, void *ctx, igt_error *err) {
-    if (n_runs == 0) return IGT_OK;
+    if (n_runs == 0) return OLIF_OK;
     const uint32_t key = runs[0].key_size, R = runs[0].rec_size;
     for (uint32_t i = 1; i < n_runs; i++)
         if (runs[i].key_size != key || runs[i].rec_size != R)
-            return igt__fail(err, IGT_ERR_ARG, "internal error: merging runs of different records");
+            return igt__fail(err, OLIF_ERR_ARG, "internal error: merging runs of different records");
     igt__cursor *cs = calloc(n_runs, sizeof *cs);
     uint32_t *heap = igt__malloc(n_runs, sizeof *heap);
     enum { BATCH = IGT__MERGE_BATCH };
     uint8_t *batch = igt__malloc(BATCH, R);
-    igt_status st = IGT_OK;
+    igt_status st = OLIF_OK;
     uint32_t open = 0, n = 0, fill = 0;
     if (!cs || !heap || !batch) {
-        st = igt__fail(err, IGT_ERR_NOMEM, "cannot allocate a %u-way merge", n_runs);
+        st = igt__fail(err, OLIF_ERR_NOMEM, "cannot allocate a %u-way merge", n_runs);
         goto out;
     }
     for (; open < n_runs; open++) {

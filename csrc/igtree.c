@@ -20,8 +20,6 @@ const char *igt_version(void) { return IGT_VERSION_STRING; }
 
 uint32_t igt_version_number(void) { return IGT_VERSION_NUMBER; }
 
-const char *igt_status_string(int code) { return olif_status_string(code); }
-
 void igt__prefix_error(igt_error *err, const char *prefix) {
     if (!err) return;
     const size_t cap = sizeof err->message;

@@ -50,24 +50,11 @@ extern "C" {
 #define IGT_TOPK_ALL 0xFFFFFFFFu     /* store every class of every node */
 #define IGT_NO_TOKEN 0xFFFFFFFFu     /* igt_answer.token when there is no model or input */
 
-/* Status codes and errors are the file layer's (olif_file.h), under this library's names. */
+/* Status codes, errors and their descriptions are the file layer's, one set for both libraries
+ * (olif_file.h: OLIF_OK, OLIF_ERR_*, olif_status_string); igt_status and igt_error are its
+ * types under this library's names. */
 typedef olif_status igt_status;
 typedef olif_error igt_error;
-#define IGT_OK OLIF_OK
-#define IGT_ERR_ARG OLIF_ERR_ARG
-#define IGT_ERR_NOMEM OLIF_ERR_NOMEM
-#define IGT_ERR_IO OLIF_ERR_IO
-#define IGT_ERR_FOREIGN OLIF_ERR_FOREIGN
-#define IGT_ERR_VERSION OLIF_ERR_VERSION
-#define IGT_ERR_TRUNCATED OLIF_ERR_TRUNCATED
-#define IGT_ERR_CORRUPT OLIF_ERR_CORRUPT
-#define IGT_ERR_CHECKSUM OLIF_ERR_CHECKSUM
-#define IGT_ERR_EMPTY OLIF_ERR_EMPTY
-#define IGT_ERR_LIMIT OLIF_ERR_LIMIT
-#define IGT_ERR_CANCELLED OLIF_ERR_CANCELLED
-
-/* Static description of a status code (never NULL). */
-const char *igt_status_string(int code);
 
 /* IGT_VERSION_STRING and IGT_VERSION_NUMBER of the library linked (which may
  * differ from the header compiled against). */
@@ -103,7 +90,7 @@ typedef struct igt_builder igt_builder;
 typedef struct igt_model igt_model;
 
 /* Progress during a build: phase name, units done, units total. Return
- * nonzero to cancel the build (it then fails with IGT_ERR_CANCELLED). */
+ * nonzero to cancel the build (it then fails with OLIF_ERR_CANCELLED). */
 typedef int (*igt_progress_fn)(void *user, const char *phase,
                                uint64_t done, uint64_t total);
 
@@ -146,10 +133,10 @@ uint64_t igt_builder_count(const igt_builder *b);
  * and checked as they are read back. The model is byte-identical to an
  * unbounded build. Call before adding instances; bytes below
  * IGT_MIN_MEMORY_LIMIT are refused. With a limit, adding instances may
- * spill to disk: if that fails (IGT_ERR_IO, e.g. a full disk) the builder
+ * spill to disk: if that fails (OLIF_ERR_IO, e.g. a full disk) the builder
  * keeps refusing with that error and can only be freed. Without a limit, a
  * builder holds at most 2^32 - 2 stored ids (tokens plus window ids per
- * document) and beyond that refuses with IGT_ERR_LIMIT. */
+ * document) and beyond that refuses with OLIF_ERR_LIMIT. */
 #define IGT_MIN_MEMORY_LIMIT (1u << 16)
 igt_status igt_builder_set_memory_limit(igt_builder *b, uint64_t bytes, const char *tmpdir,
                                         igt_error *err);

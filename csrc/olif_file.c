@@ -1,12 +1,15 @@
 /*
  * olif_file.c — the file layer of every olifant file: status codes, errors, version, private
- * reads and atomic 0600 writes. API in olif_file.h.
+ * reads and atomic 0600 writes (API in olif_file.h), and the frame and load path every
+ * format shares (olif_frame.h).
  */
 #if defined(__linux__) && !defined(_GNU_SOURCE)
 #define _GNU_SOURCE /* O_TMPFILE; everything else used here is POSIX.1-2008 */
 #endif
 #define _POSIX_C_SOURCE 200809L
 #include "olif_file.h"
+#include "olif_frame.h"
+#include "olif_checksum.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -344,3 +347,156 @@ olif_status olif_write_file(const char *path, const uint8_t *data, size_t size, 
 }
 #endif
 
+
+/* ---- the frame every format shares (olif_frame.h) ---------------------------------- */
+
+uint32_t olif_get32(const uint8_t *p, size_t at) {
+    uint32_t v;
+    memcpy(&v, p + at, 4);
+    return v;
+}
+
+uint64_t olif_get64(const uint8_t *p, size_t at) {
+    uint64_t v;
+    memcpy(&v, p + at, 8);
+    return v;
+}
+
+uint64_t olif_align(uint64_t x) { return (x + OLIF_ALIGN - 1) / OLIF_ALIGN * OLIF_ALIGN; }
+
+uint64_t olif_header_checksum(const olif_frame *f, const uint8_t *p) {
+    uint8_t h[OLIF_MAX_HEADER];
+    memcpy(h, p, f->header_size);
+    memset(h + f->header_sum_at, 0, 8);
+    return olif_checksum64(h, f->header_size);
+}
+
+void olif_seal(const olif_frame *f, uint8_t *image, size_t size) {
+    uint64_t sum = olif_checksum64(image + f->header_size, size - f->header_size);
+    memcpy(image + f->payload_sum_at, &sum, 8);
+    sum = olif_header_checksum(f, image);
+    memcpy(image + f->header_sum_at, &sum, 8);
+}
+
+uint64_t olif_lay_out(uint64_t header_size, const uint64_t *size, uint32_t count,
+                      uint64_t *offset) {
+    uint64_t end = header_size;
+    for (uint32_t k = 0; k < count; k++) {
+        offset[k] = olif_align(end);
+        end = offset[k] + size[k];
+    }
+    return end;
+}
+
+olif_status olif_check_frame(const olif_frame *f, const uint8_t *p, size_t size, uint32_t flags,
+                             olif_error *err) {
+    uint32_t hsize = olif_get32(p, 12);
+    if (hsize != f->header_size)
+        return olif_fail(err, OLIF_ERR_CORRUPT, "header size %u, expected %u", hsize,
+                         f->header_size);
+    if (size < f->header_size)
+        return olif_fail(err, OLIF_ERR_TRUNCATED, "file of %zu bytes ends inside the %u-byte header",
+                         size, f->header_size);
+    uint32_t tag = olif_get32(p, 16);
+    if (tag != OLIF_ENDIAN_TAG)
+        return olif_fail(err, OLIF_ERR_CORRUPT,
+                         "byte order tag 0x%08x: file from another byte order", tag);
+    if (!(flags & OLIF_SKIP_CHECKSUM) &&
+        olif_header_checksum(f, p) != olif_get64(p, f->header_sum_at))
+        return olif_fail(err, OLIF_ERR_CHECKSUM, "header checksum mismatch");
+    uint64_t file_size = olif_get64(p, f->file_size_at);
+    if (file_size != size)
+        return olif_fail(err, file_size > size ? OLIF_ERR_TRUNCATED : OLIF_ERR_CORRUPT,
+                         "file has %zu bytes, header says %llu", size,
+                         (unsigned long long)file_size);
+    return OLIF_OK;
+}
+
+olif_status olif_check_sections(const uint64_t *offset, const uint64_t *size, uint32_t count,
+                                uint64_t header_size, uint64_t file_size, uint64_t *end,
+                                olif_error *err) {
+    uint64_t prev_end = header_size;
+    for (uint32_t k = 0; k < count; k++) {
+        uint64_t o = offset[k];
+        if (o % OLIF_ALIGN || o < prev_end || o > file_size || size[k] > file_size - o)
+            return olif_fail(err, OLIF_ERR_CORRUPT,
+                             "section %u at offset %llu (%llu bytes) out of bounds", k,
+                             (unsigned long long)o, (unsigned long long)size[k]);
+        prev_end = o + size[k];
+    }
+    *end = prev_end;
+    return OLIF_OK;
+}
+
+olif_status olif_check_payload(const olif_frame *f, const uint8_t *p, size_t size,
+                               uint32_t flags, olif_error *err) {
+    if (!(flags & OLIF_SKIP_CHECKSUM) &&
+        olif_checksum64(p + f->header_size, size - f->header_size) !=
+            olif_get64(p, f->payload_sum_at))
+        return olif_fail(err, OLIF_ERR_CHECKSUM, "payload checksum mismatch: the file is damaged");
+    return OLIF_OK;
+}
+
+/* ---- one load path ------------------------------------------------------------------ */
+
+/* Every olifant kind, so that a file of one given for another says what it is. */
+static const struct {
+    const char *magic, *name;
+} KINDS[] = {{"OLIFIGT", "a draft model (.olif)"},
+             {"OLIFSFX", "a suffix index (.sfx)"},
+             {"OLIFNGC", "an n-gram cache (.ngc)"}};
+
+/* The magic, the length and the version, then the kind's parser, which owns image. */
+static olif_status parse_image(const olif_kind *k, uint8_t *image, size_t size, uint32_t flags,
+                               void *out, olif_error *err) {
+    if (size < 8 || memcmp(image, k->magic, 8) != 0) {
+        const char *other = NULL;
+        for (size_t i = 0; size >= 8 && i < sizeof KINDS / sizeof *KINDS; i++)
+            if (memcmp(image, KINDS[i].magic, 8) == 0) other = KINDS[i].name;
+        free(image);
+        if (other)
+            return olif_fail(err, OLIF_ERR_FOREIGN, "not an olifant %s file (bad magic: it is %s)",
+                             k->what, other);
+        return olif_fail(err, OLIF_ERR_FOREIGN, "not an olifant %s file (bad magic)", k->what);
+    }
+    if (size < 16) {
+        free(image);
+        return olif_fail(err, OLIF_ERR_TRUNCATED, "file of %zu bytes ends inside the header", size);
+    }
+    uint32_t version = olif_get32(image, 8);
+    if (version < k->min_version || version > k->max_version) {
+        free(image);
+        if (k->min_version == k->max_version)
+            return olif_fail(err, OLIF_ERR_VERSION, "%s format version %u, this library reads "
+                             "version %u", k->what, version, k->max_version);
+        return olif_fail(err, OLIF_ERR_VERSION, "%s format version %u, this library reads "
+                         "versions %u %s %u", k->what, version, k->min_version,
+                         k->max_version == k->min_version + 1 ? "and" : "to", k->max_version);
+    }
+    return k->parse(image, size, version, flags, out, err);
+}
+
+olif_status olif_load(const olif_kind *k, const char *path, uint32_t flags, void *out,
+                      olif_error *err) {
+    olif_clear_error(err);
+    if (!path || !out) return olif_fail(err, OLIF_ERR_ARG, "NULL path or out");
+    uint8_t *image = NULL;
+    size_t size = 0;
+    olif_status st = olif_read_file(path, k->file, &image, &size, err);
+    return st ? st : parse_image(k, image, size, flags, out, err);
+}
+
+olif_status olif_load_buffer(const olif_kind *k, const void *data, size_t size, uint32_t flags,
+                             void *out, olif_error *err) {
+    olif_clear_error(err);
+    if (!out || (!data && size)) return olif_fail(err, OLIF_ERR_ARG, "NULL data or out");
+    uint8_t *copy = malloc(size ? size : 1);
+    if (!copy) return olif_fail(err, OLIF_ERR_NOMEM, "cannot allocate %zu bytes for %s", size, k->file);
+    if (size) memcpy(copy, data, size);
+    return parse_image(k, copy, size, flags, out, err);
+}
+
+olif_status olif_load_image(const olif_kind *k, uint8_t *image, size_t size, void *out,
+                            olif_error *err) {
+    return parse_image(k, image, size, 0, out, err);
+}

@@ -2,8 +2,10 @@
  * olif_file.h — the one file layer of every olifant file (.olif draft models, the .sfx suffix
  * index, the .ngc n-gram cache), in plain C99 with POSIX where the system has it: status
  * codes, errors, the library version, reading a file into private memory and writing one
- * atomically. igtree.h and suffix.h build on it; their igt_status/sfx_status and
- * igt_error/sfx_error are these types under their own names.
+ * atomically. igtree.h and suffix.h build on it: both libraries return these status codes
+ * (one set; igt_status/sfx_status and igt_error/sfx_error are these types under their own
+ * names), and olif_frame.h (internal to the libraries) holds the header frame and the load path
+ * every file format shares.
  *
  * No global state: every call that can fail takes an olif_error* (may be NULL) and returns an
  * olif_status. I/O is bounds-checked: a read never takes more than the file held when it was

@@ -17,15 +17,13 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "suffix.h"
-#include "olif_checksum.h"
+#include "olif_frame.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- errors ---------------------------------------------------------------- */
-
-const char *sfx_status_string(int code) { return olif_status_string(code); }
+/* ---- version, errors (the file layer's: olif_file.h) -------------------------- */
 
 const char *sfx_version(void) { return olif_version(); }
 
@@ -42,13 +40,13 @@ void sfx_config_init(sfx_config *cfg, uint32_t vocab_size) {
 }
 
 static sfx_status check_config(const sfx_config *cfg, sfx_error *err) {
-    if (!cfg) return fail(err, SFX_ERR_ARG, "config is NULL");
+    if (!cfg) return fail(err, OLIF_ERR_ARG, "config is NULL");
     if (cfg->vocab_size < 1 || cfg->vocab_size >= SFX_MAX_VOCAB)
-        return fail(err, SFX_ERR_ARG, "vocab_size %u out of range 1..%u", cfg->vocab_size,
+        return fail(err, OLIF_ERR_ARG, "vocab_size %u out of range 1..%u", cfg->vocab_size,
                     SFX_MAX_VOCAB - 1);
     if (memchr(cfg->tokenizer_name, 0, SFX_TOKENIZER_NAME_MAX) == NULL)
-        return fail(err, SFX_ERR_ARG, "tokenizer name is not NUL-terminated");
-    return SFX_OK;
+        return fail(err, OLIF_ERR_ARG, "tokenizer name is not NUL-terminated");
+    return OLIF_OK;
 }
 
 static int cancelled(sfx_progress_fn progress, void *user, const char *phase, uint64_t done,
@@ -58,10 +56,6 @@ static int cancelled(sfx_progress_fn progress, void *user, const char *phase, ui
 
 /* ---- file header ----------------------------------------------------------- */
 
-#define MAGIC_INDEX "OLIFSFX"   /* 8 bytes with the NUL */
-#define MAGIC_NGRAM "OLIFNGC"
-#define ENDIAN_TAG 0x01020304u
-#define ALIGN 64u
 #define MAX_SECTIONS 4
 
 typedef struct {
@@ -86,36 +80,19 @@ typedef struct {
     uint8_t reserved[264];
 } file_header;
 
-_Static_assert(sizeof(file_header) == 512, "file header layout changed");
+OLIF_STATIC_ASSERT(sizeof(file_header) == 512, file_header_layout);
+OLIF_STATIC_ASSERT(SFX_LOAD_SKIP_CHECKSUM == OLIF_SKIP_CHECKSUM, skip_checksum_flag);
 
-static uint64_t header_checksum(const file_header *h) {
-    file_header tmp = *h;
-    tmp.header_checksum = 0;
-    return olif_checksum64((const uint8_t *)&tmp, sizeof tmp);
-}
-
-static uint64_t align_up(uint64_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
-
-/* Offsets for sections of the given sizes; returns the file size. */
-static uint64_t lay_out(file_header *h, const uint64_t *sizes, uint32_t n) {
-    uint64_t off = sizeof(file_header);
-    h->n_sections = n;
-    for (uint32_t k = 0; k < n; k++) {
-        off = align_up(off);
-        h->sec_offset[k] = off;
-        h->sec_size[k] = sizes[k];
-        off += sizes[k];
-    }
-    h->file_size = off;
-    return off;
-}
+static const olif_frame FRAME = {sizeof(file_header), offsetof(file_header, file_size),
+                                 offsetof(file_header, payload_checksum),
+                                 offsetof(file_header, header_checksum)};
 
 static void header_init(file_header *h, const char *magic, const sfx_config *cfg, uint32_t param) {
     memset(h, 0, sizeof *h);
     memcpy(h->magic, magic, 8);
     h->version = SFX_FORMAT_VERSION;
     h->header_size = sizeof(file_header);
-    h->endian_tag = ENDIAN_TAG;
+    h->endian_tag = OLIF_ENDIAN_TAG;
     h->vocab_size = cfg->vocab_size;
     h->separator = cfg->vocab_size;
     h->param = param;
@@ -123,10 +100,18 @@ static void header_init(file_header *h, const char *magic, const sfx_config *cfg
     memcpy(h->tokenizer_digest, cfg->tokenizer_digest, SFX_TOKENIZER_DIGEST_SIZE);
 }
 
-static void seal(uint8_t *image, file_header *h) {
-    h->payload_checksum = olif_checksum64(image + sizeof *h, (size_t)(h->file_size - sizeof *h));
-    h->header_checksum = header_checksum(h);
+/* Sections of the given sizes after the header; returns the file size. */
+static uint64_t lay_out(file_header *h, const uint64_t *sizes, uint32_t n) {
+    h->n_sections = n;
+    memcpy(h->sec_size, sizes, n * sizeof *sizes);
+    h->file_size = olif_lay_out(sizeof *h, sizes, n, h->sec_offset);
+    return h->file_size;
+}
+
+/* The header into its image, then both checksums. */
+static void seal(uint8_t *image, const file_header *h) {
     memcpy(image, h, sizeof *h);
+    olif_seal(&FRAME, image, (size_t)h->file_size);
 }
 
 /* Parsed file image shared by both structures. */
@@ -141,147 +126,71 @@ static void image_release(image *im) {
     im->data = NULL;
 }
 
-/* Steps 1-8 of the validation: magic, version, header, sizes, sections,
- * checksums. `expected` holds the section sizes the counts imply, computed
- * by the caller's check_counts once the header is known. */
+/* The header's checks after the magic and the version (the file layer's, olif_frame.h): frame,
+ * fields, sizes, sections, checksums. `expected` holds the section sizes the counts imply,
+ * computed by the caller's check_counts once the header is known. */
 typedef sfx_status (*counts_fn)(const file_header *h, uint64_t *expected, uint32_t *n_sections,
                                 sfx_error *err);
 
-static sfx_status parse_header(image *im, const char *magic, const char *what, counts_fn counts,
-                               uint32_t flags, sfx_error *err) {
+static sfx_status parse_header(image *im, counts_fn counts, uint32_t flags, sfx_error *err) {
     const uint8_t *p = im->data;
-    size_t size = im->size;
-    if (size < 8 || memcmp(p, magic, 8) != 0) {
-        int other = size >= 8 && (memcmp(p, MAGIC_INDEX, 8) == 0 || memcmp(p, MAGIC_NGRAM, 8) == 0);
-        return fail(err, SFX_ERR_FOREIGN, other ? "not an olifant %s file (bad magic: it is the "
-                    "other retrieval structure)" : "not an olifant %s file (bad magic)", what);
-    }
-    if (size < 16)
-        return fail(err, SFX_ERR_TRUNCATED, "file of %zu bytes ends inside the header", size);
-    uint32_t version, hsize;
-    memcpy(&version, p + 8, 4);
-    memcpy(&hsize, p + 12, 4);
-    if (version != SFX_FORMAT_VERSION)
-        return fail(err, SFX_ERR_VERSION, "%s format version %u, this library reads version %u",
-                    what, version, SFX_FORMAT_VERSION);
-    if (hsize != sizeof(file_header))
-        return fail(err, SFX_ERR_CORRUPT, "header size %u, expected %zu", hsize,
-                    sizeof(file_header));
-    if (size < sizeof(file_header))
-        return fail(err, SFX_ERR_TRUNCATED, "file of %zu bytes ends inside the %zu-byte header",
-                    size, sizeof(file_header));
+    sfx_status st = olif_check_frame(&FRAME, p, im->size, flags, err);
+    if (st) return st;
     file_header *h = &im->h;
     memcpy(h, p, sizeof *h);
-    if (h->endian_tag != ENDIAN_TAG)
-        return fail(err, SFX_ERR_CORRUPT, "byte order tag 0x%08x: file from another byte order",
-                    h->endian_tag);
-    if (!(flags & SFX_LOAD_SKIP_CHECKSUM) && header_checksum(h) != h->header_checksum)
-        return fail(err, SFX_ERR_CHECKSUM, "header checksum mismatch");
-    if (h->file_size > size)
-        return fail(err, SFX_ERR_TRUNCATED, "file has %zu bytes, header says %llu: truncated",
-                    size, (unsigned long long)h->file_size);
-    if (h->file_size < size)
-        return fail(err, SFX_ERR_CORRUPT, "file has %zu bytes, header says %llu", size,
-                    (unsigned long long)h->file_size);
     if (h->vocab_size < 1 || h->vocab_size >= SFX_MAX_VOCAB || h->separator != h->vocab_size)
-        return fail(err, SFX_ERR_CORRUPT, "vocab_size %u / separator %u invalid", h->vocab_size,
+        return fail(err, OLIF_ERR_CORRUPT, "vocab_size %u / separator %u invalid", h->vocab_size,
                     h->separator);
     if (memchr(h->tokenizer_name, 0, SFX_TOKENIZER_NAME_MAX) == NULL)
-        return fail(err, SFX_ERR_CORRUPT, "tokenizer name not terminated");
+        return fail(err, OLIF_ERR_CORRUPT, "tokenizer name not terminated");
     if (h->reserved0)
-        return fail(err, SFX_ERR_CORRUPT, "reserved header field is not zero");
+        return fail(err, OLIF_ERR_CORRUPT, "reserved header field is not zero");
     for (size_t i = 0; i < sizeof h->reserved; i++)
         if (h->reserved[i])
-            return fail(err, SFX_ERR_CORRUPT, "reserved header bytes are not zero");
-    uint64_t expected[MAX_SECTIONS] = {0};
+            return fail(err, OLIF_ERR_CORRUPT, "reserved header bytes are not zero");
+    uint64_t expected[MAX_SECTIONS] = {0}, end = 0;
     uint32_t n_sec = 0;
-    sfx_status st = counts(h, expected, &n_sec, err);
+    st = counts(h, expected, &n_sec, err);
     if (st) return st;
     if (h->n_sections != n_sec)
-        return fail(err, SFX_ERR_CORRUPT, "%u sections, expected %u", h->n_sections, n_sec);
-    uint64_t prev_end = sizeof(file_header);
+        return fail(err, OLIF_ERR_CORRUPT, "%u sections, expected %u", h->n_sections, n_sec);
     for (uint32_t k = 0; k < MAX_SECTIONS; k++) {
-        uint64_t o = h->sec_offset[k], s = h->sec_size[k];
-        if (k >= n_sec) {
-            if (o || s) return fail(err, SFX_ERR_CORRUPT, "unused section %u is not empty", k);
-            continue;
-        }
-        if (s != expected[k])
-            return fail(err, SFX_ERR_CORRUPT, "section %u holds %llu bytes, its counts say %llu",
-                        k, (unsigned long long)s, (unsigned long long)expected[k]);
-        if (o % ALIGN || o < prev_end || o > h->file_size || s > h->file_size - o)
-            return fail(err, SFX_ERR_CORRUPT, "section %u at offset %llu (%llu bytes) out of bounds",
-                        k, (unsigned long long)o, (unsigned long long)s);
-        prev_end = o + s;
+        if (k >= n_sec && (h->sec_offset[k] || h->sec_size[k]))
+            return fail(err, OLIF_ERR_CORRUPT, "unused section %u is not empty", k);
+        if (k < n_sec && h->sec_size[k] != expected[k])
+            return fail(err, OLIF_ERR_CORRUPT, "section %u holds %llu bytes, its counts say %llu",
+                        k, (unsigned long long)h->sec_size[k], (unsigned long long)expected[k]);
     }
-    if (prev_end != h->file_size)
-        return fail(err, SFX_ERR_CORRUPT, "%llu bytes after the last section",
-                    (unsigned long long)(h->file_size - prev_end));
-    if (!(flags & SFX_LOAD_SKIP_CHECKSUM) &&
-        olif_checksum64(p + sizeof(file_header), size - sizeof(file_header)) != h->payload_checksum)
-        return fail(err, SFX_ERR_CHECKSUM, "payload checksum mismatch: the file is damaged");
-    return SFX_OK;
+    st = olif_check_sections(h->sec_offset, h->sec_size, n_sec, sizeof *h, h->file_size, &end, err);
+    if (st) return st;
+    if (end != h->file_size)
+        return fail(err, OLIF_ERR_CORRUPT, "%llu bytes after the last section",
+                    (unsigned long long)(h->file_size - end));
+    return olif_check_payload(&FRAME, p, im->size, flags, err);
 }
 
-/* The file layer reads the whole file into private memory (olif_read_file): a loaded structure
- * does not change, and cannot SIGBUS, when its file is rewritten or truncated. */
-static sfx_status read_file(const char *path, const char *what, image *im, sfx_error *err) {
-    memset(im, 0, sizeof *im);
-    uint8_t *data = NULL;
-    size_t size = 0;
-    sfx_status st = olif_read_file(path, what, &data, &size, err);
-    im->data = data;
-    im->size = size;
-    return st;
-}
-
-static sfx_status copy_buffer(const void *data, size_t size, image *im, sfx_error *err) {
-    memset(im, 0, sizeof *im);
-    if (!data && size) return fail(err, SFX_ERR_ARG, "NULL data");
-    uint8_t *copy = malloc(size ? size : 1);
-    if (!copy) return fail(err, SFX_ERR_NOMEM, "cannot allocate %zu bytes", size);
-    if (size) memcpy(copy, data, size);
-    im->data = copy;
-    im->size = size;
-    return SFX_OK;
-}
-
-/* An object whose first member is an image: allocated, its image read from a path, copied
- * from a buffer or taken over (owned, a built image; freed on failure), then parsed. */
+/* An object whose first member is its image, made of image (owned: freed on failure) and
+ * checked by parse. */
 typedef sfx_status (*parse_fn)(void *obj, uint32_t flags, sfx_error *err);
 
-static sfx_status open_object(size_t size, parse_fn parse, const char *path, const void *data,
-                              size_t n, uint8_t *owned, uint32_t flags, void **out,
-                              sfx_error *err) {
+static sfx_status open_object(size_t size, parse_fn parse, uint8_t *data, size_t n,
+                              uint32_t flags, void **out, sfx_error *err) {
     *out = NULL;
-    void *obj = calloc(1, size);
-    if (!obj) {
-        free(owned);
-        return fail(err, SFX_ERR_NOMEM, "cannot allocate %zu bytes", size);
+    image *im = calloc(1, size);
+    if (!im) {
+        free(data);
+        return fail(err, OLIF_ERR_NOMEM, "cannot allocate %zu bytes", size);
     }
-    image *im = obj;
-    sfx_status st = SFX_OK;
-    if (path) {
-        st = read_file(path, "a retrieval file (.sfx, .ngc)", im, err);
-    } else if (owned) {
-        im->data = owned;
-        im->size = n;
-    } else {
-        st = copy_buffer(data, n, im, err);
-    }
-    if (!st) st = parse(obj, flags, err);
+    im->data = data;
+    im->size = n;
+    sfx_status st = parse(im, flags, err);
     if (st) {
         image_release(im);
-        free(obj);
+        free(im);
         return st;
     }
-    *out = obj;
-    return SFX_OK;
-}
-
-static sfx_status write_image(const uint8_t *data, size_t size, const char *path,
-                              sfx_error *err) {
-    return olif_write_file(path, data, size, err);
+    *out = im;
+    return OLIF_OK;
 }
 
 /* ---- the corpus -------------------------------------------------------------- */
@@ -295,48 +204,48 @@ struct sfx_corpus {
 
 sfx_status sfx_corpus_new(const sfx_config *cfg, sfx_corpus **out, sfx_error *err) {
     clear_error(err);
-    if (!out) return fail(err, SFX_ERR_ARG, "out is NULL");
+    if (!out) return fail(err, OLIF_ERR_ARG, "out is NULL");
     *out = NULL;
     sfx_status st = check_config(cfg, err);
     if (st) return st;
     sfx_corpus *c = calloc(1, sizeof *c);
-    if (!c) return fail(err, SFX_ERR_NOMEM, "cannot allocate corpus");
+    if (!c) return fail(err, OLIF_ERR_NOMEM, "cannot allocate corpus");
     c->cfg = *cfg;
     *out = c;
-    return SFX_OK;
+    return OLIF_OK;
 }
 
 sfx_status sfx_corpus_add_documents(sfx_corpus *c, const uint32_t *tokens, size_t n_tokens,
                                     const uint64_t *doc_starts, size_t n_docs, sfx_error *err) {
     clear_error(err);
-    if (!c) return fail(err, SFX_ERR_ARG, "corpus is NULL");
+    if (!c) return fail(err, OLIF_ERR_ARG, "corpus is NULL");
     if ((n_tokens && !tokens) || (n_docs && !doc_starts))
-        return fail(err, SFX_ERR_ARG, "NULL tokens or doc_starts");
-    if (n_tokens && !n_docs) return fail(err, SFX_ERR_ARG, "tokens without documents");
+        return fail(err, OLIF_ERR_ARG, "NULL tokens or doc_starts");
+    if (n_tokens && !n_docs) return fail(err, OLIF_ERR_ARG, "tokens without documents");
     if (n_docs && doc_starts[0] != 0)
-        return fail(err, SFX_ERR_ARG, "doc_starts[0] is %llu, must be 0",
+        return fail(err, OLIF_ERR_ARG, "doc_starts[0] is %llu, must be 0",
                     (unsigned long long)doc_starts[0]);
     for (size_t i = 0; i < n_docs; i++) {
         uint64_t end = i + 1 < n_docs ? doc_starts[i + 1] : n_tokens;
         if (doc_starts[i] > end || end > n_tokens)
-            return fail(err, SFX_ERR_ARG, "doc_starts[%zu] = %llu out of order or beyond %zu tokens",
+            return fail(err, OLIF_ERR_ARG, "doc_starts[%zu] = %llu out of order or beyond %zu tokens",
                         i, (unsigned long long)doc_starts[i], n_tokens);
     }
     const uint32_t V = c->cfg.vocab_size;
     for (size_t i = 0; i < n_tokens; i++)
         if (tokens[i] >= V)
-            return fail(err, SFX_ERR_ARG, "token %u at %zu is not below vocab_size %u", tokens[i],
+            return fail(err, OLIF_ERR_ARG, "token %u at %zu is not below vocab_size %u", tokens[i],
                         i, V);
     uint64_t need = c->n + n_tokens + n_docs;
     if (need > SFX_MAX_TEXT || need < c->n)
-        return fail(err, SFX_ERR_LIMIT, "corpus of more than %u tokens and documents",
+        return fail(err, OLIF_ERR_LIMIT, "corpus of more than %u tokens and documents",
                     SFX_MAX_TEXT);
     if (need > c->cap) {
         uint64_t cap = c->cap ? c->cap : 1 << 16;
         while (cap < need) cap *= 2;
         if (cap > SFX_MAX_TEXT) cap = SFX_MAX_TEXT;
         uint32_t *t = realloc(c->text, (size_t)cap * sizeof *t);
-        if (!t) return fail(err, SFX_ERR_NOMEM, "cannot grow corpus to %llu tokens",
+        if (!t) return fail(err, OLIF_ERR_NOMEM, "cannot grow corpus to %llu tokens",
                             (unsigned long long)cap);
         c->text = t;
         c->cap = cap;
@@ -350,7 +259,7 @@ sfx_status sfx_corpus_add_documents(sfx_corpus *c, const uint32_t *tokens, size_
         c->n_tokens += e - s;
         c->n_docs++;
     }
-    return SFX_OK;
+    return OLIF_OK;
 }
 
 uint64_t sfx_corpus_tokens(const sfx_corpus *c) { return c ? c->n_tokens : 0; }
@@ -484,7 +393,7 @@ static sfx_status corpus_suffix_array(const sfx_corpus *c, uint32_t **out, sfx_e
     if (!s || !SA) {
         free(s);
         free(SA);
-        return fail(err, SFX_ERR_NOMEM, "cannot allocate %d-entry suffix array", N);
+        return fail(err, OLIF_ERR_NOMEM, "cannot allocate %d-entry suffix array", N);
     }
     for (uint64_t i = 0; i < c->n; i++) s[i] = (int32_t)c->text[i] + 1;
     s[N - 1] = 0;
@@ -492,7 +401,7 @@ static sfx_status corpus_suffix_array(const sfx_corpus *c, uint32_t **out, sfx_e
     free(s);
     if (r != 0) {
         free(SA);
-        return fail(err, SFX_ERR_NOMEM, "out of memory while sorting suffixes");
+        return fail(err, OLIF_ERR_NOMEM, "out of memory while sorting suffixes");
     }
     /* SA[0] is the sentinel; keep suffixes that start at a corpus token */
     uint32_t *sa = (uint32_t *)SA;
@@ -502,11 +411,11 @@ static sfx_status corpus_suffix_array(const sfx_corpus *c, uint32_t **out, sfx_e
         if (c->text[SA[i]] != V) sa[k++] = (uint32_t)SA[i];
     if (k != c->n_tokens) {
         free(SA);
-        return fail(err, SFX_ERR_CORRUPT, "internal error: %llu suffixes for %llu tokens",
+        return fail(err, OLIF_ERR_CORRUPT, "internal error: %llu suffixes for %llu tokens",
                     (unsigned long long)k, (unsigned long long)c->n_tokens);
     }
     *out = sa;
-    return SFX_OK;
+    return OLIF_OK;
 }
 
 /* ---- the suffix index ----------------------------------------------------------- */
@@ -531,20 +440,20 @@ static sfx_status index_counts(const file_header *h, uint64_t *expected, uint32_
                                sfx_error *err) {
     const uint64_t n_text = h->count[0], n_sa = h->count[1], n_docs = h->count[2];
     if (h->param != 2 && h->param != 4)
-        return fail(err, SFX_ERR_CORRUPT, "%u bytes per text token, expected 2 or 4", h->param);
+        return fail(err, OLIF_ERR_CORRUPT, "%u bytes per text token, expected 2 or 4", h->param);
     if (h->param == 2 && h->vocab_size > 0xFFFFu)
-        return fail(err, SFX_ERR_CORRUPT, "vocab_size %u does not fit 2-byte tokens",
+        return fail(err, OLIF_ERR_CORRUPT, "vocab_size %u does not fit 2-byte tokens",
                     h->vocab_size);
     if (n_sa < 1 || n_docs < 1 || n_text > SFX_MAX_TEXT || n_docs > n_text ||
         n_text - n_docs != n_sa)
-        return fail(err, SFX_ERR_CORRUPT, "text %llu, suffixes %llu and documents %llu disagree",
+        return fail(err, OLIF_ERR_CORRUPT, "text %llu, suffixes %llu and documents %llu disagree",
                     (unsigned long long)n_text, (unsigned long long)n_sa,
                     (unsigned long long)n_docs);
     expected[SEC_TEXT] = n_text * h->param;
     expected[SEC_SA] = n_sa * 4;
     expected[SEC_BUCKET] = ((uint64_t)h->vocab_size + 1) * 4;
     *n_sec = INDEX_SECTIONS;
-    return SFX_OK;
+    return OLIF_OK;
 }
 
 static inline uint32_t text_at(const sfx_index *x, uint64_t i) {
@@ -552,7 +461,7 @@ static inline uint32_t text_at(const sfx_index *x, uint64_t i) {
 }
 
 static sfx_status index_check(sfx_index *x, uint32_t flags, sfx_error *err) {
-    sfx_status st = parse_header(&x->im, MAGIC_INDEX, "suffix index", index_counts, flags, err);
+    sfx_status st = parse_header(&x->im, index_counts, flags, err);
     if (st) return st;
     const file_header *h = &x->im.h;
     const uint8_t *p = x->im.data;
@@ -568,23 +477,23 @@ static sfx_status index_check(sfx_index *x, uint32_t flags, sfx_error *err) {
     for (uint64_t i = 0; i < x->n_text; i++) {
         uint32_t t = text_at(x, i);
         if (t > x->V)
-            return fail(err, SFX_ERR_CORRUPT, "text id %u at %llu is beyond the separator %u", t,
+            return fail(err, OLIF_ERR_CORRUPT, "text id %u at %llu is beyond the separator %u", t,
                         (unsigned long long)i, x->V);
         seps += t == x->V;
     }
     if (seps != h->count[2] || text_at(x, x->n_text - 1) != x->V)
-        return fail(err, SFX_ERR_CORRUPT, "text has %llu separators for %llu documents",
+        return fail(err, OLIF_ERR_CORRUPT, "text has %llu separators for %llu documents",
                     (unsigned long long)seps, (unsigned long long)h->count[2]);
     for (uint64_t i = 0; i < x->n_sa; i++)
         if (x->sa[i] >= x->n_text)
-            return fail(err, SFX_ERR_CORRUPT, "suffix %llu starts at %u, beyond the text",
+            return fail(err, OLIF_ERR_CORRUPT, "suffix %llu starts at %u, beyond the text",
                         (unsigned long long)i, x->sa[i]);
     if (x->bucket[0] != 0 || x->bucket[x->V] != x->n_sa)
-        return fail(err, SFX_ERR_CORRUPT, "bucket index of first or last id is wrong");
+        return fail(err, OLIF_ERR_CORRUPT, "bucket index of first or last id is wrong");
     for (uint32_t v = 0; v < x->V; v++)
         if (x->bucket[v + 1] < x->bucket[v])
-            return fail(err, SFX_ERR_CORRUPT, "bucket index of id %u is out of order", v);
-    return SFX_OK;
+            return fail(err, OLIF_ERR_CORRUPT, "bucket index of id %u is out of order", v);
+    return OLIF_OK;
 }
 
 /* The checks, then the document start table (allocated last: a failed check leaves nothing
@@ -596,7 +505,7 @@ static sfx_status index_parse(void *obj, uint32_t flags, sfx_error *err) {
     x->n_docs = x->im.h.count[2];
     x->doc_start = malloc((size_t)x->n_docs * sizeof *x->doc_start);
     if (!x->doc_start)
-        return fail(err, SFX_ERR_NOMEM, "cannot allocate %llu document starts",
+        return fail(err, OLIF_ERR_NOMEM, "cannot allocate %llu document starts",
                     (unsigned long long)x->n_docs);
     uint64_t d = 0, start = 0;
     for (uint64_t i = 0; i < x->n_text; i++)
@@ -604,28 +513,41 @@ static sfx_status index_parse(void *obj, uint32_t flags, sfx_error *err) {
             x->doc_start[d++] = (uint32_t)start;
             start = i + 1;
         }
-    return SFX_OK;
+    return OLIF_OK;
 }
+
+/* The file layer's parser of an index (olif_frame.h). */
+static sfx_status index_load(uint8_t *data, size_t size, uint32_t version, uint32_t flags,
+                             void *out, sfx_error *err) {
+    (void)version;
+    void *obj = NULL;
+    sfx_status st = open_object(sizeof(sfx_index), index_parse, data, size, flags, &obj, err);
+    *(sfx_index **)out = obj;
+    return st;
+}
+
+static const olif_kind INDEX_FILE = {"OLIFSFX", "suffix index", "a retrieval file (.sfx, .ngc)",
+                                     SFX_FORMAT_VERSION, SFX_FORMAT_VERSION, index_load};
 
 sfx_status sfx_index_build(const sfx_corpus *c, sfx_index **out, sfx_progress_fn progress,
                            void *user, sfx_error *err) {
     clear_error(err);
-    if (!c || !out) return fail(err, SFX_ERR_ARG, "NULL corpus or out");
+    if (!c || !out) return fail(err, OLIF_ERR_ARG, "NULL corpus or out");
     *out = NULL;
-    if (c->n_tokens == 0) return fail(err, SFX_ERR_EMPTY, "the corpus holds no tokens");
+    if (c->n_tokens == 0) return fail(err, OLIF_ERR_EMPTY, "the corpus holds no tokens");
     if (cancelled(progress, user, "suffix array", 0, c->n))
-        return fail(err, SFX_ERR_CANCELLED, "build cancelled");
+        return fail(err, OLIF_ERR_CANCELLED, "build cancelled");
     uint32_t *sa = NULL;
     sfx_status st = corpus_suffix_array(c, &sa, err);
     if (st) return st;
     if (cancelled(progress, user, "suffix array", c->n, c->n)) {
         free(sa);
-        return fail(err, SFX_ERR_CANCELLED, "build cancelled");
+        return fail(err, OLIF_ERR_CANCELLED, "build cancelled");
     }
     const uint32_t V = c->cfg.vocab_size;
     const uint32_t tb = V <= 0xFFFFu ? 2 : 4;
     file_header h;
-    header_init(&h, MAGIC_INDEX, &c->cfg, tb);
+    header_init(&h, INDEX_FILE.magic, &c->cfg, tb);
     h.count[0] = c->n;
     h.count[1] = c->n_tokens;
     h.count[2] = c->n_docs;
@@ -634,7 +556,7 @@ sfx_status sfx_index_build(const sfx_corpus *c, sfx_index **out, sfx_progress_fn
     uint8_t *img = calloc((size_t)total, 1);
     if (!img) {
         free(sa);
-        return fail(err, SFX_ERR_NOMEM, "cannot allocate a %llu-byte index",
+        return fail(err, OLIF_ERR_NOMEM, "cannot allocate a %llu-byte index",
                     (unsigned long long)total);
     }
     uint8_t *text = img + h.sec_offset[SEC_TEXT];
@@ -656,40 +578,25 @@ sfx_status sfx_index_build(const sfx_corpus *c, sfx_index **out, sfx_progress_fn
     seal(img, &h);
     if (cancelled(progress, user, "writing", 1, 1)) {
         free(img);
-        return fail(err, SFX_ERR_CANCELLED, "build cancelled");
+        return fail(err, OLIF_ERR_CANCELLED, "build cancelled");
     }
-    void *obj = NULL;
-    sfx_status st_ = open_object(sizeof(sfx_index), index_parse, NULL,
-                                 NULL, (size_t)total, img, 0, &obj, err);
-    *out = obj;
-    return st_;
+    return olif_load_image(&INDEX_FILE, img, (size_t)total, out, err);
 }
 
 sfx_status sfx_index_save(const sfx_index *x, const char *path, sfx_error *err) {
-    clear_error(err);
-    if (!x) return fail(err, SFX_ERR_ARG, "NULL index");
-    return write_image(x->im.data, x->im.size, path, err);
+    if (!x) return fail(err, OLIF_ERR_ARG, "NULL index");
+    return olif_write_file(path, x->im.data, x->im.size, err);
 }
 
 sfx_status sfx_index_load_buffer(const void *data, size_t size, uint32_t flags, sfx_index **out,
                                  sfx_error *err) {
-    clear_error(err);
-    if (!out) return fail(err, SFX_ERR_ARG, "NULL out");
-    void *obj = NULL;
-    sfx_status st_ = open_object(sizeof(sfx_index), index_parse, NULL,
-                                 data, size, NULL, flags, &obj, err);
-    *out = obj;
-    return st_;
+    if (out) *out = NULL;
+    return olif_load_buffer(&INDEX_FILE, data, size, flags, out, err);
 }
 
 sfx_status sfx_index_load(const char *path, uint32_t flags, sfx_index **out, sfx_error *err) {
-    clear_error(err);
-    if (!path || !out) return fail(err, SFX_ERR_ARG, "NULL path or out");
-    void *obj = NULL;
-    sfx_status st_ = open_object(sizeof(sfx_index), index_parse, path,
-                                 NULL, 0, NULL, flags, &obj, err);
-    *out = obj;
-    return st_;
+    if (out) *out = NULL;
+    return olif_load(&INDEX_FILE, path, flags, out, err);
 }
 
 void sfx_index_free(sfx_index *x) {
@@ -730,24 +637,24 @@ static int suffix_order(const sfx_index *x, uint64_t a, uint64_t b) {
 
 sfx_status sfx_index_verify(const sfx_index *x, sfx_error *err) {
     clear_error(err);
-    if (!x) return fail(err, SFX_ERR_ARG, "NULL index");
+    if (!x) return fail(err, OLIF_ERR_ARG, "NULL index");
     uint8_t *seen = calloc((size_t)(x->n_text / 8 + 1), 1);
-    if (!seen) return fail(err, SFX_ERR_NOMEM, "cannot allocate %llu bits",
+    if (!seen) return fail(err, OLIF_ERR_NOMEM, "cannot allocate %llu bits",
                            (unsigned long long)x->n_text);
-    sfx_status st = SFX_OK;
+    sfx_status st = OLIF_OK;
     for (uint64_t i = 0; i < x->n_sa && !st; i++) {
         uint32_t p = x->sa[i];
         uint32_t t = text_at(x, p);
         if (t == x->V)
-            st = fail(err, SFX_ERR_CORRUPT, "suffix %llu starts at a separator",
+            st = fail(err, OLIF_ERR_CORRUPT, "suffix %llu starts at a separator",
                       (unsigned long long)i);
         else if (TGET(seen, p))
-            st = fail(err, SFX_ERR_CORRUPT, "position %u is indexed twice", p);
+            st = fail(err, OLIF_ERR_CORRUPT, "position %u is indexed twice", p);
         else if (i < x->bucket[t] || i >= x->bucket[t + 1])
-            st = fail(err, SFX_ERR_CORRUPT, "suffix %llu is outside the bucket of id %u",
+            st = fail(err, OLIF_ERR_CORRUPT, "suffix %llu is outside the bucket of id %u",
                       (unsigned long long)i, t);
         else if (i > 0 && suffix_order(x, x->sa[i - 1], p) >= 0)
-            st = fail(err, SFX_ERR_CORRUPT, "suffixes %llu and %llu are out of order",
+            st = fail(err, OLIF_ERR_CORRUPT, "suffixes %llu and %llu are out of order",
                       (unsigned long long)(i - 1), (unsigned long long)i);
         else
             TSET(seen, p, 1);
@@ -990,8 +897,8 @@ static uint64_t search(const sfx_index *x, const uint32_t *p, size_t d, size_t m
 sfx_status sfx_index_matching_stats(const sfx_index *x, const uint32_t *out, size_t n,
                                     uint32_t max_length, sfx_stat *stats, sfx_error *err) {
     clear_error(err);
-    if (!x) return fail(err, SFX_ERR_ARG, "NULL index");
-    if (n && (!out || !stats)) return fail(err, SFX_ERR_ARG, "NULL out or stats for %zu ids", n);
+    if (!x) return fail(err, OLIF_ERR_ARG, "NULL index");
+    if (n && (!out || !stats)) return fail(err, OLIF_ERR_ARG, "NULL out or stats for %zu ids", n);
     uint64_t lo = 0, hi = 0;
     size_t L = 0;                   /* out[i..i+L) occurs, in suffixes [lo, hi) */
     for (size_t i = 0; i < n; i++) {
@@ -1029,7 +936,7 @@ sfx_status sfx_index_matching_stats(const sfx_index *x, const uint32_t *out, siz
         stats[i].hi = hi;
         stats[i].position = L ? x->sa[lo] : 0;
     }
-    return SFX_OK;
+    return OLIF_OK;
 }
 
 static void place_of(const sfx_index *x, uint64_t pos, sfx_place *out) {
@@ -1048,26 +955,26 @@ sfx_status sfx_index_places(const sfx_index *x, uint64_t lo, uint64_t hi, size_t
                             sfx_place *places, size_t *n_places, sfx_error *err) {
     clear_error(err);
     if (n_places) *n_places = 0;
-    if (!x || !n_places) return fail(err, SFX_ERR_ARG, "NULL index or n_places");
+    if (!x || !n_places) return fail(err, OLIF_ERR_ARG, "NULL index or n_places");
     if (lo > hi || hi > x->n_sa)
-        return fail(err, SFX_ERR_ARG, "interval [%llu, %llu) is not within the %llu suffixes",
+        return fail(err, OLIF_ERR_ARG, "interval [%llu, %llu) is not within the %llu suffixes",
                     (unsigned long long)lo, (unsigned long long)hi, (unsigned long long)x->n_sa);
     size_t k = hi - lo < max ? (size_t)(hi - lo) : max;
-    if (k && !places) return fail(err, SFX_ERR_ARG, "NULL places for %zu entries", k);
+    if (k && !places) return fail(err, OLIF_ERR_ARG, "NULL places for %zu entries", k);
     for (size_t j = 0; j < k; j++) place_of(x, x->sa[lo + j], &places[j]);
     *n_places = k;
-    return SFX_OK;
+    return OLIF_OK;
 }
 
 sfx_status sfx_index_locate(const sfx_index *x, uint64_t position, sfx_place *place,
                             sfx_error *err) {
     clear_error(err);
-    if (!x || !place) return fail(err, SFX_ERR_ARG, "NULL index or place");
+    if (!x || !place) return fail(err, OLIF_ERR_ARG, "NULL index or place");
     if (position >= x->n_text || text_at(x, position) == x->V)
-        return fail(err, SFX_ERR_ARG, "text position %llu is %s", (unsigned long long)position,
+        return fail(err, OLIF_ERR_ARG, "text position %llu is %s", (unsigned long long)position,
                     position >= x->n_text ? "beyond the text" : "a separator");
     place_of(x, position, place);
-    return SFX_OK;
+    return OLIF_OK;
 }
 
 /* ---- the static n-gram cache --------------------------------------------------------- */
@@ -1088,11 +995,11 @@ static sfx_status ngram_counts(const file_header *h, uint64_t *expected, uint32_
                                sfx_error *err) {
     const uint64_t n_ctx = h->count[0], n_pairs = h->count[1], n_inst = h->count[2];
     if (h->param < 1 || h->param > SFX_MAX_ORDER)
-        return fail(err, SFX_ERR_CORRUPT, "n-gram order %u out of range 1..%u", h->param,
+        return fail(err, OLIF_ERR_CORRUPT, "n-gram order %u out of range 1..%u", h->param,
                     SFX_MAX_ORDER);
     if (n_ctx < 1 || n_pairs < n_ctx || n_pairs >= UINT32_MAX || n_inst < n_pairs ||
         n_inst > SFX_MAX_TEXT)
-        return fail(err, SFX_ERR_CORRUPT, "contexts %llu, pairs %llu and instances %llu disagree",
+        return fail(err, OLIF_ERR_CORRUPT, "contexts %llu, pairs %llu and instances %llu disagree",
                     (unsigned long long)n_ctx, (unsigned long long)n_pairs,
                     (unsigned long long)n_inst);
     expected[SEC_KEYS] = n_ctx * h->param * 4;
@@ -1100,7 +1007,7 @@ static sfx_status ngram_counts(const file_header *h, uint64_t *expected, uint32_
     expected[SEC_SUMMARY] = n_ctx * 12;
     expected[SEC_PAIRS] = n_pairs * 8;
     *n_sec = NGRAM_SECTIONS;
-    return SFX_OK;
+    return OLIF_OK;
 }
 
 static int key_cmp(const uint32_t *a, const uint32_t *b, uint32_t order) {
@@ -1111,7 +1018,7 @@ static int key_cmp(const uint32_t *a, const uint32_t *b, uint32_t order) {
 
 static sfx_status ngram_parse(void *obj, uint32_t flags, sfx_error *err) {
     sfx_ngram *g = obj;
-    sfx_status st = parse_header(&g->im, MAGIC_NGRAM, "n-gram cache", ngram_counts, flags, err);
+    sfx_status st = parse_header(&g->im, ngram_counts, flags, err);
     if (st) return st;
     const file_header *h = &g->im.h;
     const uint8_t *p = g->im.data;
@@ -1125,27 +1032,27 @@ static sfx_status ngram_parse(void *obj, uint32_t flags, sfx_error *err) {
     g->pairs = (const uint32_t *)(p + h->sec_offset[SEC_PAIRS]);
     const uint32_t O = g->order;
     if (g->offsets[0] != 0 || g->offsets[g->n_ctx] != g->n_pairs)
-        return fail(err, SFX_ERR_CORRUPT, "pair index of first or last context is wrong");
+        return fail(err, OLIF_ERR_CORRUPT, "pair index of first or last context is wrong");
     uint64_t instances = 0;
     for (uint64_t i = 0; i < g->n_ctx; i++) {
         const uint32_t *key = g->keys + i * O;
         for (uint32_t j = 0; j < O; j++)
             if (key[j] >= g->V)
-                return fail(err, SFX_ERR_CORRUPT, "context %llu holds id %u, beyond the vocabulary",
+                return fail(err, OLIF_ERR_CORRUPT, "context %llu holds id %u, beyond the vocabulary",
                             (unsigned long long)i, key[j]);
         if (i > 0 && key_cmp(key - O, key, O) >= 0)
-            return fail(err, SFX_ERR_CORRUPT, "contexts %llu and %llu are not in ascending order",
+            return fail(err, OLIF_ERR_CORRUPT, "contexts %llu and %llu are not in ascending order",
                         (unsigned long long)(i - 1), (unsigned long long)i);
         uint32_t a = g->offsets[i], b = g->offsets[i + 1];
         if (b <= a || b > g->n_pairs)
-            return fail(err, SFX_ERR_CORRUPT, "pair index of context %llu is out of order",
+            return fail(err, OLIF_ERR_CORRUPT, "pair index of context %llu is out of order",
                         (unsigned long long)i);
         uint64_t total = 0, best = 0;
         uint32_t winner = 0;
         for (uint32_t q = a; q < b; q++) {
             uint32_t t = g->pairs[2 * (uint64_t)q], c = g->pairs[2 * (uint64_t)q + 1];
             if (t >= g->V || c == 0 || (q > a && t <= g->pairs[2 * (uint64_t)q - 2]))
-                return fail(err, SFX_ERR_CORRUPT, "pair %u of context %llu is invalid or unsorted",
+                return fail(err, OLIF_ERR_CORRUPT, "pair %u of context %llu is invalid or unsorted",
                             q, (unsigned long long)i);
             total += c;
             if (c > best) {
@@ -1155,15 +1062,28 @@ static sfx_status ngram_parse(void *obj, uint32_t flags, sfx_error *err) {
         }
         const uint32_t *s = g->summary + 3 * i;
         if (s[0] != winner || s[1] != best || s[2] != total)
-            return fail(err, SFX_ERR_CORRUPT, "summary of context %llu disagrees with its counts",
+            return fail(err, OLIF_ERR_CORRUPT, "summary of context %llu disagrees with its counts",
                         (unsigned long long)i);
         instances += total;
     }
     if (instances != h->count[2])
-        return fail(err, SFX_ERR_CORRUPT, "counts sum to %llu, header says %llu instances",
+        return fail(err, OLIF_ERR_CORRUPT, "counts sum to %llu, header says %llu instances",
                     (unsigned long long)instances, (unsigned long long)h->count[2]);
-    return SFX_OK;
+    return OLIF_OK;
 }
+
+/* The file layer's parser of an n-gram cache (olif_frame.h). */
+static sfx_status ngram_load(uint8_t *data, size_t size, uint32_t version, uint32_t flags,
+                             void *out, sfx_error *err) {
+    (void)version;
+    void *obj = NULL;
+    sfx_status st = open_object(sizeof(sfx_ngram), ngram_parse, data, size, flags, &obj, err);
+    *(sfx_ngram **)out = obj;
+    return st;
+}
+
+static const olif_kind NGRAM_FILE = {"OLIFNGC", "n-gram cache", "a retrieval file (.sfx, .ngc)",
+                                     SFX_FORMAT_VERSION, SFX_FORMAT_VERSION, ngram_load};
 
 /* growable u32 vector */
 typedef struct {
@@ -1186,13 +1106,13 @@ static int vec_push(vec32 *a, uint32_t x) {
 sfx_status sfx_ngram_build(const sfx_corpus *c, uint32_t order, sfx_ngram **out,
                            sfx_progress_fn progress, void *user, sfx_error *err) {
     clear_error(err);
-    if (!c || !out) return fail(err, SFX_ERR_ARG, "NULL corpus or out");
+    if (!c || !out) return fail(err, OLIF_ERR_ARG, "NULL corpus or out");
     *out = NULL;
     if (order < 1 || order > SFX_MAX_ORDER)
-        return fail(err, SFX_ERR_ARG, "n-gram order %u out of range 1..%u", order, SFX_MAX_ORDER);
-    if (c->n_tokens == 0) return fail(err, SFX_ERR_EMPTY, "the corpus holds no tokens");
+        return fail(err, OLIF_ERR_ARG, "n-gram order %u out of range 1..%u", order, SFX_MAX_ORDER);
+    if (c->n_tokens == 0) return fail(err, OLIF_ERR_EMPTY, "the corpus holds no tokens");
     if (cancelled(progress, user, "suffix array", 0, c->n))
-        return fail(err, SFX_ERR_CANCELLED, "build cancelled");
+        return fail(err, OLIF_ERR_CANCELLED, "build cancelled");
     uint32_t *sa = NULL;
     sfx_status st = corpus_suffix_array(c, &sa, err);
     if (st) return st;
@@ -1213,7 +1133,7 @@ sfx_status sfx_ngram_build(const sfx_corpus *c, uint32_t order, sfx_ngram **out,
             free(offsets.v);
             free(summary.v);
             free(pairs.v);
-            return fail(err, SFX_ERR_CANCELLED, "build cancelled");
+            return fail(err, OLIF_ERR_CANCELLED, "build cancelled");
         }
         /* suffixes that share their first `order` ids are adjacent, sorted by the next id;
            those with a document end among the first order + 1 ids count for nothing */
@@ -1259,13 +1179,13 @@ sfx_status sfx_ngram_build(const sfx_corpus *c, uint32_t order, sfx_ngram **out,
         free(offsets.v);
         free(summary.v);
         free(pairs.v);
-        return fail(err, SFX_ERR_EMPTY, "no document is longer than the order %u", order);
+        return fail(err, OLIF_ERR_EMPTY, "no document is longer than the order %u", order);
     }
     uint8_t *img = NULL;
     uint64_t size = 0;
     file_header h;
     if (!nomem) {
-        header_init(&h, MAGIC_NGRAM, &c->cfg, order);
+        header_init(&h, NGRAM_FILE.magic, &c->cfg, order);
         h.count[0] = n_ctx;
         h.count[1] = n_pairs;
         h.count[2] = instances;
@@ -1290,40 +1210,25 @@ sfx_status sfx_ngram_build(const sfx_corpus *c, uint32_t order, sfx_ngram **out,
     free(pairs.v);
     if (nomem) {
         free(img);
-        return fail(err, SFX_ERR_NOMEM, "out of memory while counting n-grams");
+        return fail(err, OLIF_ERR_NOMEM, "out of memory while counting n-grams");
     }
-    void *obj = NULL;
-    sfx_status st_ = open_object(sizeof(sfx_ngram), ngram_parse, NULL,
-                                 NULL, (size_t)size, img, 0, &obj, err);
-    *out = obj;
-    return st_;
+    return olif_load_image(&NGRAM_FILE, img, (size_t)size, out, err);
 }
 
 sfx_status sfx_ngram_save(const sfx_ngram *g, const char *path, sfx_error *err) {
-    clear_error(err);
-    if (!g) return fail(err, SFX_ERR_ARG, "NULL n-gram cache");
-    return write_image(g->im.data, g->im.size, path, err);
+    if (!g) return fail(err, OLIF_ERR_ARG, "NULL n-gram cache");
+    return olif_write_file(path, g->im.data, g->im.size, err);
 }
 
 sfx_status sfx_ngram_load_buffer(const void *data, size_t size, uint32_t flags, sfx_ngram **out,
                                  sfx_error *err) {
-    clear_error(err);
-    if (!out) return fail(err, SFX_ERR_ARG, "NULL out");
-    void *obj = NULL;
-    sfx_status st_ = open_object(sizeof(sfx_ngram), ngram_parse, NULL,
-                                 data, size, NULL, flags, &obj, err);
-    *out = obj;
-    return st_;
+    if (out) *out = NULL;
+    return olif_load_buffer(&NGRAM_FILE, data, size, flags, out, err);
 }
 
 sfx_status sfx_ngram_load(const char *path, uint32_t flags, sfx_ngram **out, sfx_error *err) {
-    clear_error(err);
-    if (!path || !out) return fail(err, SFX_ERR_ARG, "NULL path or out");
-    void *obj = NULL;
-    sfx_status st_ = open_object(sizeof(sfx_ngram), ngram_parse, path,
-                                 NULL, 0, NULL, flags, &obj, err);
-    *out = obj;
-    return st_;
+    if (out) *out = NULL;
+    return olif_load(&NGRAM_FILE, path, flags, out, err);
 }
 
 void sfx_ngram_free(sfx_ngram *g) {

@@ -47,24 +47,11 @@ extern "C" {
 #define SFX_LOAD_SKIP_CHECKSUM 1u       /* structure is still fully validated;
                                            for fuzzing and trusted files */
 
-/* Status codes and errors are the file layer's (olif_file.h), under this library's names. */
+/* Status codes, errors and their descriptions are the file layer's, one set for both libraries
+ * (olif_file.h: OLIF_OK, OLIF_ERR_*, olif_status_string); sfx_status and sfx_error are its
+ * types under this library's names. */
 typedef olif_status sfx_status;
 typedef olif_error sfx_error;
-#define SFX_OK OLIF_OK
-#define SFX_ERR_ARG OLIF_ERR_ARG
-#define SFX_ERR_NOMEM OLIF_ERR_NOMEM
-#define SFX_ERR_IO OLIF_ERR_IO
-#define SFX_ERR_FOREIGN OLIF_ERR_FOREIGN
-#define SFX_ERR_VERSION OLIF_ERR_VERSION
-#define SFX_ERR_TRUNCATED OLIF_ERR_TRUNCATED
-#define SFX_ERR_CORRUPT OLIF_ERR_CORRUPT
-#define SFX_ERR_CHECKSUM OLIF_ERR_CHECKSUM
-#define SFX_ERR_EMPTY OLIF_ERR_EMPTY
-#define SFX_ERR_LIMIT OLIF_ERR_LIMIT
-#define SFX_ERR_CANCELLED OLIF_ERR_CANCELLED
-
-/* Static description of a status code (never NULL). */
-const char *sfx_status_string(int code);
 
 /* SFX_VERSION_STRING and SFX_VERSION_NUMBER of the library linked. */
 const char *sfx_version(void);
@@ -80,7 +67,7 @@ typedef struct {
 void sfx_config_init(sfx_config *cfg, uint32_t vocab_size);
 
 /* Progress during a build: phase name, units done, units total. Return
- * nonzero to cancel the build (it then fails with SFX_ERR_CANCELLED). */
+ * nonzero to cancel the build (it then fails with OLIF_ERR_CANCELLED). */
 typedef int (*sfx_progress_fn)(void *user, const char *phase,
                                uint64_t done, uint64_t total);
 
@@ -194,7 +181,7 @@ typedef struct {
  * max_length ids each (0 = no limit). Cost: n narrowings of an interval by
  * one id plus n interval searches of the previous match less its first id
  * (an accelerated binary search: about length + log(corpus) id reads each).
- * SFX_ERR_ARG for a NULL index, or a NULL out or stats with n > 0. */
+ * OLIF_ERR_ARG for a NULL index, or a NULL out or stats with n > 0. */
 sfx_status sfx_index_matching_stats(const sfx_index *x, const uint32_t *out, size_t n,
                                     uint32_t max_length, sfx_stat *stats, sfx_error *err);
 
@@ -208,13 +195,13 @@ typedef struct {
 /* The places of suffixes lo .. hi-1 (an interval from sfx_index_matching_stats,
  * or [lo, lo+1) for one suffix), in suffix-array order, at most max of them:
  * writes min(hi - lo, max) entries and stores that number in *n_places.
- * SFX_ERR_ARG unless lo <= hi <= the number of suffixes, or for NULL
+ * OLIF_ERR_ARG unless lo <= hi <= the number of suffixes, or for NULL
  * pointers where entries are due. */
 sfx_status sfx_index_places(const sfx_index *x, uint64_t lo, uint64_t hi, size_t max,
                             sfx_place *places, size_t *n_places, sfx_error *err);
 
 /* The place of a text position (the document holding it and the offset in
- * it). SFX_ERR_ARG unless position < n_text and not a separator. */
+ * it). OLIF_ERR_ARG unless position < n_text and not a separator. */
 sfx_status sfx_index_locate(const sfx_index *x, uint64_t position, sfx_place *place,
                             sfx_error *err);
 

@@ -78,11 +78,11 @@ static void check_status(T *t, int line, igt_status got, igt_status want,
     t->checks++;
     if (got != want) {
         check_failed(t, __FILE__, line, "status", "%s: got %d (%s), want %d (%s); message: %s",
-                     what, (int)got, igt_status_string((int)got), (int)want,
-                     igt_status_string((int)want), err ? err->message : "-");
+                     what, (int)got, olif_status_string((int)got), (int)want,
+                     olif_status_string((int)want), err ? err->message : "-");
         return;
     }
-    if (err && got != IGT_OK && (err->code != (int)got || err->message[0] == '\0'))
+    if (err && got != OLIF_OK && (err->code != (int)got || err->message[0] == '\0'))
         check_failed(t, __FILE__, line, "error record",
                      "%s: err.code %d, message '%s' (returned %d)", what, err->code,
                      err->message, (int)got);
@@ -92,11 +92,11 @@ static void check_status(T *t, int line, igt_status got, igt_status want,
 static void check_error(T *t, int line, igt_status got, const igt_error *err,
                         const char *what) {
     t->checks++;
-    if (got == IGT_OK) {
+    if (got == OLIF_OK) {
         check_failed(t, __FILE__, line, "status", "%s: succeeded, want an error", what);
         return;
     }
-    if (got > IGT_ERR_CANCELLED || err->code != (int)got || err->message[0] == '\0')
+    if (got > OLIF_ERR_CANCELLED || err->code != (int)got || err->message[0] == '\0')
         check_failed(t, __FILE__, line, "error record",
                      "%s: status %d, err.code %d, message '%s'", what, (int)got, err->code,
                      err->message);
@@ -173,14 +173,14 @@ static igt_model *build_from_rows(T *t, uint32_t F, uint32_t V, uint32_t top_k, 
     igt_model *m = NULL;
     igt_error err;
     igt_status st = igt_builder_new(&cfg, &b, &err);
-    CHECK_STATUS(t, st, IGT_OK, &err, "builder_new");
+    CHECK_STATUS(t, st, OLIF_OK, &err, "builder_new");
     if (st) return NULL;
     st = igt_builder_add_instances(b, rows, n, &err);
-    CHECK_STATUS(t, st, IGT_OK, &err, "add_instances");
+    CHECK_STATUS(t, st, OLIF_OK, &err, "add_instances");
     CHECK(t, igt_builder_count(b) == n, "count %llu, want %zu",
           (unsigned long long)igt_builder_count(b), n);
     st = igt_builder_build(b, &m, NULL, NULL, &err);
-    CHECK_STATUS(t, st, IGT_OK, &err, "build");
+    CHECK_STATUS(t, st, OLIF_OK, &err, "build");
     igt_builder_free(b);
     return m;
 }
@@ -234,7 +234,7 @@ static uint8_t *model_bytes_v(T *t, const igt_model *m, uint32_t version, size_t
     path_in(t, path, sizeof path, "image.olif");
     igt_error err;
     igt_status st = igt_save_version(m, path, version, &err);
-    CHECK_STATUS(t, st, IGT_OK, &err, "save");
+    CHECK_STATUS(t, st, OLIF_OK, &err, "save");
     uint8_t *data = read_file(path, size);
     CHECK(t, data != NULL, "cannot read back %s", path);
     remove(path);
@@ -435,12 +435,12 @@ static unsigned long exercise(const igt_model *m, rng_t *r, int nq) {
 /* ---- tests: API errors ---------------------------------------------------------- */
 
 static void test_status_strings(T *t) {
-    for (int c = IGT_OK; c <= IGT_ERR_CANCELLED; c++) {
-        const char *s = igt_status_string(c);
+    for (int c = OLIF_OK; c <= OLIF_ERR_CANCELLED; c++) {
+        const char *s = olif_status_string(c);
         CHECK(t, s && *s && strcmp(s, "unknown error") != 0, "status %d has no description", c);
     }
-    CHECK(t, strcmp(igt_status_string(99), "unknown error") == 0, "status 99");
-    CHECK(t, strcmp(igt_status_string(-1), "unknown error") == 0, "status -1");
+    CHECK(t, strcmp(olif_status_string(99), "unknown error") == 0, "status 99");
+    CHECK(t, strcmp(olif_status_string(-1), "unknown error") == 0, "status -1");
 }
 
 static void test_config_errors(T *t) {
@@ -458,7 +458,7 @@ static void test_config_errors(T *t) {
         cfg.window = bad_windows[i];
         b = (igt_builder *)(uintptr_t)1;
         igt_status st = igt_builder_new(&cfg, &b, &err);
-        CHECK_STATUS(t, st, IGT_ERR_ARG, &err, "window out of range");
+        CHECK_STATUS(t, st, OLIF_ERR_ARG, &err, "window out of range");
         CHECK(t, b == NULL, "out must be NULL after a failure (window %u)", bad_windows[i]);
         CHECK(t, strstr(err.message, "window") != NULL, "message should name the window: %s",
               err.message);
@@ -468,30 +468,30 @@ static void test_config_errors(T *t) {
         igt_config_init(&cfg, 10);
         cfg.window = good_windows[i];
         igt_status st = igt_builder_new(&cfg, &b, &err);
-        CHECK_STATUS(t, st, IGT_OK, &err, "valid window");
+        CHECK_STATUS(t, st, OLIF_OK, &err, "valid window");
         igt_builder_free(b);
     }
     igt_config_init(&cfg, 0);
-    CHECK_STATUS(t, igt_builder_new(&cfg, &b, &err), IGT_ERR_ARG, &err, "vocab_size 0");
+    CHECK_STATUS(t, igt_builder_new(&cfg, &b, &err), OLIF_ERR_ARG, &err, "vocab_size 0");
     igt_config_init(&cfg, IGT_MAX_VOCAB);
-    CHECK_STATUS(t, igt_builder_new(&cfg, &b, &err), IGT_ERR_ARG, &err, "vocab_size too big");
+    CHECK_STATUS(t, igt_builder_new(&cfg, &b, &err), OLIF_ERR_ARG, &err, "vocab_size too big");
     igt_config_init(&cfg, 10);
     cfg.order = 3;
-    CHECK_STATUS(t, igt_builder_new(&cfg, &b, &err), IGT_ERR_ARG, &err, "unknown order");
+    CHECK_STATUS(t, igt_builder_new(&cfg, &b, &err), OLIF_ERR_ARG, &err, "unknown order");
     igt_config_init(&cfg, 10);
     cfg.order = IGT_ORDER_EXPLICIT;
     cfg.permutation[0] = 1;     /* 1,1,2,3 */
-    CHECK_STATUS(t, igt_builder_new(&cfg, &b, &err), IGT_ERR_ARG, &err, "duplicate in permutation");
+    CHECK_STATUS(t, igt_builder_new(&cfg, &b, &err), OLIF_ERR_ARG, &err, "duplicate in permutation");
     cfg.permutation[0] = 4;     /* 4,1,2,3 with window 4 */
-    CHECK_STATUS(t, igt_builder_new(&cfg, &b, &err), IGT_ERR_ARG, &err, "permutation entry >= window");
+    CHECK_STATUS(t, igt_builder_new(&cfg, &b, &err), OLIF_ERR_ARG, &err, "permutation entry >= window");
     igt_config_init(&cfg, 10);
     memset(cfg.tokenizer_name, 'x', sizeof cfg.tokenizer_name);
-    CHECK_STATUS(t, igt_builder_new(&cfg, &b, &err), IGT_ERR_ARG, &err, "unterminated tokenizer name");
-    CHECK_STATUS(t, igt_builder_new(NULL, &b, &err), IGT_ERR_ARG, &err, "NULL config");
+    CHECK_STATUS(t, igt_builder_new(&cfg, &b, &err), OLIF_ERR_ARG, &err, "unterminated tokenizer name");
+    CHECK_STATUS(t, igt_builder_new(NULL, &b, &err), OLIF_ERR_ARG, &err, "NULL config");
     igt_config_init(&cfg, 10);
-    CHECK_STATUS(t, igt_builder_new(&cfg, NULL, &err), IGT_ERR_ARG, &err, "NULL out");
+    CHECK_STATUS(t, igt_builder_new(&cfg, NULL, &err), OLIF_ERR_ARG, &err, "NULL out");
     cfg.window = 0;
-    CHECK_STATUS(t, igt_builder_new(&cfg, &b, NULL), IGT_ERR_ARG, NULL, "NULL err is allowed");
+    CHECK_STATUS(t, igt_builder_new(&cfg, &b, NULL), OLIF_ERR_ARG, NULL, "NULL err is allowed");
 }
 
 static int cancel_at_sorting(void *user, const char *phase, uint64_t done, uint64_t total) {
@@ -516,76 +516,76 @@ static void test_builder_errors(T *t) {
     igt_builder *b = NULL;
     igt_model *m = NULL;
     igt_error err;
-    CHECK_STATUS(t, igt_builder_new(&cfg, &b, &err), IGT_OK, &err, "builder_new");
+    CHECK_STATUS(t, igt_builder_new(&cfg, &b, &err), OLIF_OK, &err, "builder_new");
 
     /* empty */
     m = (igt_model *)(uintptr_t)1;
-    CHECK_STATUS(t, igt_builder_build(b, &m, NULL, NULL, &err), IGT_ERR_EMPTY, &err, "empty builder");
+    CHECK_STATUS(t, igt_builder_build(b, &m, NULL, NULL, &err), OLIF_ERR_EMPTY, &err, "empty builder");
     CHECK(t, m == NULL, "out must be NULL after a failed build");
-    CHECK_STATUS(t, igt_builder_add_instances(b, NULL, 0, &err), IGT_OK, &err, "zero instances, NULL rows");
-    CHECK_STATUS(t, igt_builder_add_documents(b, NULL, 0, NULL, 0, &err), IGT_OK, &err, "zero documents");
-    CHECK_STATUS(t, igt_builder_add_document(b, NULL, 0, &err), IGT_OK, &err, "empty document");
+    CHECK_STATUS(t, igt_builder_add_instances(b, NULL, 0, &err), OLIF_OK, &err, "zero instances, NULL rows");
+    CHECK_STATUS(t, igt_builder_add_documents(b, NULL, 0, NULL, 0, &err), OLIF_OK, &err, "zero documents");
+    CHECK_STATUS(t, igt_builder_add_document(b, NULL, 0, &err), OLIF_OK, &err, "empty document");
     const uint64_t empty_starts[3] = {0, 0, 0};
-    CHECK_STATUS(t, igt_builder_add_documents(b, NULL, 0, empty_starts, 3, &err), IGT_OK, &err,
+    CHECK_STATUS(t, igt_builder_add_documents(b, NULL, 0, empty_starts, 3, &err), OLIF_OK, &err,
                  "three empty documents");
     CHECK(t, igt_builder_count(b) == 0, "nothing added yet");
-    CHECK_STATUS(t, igt_builder_build(b, &m, NULL, NULL, &err), IGT_ERR_EMPTY, &err,
+    CHECK_STATUS(t, igt_builder_build(b, &m, NULL, NULL, &err), OLIF_ERR_EMPTY, &err,
                  "still empty after empty additions");
 
     /* out-of-range ids are refused and nothing is appended */
     uint32_t row[4] = {1, 2, 3, 4};
     row[1] = V + 1;
-    CHECK_STATUS(t, igt_builder_add_instances(b, row, 1, &err), IGT_ERR_ARG, &err, "feature id > vocab");
+    CHECK_STATUS(t, igt_builder_add_instances(b, row, 1, &err), OLIF_ERR_ARG, &err, "feature id > vocab");
     row[1] = UINT32_MAX;
-    CHECK_STATUS(t, igt_builder_add_instances(b, row, 1, &err), IGT_ERR_ARG, &err, "feature id UINT32_MAX");
+    CHECK_STATUS(t, igt_builder_add_instances(b, row, 1, &err), OLIF_ERR_ARG, &err, "feature id UINT32_MAX");
     row[1] = 2;
     row[F] = V;
-    CHECK_STATUS(t, igt_builder_add_instances(b, row, 1, &err), IGT_ERR_ARG, &err, "class id == padding");
+    CHECK_STATUS(t, igt_builder_add_instances(b, row, 1, &err), OLIF_ERR_ARG, &err, "class id == padding");
     row[F] = UINT32_MAX;
-    CHECK_STATUS(t, igt_builder_add_instances(b, row, 1, &err), IGT_ERR_ARG, &err, "class id UINT32_MAX");
-    CHECK_STATUS(t, igt_builder_add_instances(b, NULL, 1, &err), IGT_ERR_ARG, &err, "NULL rows");
-    CHECK_STATUS(t, igt_builder_add_instances(NULL, row, 1, &err), IGT_ERR_ARG, &err, "NULL builder");
+    CHECK_STATUS(t, igt_builder_add_instances(b, row, 1, &err), OLIF_ERR_ARG, &err, "class id UINT32_MAX");
+    CHECK_STATUS(t, igt_builder_add_instances(b, NULL, 1, &err), OLIF_ERR_ARG, &err, "NULL rows");
+    CHECK_STATUS(t, igt_builder_add_instances(NULL, row, 1, &err), OLIF_ERR_ARG, &err, "NULL builder");
     uint32_t two[8] = {1, 2, 3, 4, 1, 2, 3, V};  /* second row bad: nothing of the call added */
-    CHECK_STATUS(t, igt_builder_add_instances(b, two, 2, &err), IGT_ERR_ARG, &err, "bad second row");
+    CHECK_STATUS(t, igt_builder_add_instances(b, two, 2, &err), OLIF_ERR_ARG, &err, "bad second row");
     CHECK(t, igt_builder_count(b) == 0, "failed additions must not append (count %llu)",
           (unsigned long long)igt_builder_count(b));
 
     uint32_t toks[6] = {1, 2, 3, 4, 5, 6};
     uint64_t starts[3] = {0, 2, 4};
     toks[3] = V;
-    CHECK_STATUS(t, igt_builder_add_documents(b, toks, 6, starts, 3, &err), IGT_ERR_ARG, &err,
+    CHECK_STATUS(t, igt_builder_add_documents(b, toks, 6, starts, 3, &err), OLIF_ERR_ARG, &err,
                  "document token == padding");
     toks[3] = 4;
     starts[0] = 1;
-    CHECK_STATUS(t, igt_builder_add_documents(b, toks, 6, starts, 3, &err), IGT_ERR_ARG, &err,
+    CHECK_STATUS(t, igt_builder_add_documents(b, toks, 6, starts, 3, &err), OLIF_ERR_ARG, &err,
                  "doc_starts[0] != 0");
     starts[0] = 0;
     starts[1] = 5;
-    CHECK_STATUS(t, igt_builder_add_documents(b, toks, 6, starts, 3, &err), IGT_ERR_ARG, &err,
+    CHECK_STATUS(t, igt_builder_add_documents(b, toks, 6, starts, 3, &err), OLIF_ERR_ARG, &err,
                  "doc_starts out of order");
     starts[1] = 2;
     starts[2] = 7;
-    CHECK_STATUS(t, igt_builder_add_documents(b, toks, 6, starts, 3, &err), IGT_ERR_ARG, &err,
+    CHECK_STATUS(t, igt_builder_add_documents(b, toks, 6, starts, 3, &err), OLIF_ERR_ARG, &err,
                  "doc_starts beyond the tokens");
     starts[2] = 4;
-    CHECK_STATUS(t, igt_builder_add_documents(b, toks, 6, starts, 0, &err), IGT_ERR_ARG, &err,
+    CHECK_STATUS(t, igt_builder_add_documents(b, toks, 6, starts, 0, &err), OLIF_ERR_ARG, &err,
                  "tokens without documents");
-    CHECK_STATUS(t, igt_builder_add_documents(b, toks, 6, NULL, 3, &err), IGT_ERR_ARG, &err,
+    CHECK_STATUS(t, igt_builder_add_documents(b, toks, 6, NULL, 3, &err), OLIF_ERR_ARG, &err,
                  "NULL doc_starts");
-    CHECK_STATUS(t, igt_builder_add_documents(b, NULL, 6, starts, 3, &err), IGT_ERR_ARG, &err,
+    CHECK_STATUS(t, igt_builder_add_documents(b, NULL, 6, starts, 3, &err), OLIF_ERR_ARG, &err,
                  "NULL tokens");
-    CHECK_STATUS(t, igt_builder_add_document(NULL, toks, 6, &err), IGT_ERR_ARG, &err,
+    CHECK_STATUS(t, igt_builder_add_document(NULL, toks, 6, &err), OLIF_ERR_ARG, &err,
                  "NULL builder (document)");
     CHECK(t, igt_builder_count(b) == 0, "failed additions must not append");
 
     /* padding as a feature is fine; then build, then everything else fails */
     uint32_t ok_rows[8] = {V, V, 1, 2, 1, 2, 3, 4};
-    CHECK_STATUS(t, igt_builder_add_instances(b, ok_rows, 2, &err), IGT_OK, &err, "padding feature");
-    CHECK_STATUS(t, igt_builder_add_documents(b, toks, 6, starts, 3, &err), IGT_OK, &err, "documents");
+    CHECK_STATUS(t, igt_builder_add_instances(b, ok_rows, 2, &err), OLIF_OK, &err, "padding feature");
+    CHECK_STATUS(t, igt_builder_add_documents(b, toks, 6, starts, 3, &err), OLIF_OK, &err, "documents");
     CHECK(t, igt_builder_count(b) == 8, "count %llu, want 8", (unsigned long long)igt_builder_count(b));
-    CHECK_STATUS(t, igt_builder_build(b, NULL, NULL, NULL, &err), IGT_ERR_ARG, &err, "NULL out");
+    CHECK_STATUS(t, igt_builder_build(b, NULL, NULL, NULL, &err), OLIF_ERR_ARG, &err, "NULL out");
     int calls = 0;
-    CHECK_STATUS(t, igt_builder_build(b, &m, count_progress, &calls, &err), IGT_OK, &err, "build");
+    CHECK_STATUS(t, igt_builder_build(b, &m, count_progress, &calls, &err), OLIF_OK, &err, "build");
     CHECK(t, calls > 0, "progress was never called");
     CHECK(t, m != NULL, "no model");
     igt_model *again = (igt_model *)(uintptr_t)1;
@@ -604,11 +604,11 @@ static void test_builder_errors(T *t) {
     (void)W;
 
     /* cancellation */
-    CHECK_STATUS(t, igt_builder_new(&cfg, &b, &err), IGT_OK, &err, "builder_new");
-    CHECK_STATUS(t, igt_builder_add_instances(b, ok_rows, 2, &err), IGT_OK, &err, "add");
+    CHECK_STATUS(t, igt_builder_new(&cfg, &b, &err), OLIF_OK, &err, "builder_new");
+    CHECK_STATUS(t, igt_builder_add_instances(b, ok_rows, 2, &err), OLIF_OK, &err, "add");
     calls = 0;
     m = (igt_model *)(uintptr_t)1;
-    CHECK_STATUS(t, igt_builder_build(b, &m, cancel_at_sorting, &calls, &err), IGT_ERR_CANCELLED,
+    CHECK_STATUS(t, igt_builder_build(b, &m, cancel_at_sorting, &calls, &err), OLIF_ERR_CANCELLED,
                  &err, "cancelled build");
     CHECK(t, m == NULL && calls > 0, "cancelled build leaves no model");
     CHECK_ERROR(t, igt_builder_build(b, &m, NULL, NULL, &err), &err, "build after a cancelled build");
@@ -907,8 +907,8 @@ static void test_documents(T *t) {
     igt_builder_new(&cfg, &b1, &err);
     igt_builder_new(&cfg, &b2, &err);
     igt_builder_new(&cfg, &b3, &err);
-    CHECK_STATUS(t, igt_builder_new(&cfg, &b4, &err), IGT_OK, &err, "builder_new");
-    CHECK_STATUS(t, igt_builder_add_documents(b1, tokens, n, starts, DOCS, &err), IGT_OK, &err,
+    CHECK_STATUS(t, igt_builder_new(&cfg, &b4, &err), OLIF_OK, &err, "builder_new");
+    CHECK_STATUS(t, igt_builder_add_documents(b1, tokens, n, starts, DOCS, &err), OLIF_OK, &err,
                  "add_documents");
     CHECK(t, igt_builder_count(b1) == n, "one instance per token: %llu of %zu",
           (unsigned long long)igt_builder_count(b1), n);
@@ -922,24 +922,24 @@ static void test_documents(T *t) {
             rows[at * (F + 1) + F] = tokens[i];
         }
     }
-    CHECK_STATUS(t, igt_builder_add_instances(b2, rows, n, &err), IGT_OK, &err, "add_instances");
+    CHECK_STATUS(t, igt_builder_add_instances(b2, rows, n, &err), OLIF_OK, &err, "add_instances");
     /* one document at a time */
     for (size_t d = 0; d < DOCS; d++) {
         size_t s = starts[d], e = d + 1 < DOCS ? starts[d + 1] : n;
-        CHECK_STATUS(t, igt_builder_add_document(b3, tokens + s, e - s, &err), IGT_OK, &err,
+        CHECK_STATUS(t, igt_builder_add_document(b3, tokens + s, e - s, &err), OLIF_OK, &err,
                      "add_document");
     }
     /* two calls split at a document boundary */
     uint64_t rest[DOCS];
     for (size_t d = 5; d < DOCS; d++) rest[d - 5] = starts[d] - starts[5];
-    CHECK_STATUS(t, igt_builder_add_documents(b4, tokens, starts[5], starts, 5, &err), IGT_OK,
+    CHECK_STATUS(t, igt_builder_add_documents(b4, tokens, starts[5], starts, 5, &err), OLIF_OK,
                  &err, "add_documents, first part");
     CHECK_STATUS(t, igt_builder_add_documents(b4, tokens + starts[5], n - starts[5], rest,
                                               DOCS - 5, &err),
-                 IGT_OK, &err, "add_documents, second part");
+                 OLIF_OK, &err, "add_documents, second part");
     igt_builder *bs[4] = {b1, b2, b3, b4};
     for (int i = 0; i < 4; i++) {
-        CHECK_STATUS(t, igt_builder_build(bs[i], &m[i], NULL, NULL, &err), IGT_OK, &err, "build");
+        CHECK_STATUS(t, igt_builder_build(bs[i], &m[i], NULL, NULL, &err), OLIF_OK, &err, "build");
         igt_builder_free(bs[i]);
     }
     if (!m[0] || !m[1] || !m[2] || !m[3]) goto out;
@@ -1029,7 +1029,7 @@ static void test_orders_and_windows(T *t) {
             uint8_t *img = model_bytes(t, m, &size);
             igt_model *back = NULL;
             igt_error err;
-            CHECK_STATUS(t, igt_load_buffer(img, size, 0, &back, &err), IGT_OK, &err, "reload");
+            CHECK_STATUS(t, igt_load_buffer(img, size, 0, &back, &err), OLIF_OK, &err, "reload");
             if (back)
                 CHECK(t, compare_models(m, back, 53, 300, wrows, 700) == 0,
                       "window %u: reloaded model answers differently", windows[i]);
@@ -1115,7 +1115,7 @@ static void test_save_load_roundtrip(T *t) {
     path_in(t, again, sizeof again, "roundtrip2.olif");
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     igt_error err;
-    CHECK_STATUS(t, igt_save(m, path, &err), IGT_OK, &err, "save");
+    CHECK_STATUS(t, igt_save(m, path, &err), OLIF_OK, &err, "save");
     struct stat st;
     CHECK(t, stat(tmp, &st) != 0, "%s left behind", tmp);
     CHECK(t, stat(path, &st) == 0 && (st.st_mode & 0777) == 0600, "saved with mode %o, want 0600",
@@ -1128,9 +1128,9 @@ static void test_save_load_roundtrip(T *t) {
           (unsigned long long)info.file_size);
 
     igt_model *mapped = NULL, *buffered = NULL, *unchecked = NULL;
-    CHECK_STATUS(t, igt_load(path, 0, &mapped, &err), IGT_OK, &err, "igt_load");
-    CHECK_STATUS(t, igt_load_buffer(img, size, 0, &buffered, &err), IGT_OK, &err, "igt_load_buffer");
-    CHECK_STATUS(t, igt_load(path, IGT_LOAD_SKIP_CHECKSUM, &unchecked, &err), IGT_OK, &err,
+    CHECK_STATUS(t, igt_load(path, 0, &mapped, &err), OLIF_OK, &err, "igt_load");
+    CHECK_STATUS(t, igt_load_buffer(img, size, 0, &buffered, &err), OLIF_OK, &err, "igt_load_buffer");
+    CHECK_STATUS(t, igt_load(path, IGT_LOAD_SKIP_CHECKSUM, &unchecked, &err), OLIF_OK, &err,
                  "igt_load without checksums");
     if (mapped && buffered && unchecked) {
         igt_info im, ib;
@@ -1150,7 +1150,7 @@ static void test_save_load_roundtrip(T *t) {
                   "node %u classes differ", node);
         }
         /* saving a loaded model writes the same bytes */
-        CHECK_STATUS(t, igt_save(mapped, again, &err), IGT_OK, &err, "save a mapped model");
+        CHECK_STATUS(t, igt_save(mapped, again, &err), OLIF_OK, &err, "save a mapped model");
         size_t size2 = 0;
         uint8_t *img2 = read_file(again, &size2);
         CHECK(t, img2 && size2 == size && memcmp(img, img2, size) == 0, "re-saved file differs");
@@ -1163,22 +1163,22 @@ static void test_save_load_roundtrip(T *t) {
 
     /* a model outlives its file's name; saving over a mapped file is safe */
     igt_model *live = NULL;
-    CHECK_STATUS(t, igt_load(path, 0, &live, &err), IGT_OK, &err, "load");
-    CHECK_STATUS(t, igt_save(m, path, &err), IGT_OK, &err, "save over a mapped file");
+    CHECK_STATUS(t, igt_load(path, 0, &live, &err), OLIF_OK, &err, "load");
+    CHECK_STATUS(t, igt_save(m, path, &err), OLIF_OK, &err, "save over a mapped file");
     remove(path);
     if (live) CHECK(t, compare_models(m, live, 75, 200, rows, N) == 0, "mapped model changed");
     igt_free(live);
 
     char bad[1200];
     snprintf(bad, sizeof bad, "%s/no/such/dir/model.olif", t->dir);
-    CHECK_STATUS(t, igt_save(m, bad, &err), IGT_ERR_IO, &err, "save into a missing directory");
-    CHECK_STATUS(t, igt_save(NULL, path, &err), IGT_ERR_ARG, &err, "save NULL model");
-    CHECK_STATUS(t, igt_save(m, NULL, &err), IGT_ERR_ARG, &err, "save to NULL path");
-    CHECK_STATUS(t, igt_save_version(m, path, 3, &err), IGT_ERR_ARG, &err, "save as version 3");
-    CHECK_STATUS(t, igt_save_version(m, path, 0, &err), IGT_ERR_ARG, &err, "save as version 0");
+    CHECK_STATUS(t, igt_save(m, bad, &err), OLIF_ERR_IO, &err, "save into a missing directory");
+    CHECK_STATUS(t, igt_save(NULL, path, &err), OLIF_ERR_ARG, &err, "save NULL model");
+    CHECK_STATUS(t, igt_save(m, NULL, &err), OLIF_ERR_ARG, &err, "save to NULL path");
+    CHECK_STATUS(t, igt_save_version(m, path, 3, &err), OLIF_ERR_ARG, &err, "save as version 3");
+    CHECK_STATUS(t, igt_save_version(m, path, 0, &err), OLIF_ERR_ARG, &err, "save as version 0");
     char dirpath[1100];
     snprintf(dirpath, sizeof dirpath, "%s/", t->dir);
-    CHECK_STATUS(t, igt_save(m, dirpath, &err), IGT_ERR_ARG, &err, "save to a directory path");
+    CHECK_STATUS(t, igt_save(m, dirpath, &err), OLIF_ERR_ARG, &err, "save to a directory path");
     free(img);
     free(rows);
     igt_free(m);
@@ -1190,16 +1190,16 @@ static void test_load_errors(T *t) {
     igt_error err;
     path_in(t, path, sizeof path, "does-not-exist.olif");
     m = (igt_model *)(uintptr_t)1;
-    CHECK_STATUS(t, igt_load(path, 0, &m, &err), IGT_ERR_IO, &err, "nonexistent path");
+    CHECK_STATUS(t, igt_load(path, 0, &m, &err), OLIF_ERR_IO, &err, "nonexistent path");
     CHECK(t, m == NULL, "out must be NULL after a failed load");
     CHECK(t, strstr(err.message, "does-not-exist.olif") != NULL, "message should name the path: %s",
           err.message);
-    CHECK_STATUS(t, igt_load(t->dir, 0, &m, &err), IGT_ERR_IO, &err, "a directory");
-    CHECK_STATUS(t, igt_load(NULL, 0, &m, &err), IGT_ERR_ARG, &err, "NULL path");
-    CHECK_STATUS(t, igt_load(path, 0, NULL, &err), IGT_ERR_ARG, &err, "NULL out");
-    CHECK_STATUS(t, igt_load_buffer(NULL, 10, 0, &m, &err), IGT_ERR_ARG, &err, "NULL data");
-    CHECK_STATUS(t, igt_load_buffer("x", 1, 0, NULL, &err), IGT_ERR_ARG, &err, "NULL out (buffer)");
-    CHECK(t, igt_load(path, 0, &m, NULL) == IGT_ERR_IO, "NULL err is allowed");
+    CHECK_STATUS(t, igt_load(t->dir, 0, &m, &err), OLIF_ERR_IO, &err, "a directory");
+    CHECK_STATUS(t, igt_load(NULL, 0, &m, &err), OLIF_ERR_ARG, &err, "NULL path");
+    CHECK_STATUS(t, igt_load(path, 0, NULL, &err), OLIF_ERR_ARG, &err, "NULL out");
+    CHECK_STATUS(t, igt_load_buffer(NULL, 10, 0, &m, &err), OLIF_ERR_ARG, &err, "NULL data");
+    CHECK_STATUS(t, igt_load_buffer("x", 1, 0, NULL, &err), OLIF_ERR_ARG, &err, "NULL out (buffer)");
+    CHECK(t, igt_load(path, 0, &m, NULL) == OLIF_ERR_IO, "NULL err is allowed");
 
     path_in(t, path, sizeof path, "empty.olif");
     CHECK(t, write_file(path, "", 0), "cannot write %s", path);
@@ -1216,18 +1216,23 @@ static void test_load_errors(T *t) {
         for (size_t i = 0; i < len; i++) buf[i] = (uint8_t)rng_next(&r);
         for (uint32_t flags = 0; flags <= IGT_LOAD_SKIP_CHECKSUM; flags++) {
             m = (igt_model *)(uintptr_t)1;
-            CHECK_STATUS(t, igt_load_buffer(buf, len, flags, &m, &err), IGT_ERR_FOREIGN, &err,
+            CHECK_STATUS(t, igt_load_buffer(buf, len, flags, &m, &err), OLIF_ERR_FOREIGN, &err,
                          "random bytes");
             CHECK(t, m == NULL, "out must be NULL after a failed load");
         }
         if (s % 30 == 0) {
             path_in(t, path, sizeof path, "random.bin");
             CHECK(t, write_file(path, buf, len), "cannot write %s", path);
-            CHECK_STATUS(t, igt_load(path, 0, &m, &err), len ? IGT_ERR_FOREIGN : IGT_ERR_TRUNCATED,
+            CHECK_STATUS(t, igt_load(path, 0, &m, &err), len ? OLIF_ERR_FOREIGN : OLIF_ERR_TRUNCATED,
                          &err, "random file");
         }
     }
     CHECK(t, strstr(err.message, "magic") != NULL, "message should mention the magic: %s", err.message);
+    /* another olifant file says what it is */
+    memcpy(buf, "OLIFSFX", 8);
+    CHECK_STATUS(t, igt_load_buffer(buf, 64, 0, &m, &err), OLIF_ERR_FOREIGN, &err, "a suffix index");
+    CHECK(t, strstr(err.message, "not an olifant model file (bad magic: it is a suffix index") != NULL,
+          "message: %s", err.message);
     /* random bytes behind the magic (and behind magic + version) */
     for (int s = 0; s < 300; s++) {
         size_t len = 8 + rng_below(&r, sizeof buf - 8);
@@ -1239,7 +1244,7 @@ static void test_load_errors(T *t) {
             m = NULL;
             igt_status st = igt_load_buffer(buf, len, flags, &m, &err);
             CHECK_ERROR(t, st, &err, "random bytes behind a valid magic");
-            if (st == IGT_OK) igt_free(m);
+            if (st == OLIF_OK) igt_free(m);
         }
     }
     remove(path);
@@ -1259,12 +1264,12 @@ static void truncation_of(T *t, uint32_t version) {
     igt_error err;
     for (size_t len = 0; len < size; len++) {
         uint8_t *cut = dup_bytes(img, len);       /* exact-size copy: ASan sees overreads */
-        igt_status want = len < 8 ? IGT_ERR_FOREIGN : IGT_ERR_TRUNCATED;
+        igt_status want = len < 8 ? OLIF_ERR_FOREIGN : OLIF_ERR_TRUNCATED;
         for (uint32_t flags = 0; flags <= IGT_LOAD_SKIP_CHECKSUM; flags++) {
             igt_model *x = NULL;
             igt_status st = load_buf(cut, len, flags, &x, &err);
             CHECK_STATUS(t, st, want, &err, "truncated image");
-            if (st == IGT_OK) igt_free(x);
+            if (st == OLIF_OK) igt_free(x);
             else CHECK(t, x == NULL, "out must be NULL");
         }
         free(cut);
@@ -1278,9 +1283,9 @@ static void truncation_of(T *t, uint32_t version) {
         for (uint32_t flags = 0; flags <= IGT_LOAD_SKIP_CHECKSUM; flags++) {
             igt_model *x = NULL;
             igt_status st = igt_load(path, flags, &x, &err);
-            CHECK_STATUS(t, st, len < 8 && len > 0 ? IGT_ERR_FOREIGN : IGT_ERR_TRUNCATED, &err,
+            CHECK_STATUS(t, st, len < 8 && len > 0 ? OLIF_ERR_FOREIGN : OLIF_ERR_TRUNCATED, &err,
                          "truncated file");
-            if (st == IGT_OK) igt_free(x);
+            if (st == OLIF_OK) igt_free(x);
         }
     }
     /* one byte too many */
@@ -1288,7 +1293,7 @@ static void truncation_of(T *t, uint32_t version) {
     memcpy(longer, img, size);
     longer[size] = 0;
     igt_model *x = NULL;
-    CHECK_STATUS(t, igt_load_buffer(longer, size + 1, 0, &x, &err), IGT_ERR_CORRUPT, &err,
+    CHECK_STATUS(t, igt_load_buffer(longer, size + 1, 0, &x, &err), OLIF_ERR_CORRUPT, &err,
                  "trailing byte");
     igt_free(x);
     remove(path);
@@ -1321,7 +1326,7 @@ static void test_version(T *t) {
             if (sealed) reseal(copy, size);
             for (uint32_t flags = 0; flags <= IGT_LOAD_SKIP_CHECKSUM; flags++) {
                 igt_model *x = NULL;
-                CHECK_STATUS(t, igt_load_buffer(copy, size, flags, &x, &err), IGT_ERR_VERSION, &err,
+                CHECK_STATUS(t, igt_load_buffer(copy, size, flags, &x, &err), OLIF_ERR_VERSION, &err,
                              "wrong version (buffer)");
                 CHECK(t, strstr(err.message, "version") != NULL &&
                          strstr(err.message, "versions 1 and 2") != NULL, "message: %s", err.message);
@@ -1330,7 +1335,7 @@ static void test_version(T *t) {
         }
         CHECK(t, write_file(path, copy, size), "cannot write %s", path);
         igt_model *x = NULL;
-        CHECK_STATUS(t, igt_load(path, 0, &x, &err), IGT_ERR_VERSION, &err, "wrong version (file)");
+        CHECK_STATUS(t, igt_load(path, 0, &x, &err), OLIF_ERR_VERSION, &err, "wrong version (file)");
         igt_free(x);
         free(copy);
     }
@@ -1338,11 +1343,11 @@ static void test_version(T *t) {
     uint8_t *copy = dup_bytes(img, size);
     copy[6] = 'X';
     igt_model *x = NULL;
-    CHECK_STATUS(t, igt_load_buffer(copy, size, IGT_LOAD_SKIP_CHECKSUM, &x, &err), IGT_ERR_FOREIGN,
+    CHECK_STATUS(t, igt_load_buffer(copy, size, IGT_LOAD_SKIP_CHECKSUM, &x, &err), OLIF_ERR_FOREIGN,
                  &err, "near-miss magic");
     copy[6] = 'T';
     copy[7] = '!';
-    CHECK_STATUS(t, igt_load_buffer(copy, size, 0, &x, &err), IGT_ERR_FOREIGN, &err, "magic without NUL");
+    CHECK_STATUS(t, igt_load_buffer(copy, size, 0, &x, &err), OLIF_ERR_FOREIGN, &err, "magic without NUL");
     remove(path);
     free(copy);
     free(img);
@@ -1401,46 +1406,46 @@ static void test_header_fields(T *t) {
     const uint64_t n_nodes = info.n_nodes + 1, n_pairs = info.n_dist_entries;
     const double nan = NAN, inf = INFINITY;
     const header_case cases[] = {
-        {"header size", OFF_HSIZE, 0, HEADER_SIZE - 8, 0, IGT_ERR_CORRUPT},
-        {"header size 0", OFF_HSIZE, 0, 0, 0, IGT_ERR_CORRUPT},
-        {"byte order tag", OFF_ENDIAN, 0, 0x04030201u, 0, IGT_ERR_CORRUPT},
-        {"window 0", OFF_WINDOW, 0, 0, 0, IGT_ERR_CORRUPT},
-        {"window 17", OFF_WINDOW, 0, IGT_MAX_WINDOW + 1, 0, IGT_ERR_CORRUPT},
-        {"vocab 0", OFF_VOCAB, 0, 0, 0, IGT_ERR_CORRUPT},
-        {"vocab too large", OFF_VOCAB, 0, IGT_MAX_VOCAB, 0, IGT_ERR_CORRUPT},
-        {"padding id", OFF_PADDING, 0, 23, 0, IGT_ERR_CORRUPT},
-        {"order", OFF_ORDER, 0, 3, 0, IGT_ERR_CORRUPT},
-        {"top_k 0 with classes", OFF_TOPK, 0, 0, 0, IGT_ERR_CORRUPT},
-        {"top_k 1 below stored", OFF_TOPK, 0, 1, 0, IGT_ERR_CORRUPT},
-        {"default class", OFF_DEFAULT, 0, 24, 0, IGT_ERR_CORRUPT},
-        {"default class huge", OFF_DEFAULT, 0, UINT32_MAX, 0, IGT_ERR_CORRUPT},
-        {"permutation repeat", OFF_PERM + 4, 0, get32(img, OFF_PERM), 0, IGT_ERR_CORRUPT},
-        {"permutation range", OFF_PERM, 0, 4, 0, IGT_ERR_CORRUPT},
-        {"permutation huge", OFF_PERM + 8, 0, UINT32_MAX, 0, IGT_ERR_CORRUPT},
-        {"gain ratio NaN", OFF_GAIN_RATIO + 16, 2, 0, nan, IGT_ERR_CORRUPT},
-        {"gain ratio inf", OFF_GAIN_RATIO, 2, 0, inf, IGT_ERR_CORRUPT},
-        {"unused gain ratio NaN", OFF_GAIN_RATIO + 8 * 15, 2, 0, nan, IGT_ERR_CORRUPT},
-        {"info gain -inf", OFF_INFO_GAIN + 24, 2, 0, -inf, IGT_ERR_CORRUPT},
-        {"no nodes", OFF_N_NODES, 1, 0, 0, IGT_ERR_CORRUPT},
-        {"one node fewer", OFF_N_NODES, 1, n_nodes - 1, 0, IGT_ERR_CORRUPT},
-        {"one node more", OFF_N_NODES, 1, n_nodes + 1, 0, IGT_ERR_CORRUPT},
-        {"nodes 2^32-1", OFF_N_NODES, 1, UINT32_MAX, 0, IGT_ERR_CORRUPT},
-        {"nodes 2^32", OFF_N_NODES, 1, 1ull << 32, 0, IGT_ERR_CORRUPT},
-        {"nodes 2^64-1", OFF_N_NODES, 1, UINT64_MAX, 0, IGT_ERR_CORRUPT},
-        {"one pair fewer", OFF_N_PAIRS, 1, n_pairs - 1, 0, IGT_ERR_CORRUPT},
-        {"one pair more", OFF_N_PAIRS, 1, n_pairs + 1, 0, IGT_ERR_CORRUPT},
-        {"pairs huge", OFF_N_PAIRS, 1, UINT64_MAX / 4, 0, IGT_ERR_CORRUPT},
-        {"file size +64", OFF_FILE_SIZE, 1, size + 64, 0, IGT_ERR_TRUNCATED},
-        {"file size huge", OFF_FILE_SIZE, 1, UINT64_MAX, 0, IGT_ERR_TRUNCATED},
-        {"file size -64", OFF_FILE_SIZE, 1, size - 64, 0, IGT_ERR_CORRUPT},
-        {"file size 0", OFF_FILE_SIZE, 1, 0, 0, IGT_ERR_CORRUPT},
-        {"key section inside header", OFF_SECTIONS, 1, 0, 0, IGT_ERR_CORRUPT},
-        {"key section misaligned", OFF_SECTIONS, 1, HEADER_SIZE + 4, 0, IGT_ERR_CORRUPT},
-        {"child section past end", OFF_SECTIONS + 8 * SEC_CHILD, 1, size, 0, IGT_ERR_CORRUPT},
-        {"child section huge", OFF_SECTIONS + 8 * SEC_CHILD, 1, UINT64_MAX - 63, 0, IGT_ERR_CORRUPT},
-        {"pairs section past end", OFF_SECTIONS + 8 * SEC_PAIRS, 1, size + 64, 0, IGT_ERR_CORRUPT},
-        {"sections overlap", OFF_SECTIONS + 8 * SEC_CLASS, 1, HEADER_SIZE, 0, IGT_ERR_CORRUPT},
-        {"tokenizer name", OFF_TOKENIZER, 3, 0, 0, IGT_ERR_CORRUPT},
+        {"header size", OFF_HSIZE, 0, HEADER_SIZE - 8, 0, OLIF_ERR_CORRUPT},
+        {"header size 0", OFF_HSIZE, 0, 0, 0, OLIF_ERR_CORRUPT},
+        {"byte order tag", OFF_ENDIAN, 0, 0x04030201u, 0, OLIF_ERR_CORRUPT},
+        {"window 0", OFF_WINDOW, 0, 0, 0, OLIF_ERR_CORRUPT},
+        {"window 17", OFF_WINDOW, 0, IGT_MAX_WINDOW + 1, 0, OLIF_ERR_CORRUPT},
+        {"vocab 0", OFF_VOCAB, 0, 0, 0, OLIF_ERR_CORRUPT},
+        {"vocab too large", OFF_VOCAB, 0, IGT_MAX_VOCAB, 0, OLIF_ERR_CORRUPT},
+        {"padding id", OFF_PADDING, 0, 23, 0, OLIF_ERR_CORRUPT},
+        {"order", OFF_ORDER, 0, 3, 0, OLIF_ERR_CORRUPT},
+        {"top_k 0 with classes", OFF_TOPK, 0, 0, 0, OLIF_ERR_CORRUPT},
+        {"top_k 1 below stored", OFF_TOPK, 0, 1, 0, OLIF_ERR_CORRUPT},
+        {"default class", OFF_DEFAULT, 0, 24, 0, OLIF_ERR_CORRUPT},
+        {"default class huge", OFF_DEFAULT, 0, UINT32_MAX, 0, OLIF_ERR_CORRUPT},
+        {"permutation repeat", OFF_PERM + 4, 0, get32(img, OFF_PERM), 0, OLIF_ERR_CORRUPT},
+        {"permutation range", OFF_PERM, 0, 4, 0, OLIF_ERR_CORRUPT},
+        {"permutation huge", OFF_PERM + 8, 0, UINT32_MAX, 0, OLIF_ERR_CORRUPT},
+        {"gain ratio NaN", OFF_GAIN_RATIO + 16, 2, 0, nan, OLIF_ERR_CORRUPT},
+        {"gain ratio inf", OFF_GAIN_RATIO, 2, 0, inf, OLIF_ERR_CORRUPT},
+        {"unused gain ratio NaN", OFF_GAIN_RATIO + 8 * 15, 2, 0, nan, OLIF_ERR_CORRUPT},
+        {"info gain -inf", OFF_INFO_GAIN + 24, 2, 0, -inf, OLIF_ERR_CORRUPT},
+        {"no nodes", OFF_N_NODES, 1, 0, 0, OLIF_ERR_CORRUPT},
+        {"one node fewer", OFF_N_NODES, 1, n_nodes - 1, 0, OLIF_ERR_CORRUPT},
+        {"one node more", OFF_N_NODES, 1, n_nodes + 1, 0, OLIF_ERR_CORRUPT},
+        {"nodes 2^32-1", OFF_N_NODES, 1, UINT32_MAX, 0, OLIF_ERR_CORRUPT},
+        {"nodes 2^32", OFF_N_NODES, 1, 1ull << 32, 0, OLIF_ERR_CORRUPT},
+        {"nodes 2^64-1", OFF_N_NODES, 1, UINT64_MAX, 0, OLIF_ERR_CORRUPT},
+        {"one pair fewer", OFF_N_PAIRS, 1, n_pairs - 1, 0, OLIF_ERR_CORRUPT},
+        {"one pair more", OFF_N_PAIRS, 1, n_pairs + 1, 0, OLIF_ERR_CORRUPT},
+        {"pairs huge", OFF_N_PAIRS, 1, UINT64_MAX / 4, 0, OLIF_ERR_CORRUPT},
+        {"file size +64", OFF_FILE_SIZE, 1, size + 64, 0, OLIF_ERR_TRUNCATED},
+        {"file size huge", OFF_FILE_SIZE, 1, UINT64_MAX, 0, OLIF_ERR_TRUNCATED},
+        {"file size -64", OFF_FILE_SIZE, 1, size - 64, 0, OLIF_ERR_CORRUPT},
+        {"file size 0", OFF_FILE_SIZE, 1, 0, 0, OLIF_ERR_CORRUPT},
+        {"key section inside header", OFF_SECTIONS, 1, 0, 0, OLIF_ERR_CORRUPT},
+        {"key section misaligned", OFF_SECTIONS, 1, HEADER_SIZE + 4, 0, OLIF_ERR_CORRUPT},
+        {"child section past end", OFF_SECTIONS + 8 * SEC_CHILD, 1, size, 0, OLIF_ERR_CORRUPT},
+        {"child section huge", OFF_SECTIONS + 8 * SEC_CHILD, 1, UINT64_MAX - 63, 0, OLIF_ERR_CORRUPT},
+        {"pairs section past end", OFF_SECTIONS + 8 * SEC_PAIRS, 1, size + 64, 0, OLIF_ERR_CORRUPT},
+        {"sections overlap", OFF_SECTIONS + 8 * SEC_CLASS, 1, HEADER_SIZE, 0, OLIF_ERR_CORRUPT},
+        {"tokenizer name", OFF_TOKENIZER, 3, 0, 0, OLIF_ERR_CORRUPT},
     };
     igt_error err;
     run_header_cases(t, img, size, cases, sizeof cases / sizeof *cases, "v1 ");
@@ -1448,9 +1453,9 @@ static void test_header_fields(T *t) {
     uint8_t *copy = dup_bytes(img, size);
     copy[size - 1] ^= 1;
     igt_model *x = NULL;
-    CHECK_STATUS(t, igt_load_buffer(copy, size, 0, &x, &err), IGT_ERR_CHECKSUM, &err, "payload byte");
+    CHECK_STATUS(t, igt_load_buffer(copy, size, 0, &x, &err), OLIF_ERR_CHECKSUM, &err, "payload byte");
     CHECK(t, strstr(err.message, "checksum") != NULL, "message: %s", err.message);
-    CHECK_STATUS(t, igt_load_buffer(copy, size, IGT_LOAD_SKIP_CHECKSUM, &x, &err), IGT_OK, &err,
+    CHECK_STATUS(t, igt_load_buffer(copy, size, IGT_LOAD_SKIP_CHECKSUM, &x, &err), OLIF_OK, &err,
                  "last payload byte, checksum skipped");
     igt_free(x);
     free(copy);
@@ -1487,10 +1492,10 @@ static void test_structure_edits(T *t) {
         uint32_t orig = get32(img, off);
         const uint32_t invalid[] = {UINT32_MAX, n + 1, 0x80000000u, i, 0};
         for (size_t v = 0; v < sizeof invalid / sizeof *invalid; v++)
-            if (invalid[v] != orig) try_edit(t, img, size, off, invalid[v], IGT_ERR_CORRUPT, &r, "child index");
+            if (invalid[v] != orig) try_edit(t, img, size, off, invalid[v], OLIF_ERR_CORRUPT, &r, "child index");
         const uint32_t near[] = {orig + 1, orig - 1, orig + 2, orig - 2, rng_below(&r, n + 1)};
         for (size_t v = 0; v < sizeof near / sizeof *near; v++)
-            if (near[v] != orig) try_edit(t, img, size, off, near[v], IGT_OK, &r, "child index near miss");
+            if (near[v] != orig) try_edit(t, img, size, off, near[v], OLIF_OK, &r, "child index near miss");
     }
     /* siblings out of order; keys anywhere */
     int swapped = 0;
@@ -1498,34 +1503,34 @@ static void test_structure_edits(T *t) {
         uint32_t lo = get32(img, child + 4 * (size_t)i), hi = get32(img, child + 4 * (size_t)i + 4);
         if (hi - lo >= 2) {
             uint32_t k0 = get32(img, key + 4 * (size_t)lo);
-            try_edit(t, img, size, key + 4 * (size_t)lo + 4, k0, IGT_ERR_CORRUPT, &r, "equal sibling keys");
-            if (k0 > 0) try_edit(t, img, size, key + 4 * (size_t)lo + 4, k0 - 1, IGT_ERR_CORRUPT, &r,
+            try_edit(t, img, size, key + 4 * (size_t)lo + 4, k0, OLIF_ERR_CORRUPT, &r, "equal sibling keys");
+            if (k0 > 0) try_edit(t, img, size, key + 4 * (size_t)lo + 4, k0 - 1, OLIF_ERR_CORRUPT, &r,
                                  "descending sibling keys");
             swapped++;
         }
     }
     CHECK(t, swapped > 0, "no node with two children");
     for (uint32_t i = 0; i < n; i++) {
-        try_edit(t, img, size, key + 4 * (size_t)i, rng_below(&r, 30), IGT_OK, &r, "key");
-        try_edit(t, img, size, key + 4 * (size_t)i, UINT32_MAX, IGT_OK, &r, "key UINT32_MAX");
+        try_edit(t, img, size, key + 4 * (size_t)i, rng_below(&r, 30), OLIF_OK, &r, "key");
+        try_edit(t, img, size, key + 4 * (size_t)i, UINT32_MAX, OLIF_OK, &r, "key UINT32_MAX");
     }
     /* classes and counts */
     for (uint32_t i = 0; i < n; i++) {
-        try_edit(t, img, size, cls + 4 * (size_t)i, 24, IGT_ERR_CORRUPT, &r, "class == vocab");
-        try_edit(t, img, size, cls + 4 * (size_t)i, rng_below(&r, 24), IGT_OK, &r, "class");
+        try_edit(t, img, size, cls + 4 * (size_t)i, 24, OLIF_ERR_CORRUPT, &r, "class == vocab");
+        try_edit(t, img, size, cls + 4 * (size_t)i, rng_below(&r, 24), OLIF_OK, &r, "class");
         uint32_t total = get32(img, tot + 4 * (size_t)i);
-        try_edit(t, img, size, win + 4 * (size_t)i, total + 1, IGT_ERR_CORRUPT, &r, "winner > total");
-        try_edit(t, img, size, tot + 4 * (size_t)i, 0, IGT_ERR_CORRUPT, &r, "total 0");
-        try_edit(t, img, size, win + 4 * (size_t)i, 0, IGT_OK, &r, "winner 0");
+        try_edit(t, img, size, win + 4 * (size_t)i, total + 1, OLIF_ERR_CORRUPT, &r, "winner > total");
+        try_edit(t, img, size, tot + 4 * (size_t)i, 0, OLIF_ERR_CORRUPT, &r, "total 0");
+        try_edit(t, img, size, win + 4 * (size_t)i, 0, OLIF_OK, &r, "winner 0");
     }
     /* class index */
     for (uint32_t i = 0; i <= n; i++) {
         size_t off = dist + 4 * (size_t)i;
         uint32_t orig = get32(img, off);
         const uint32_t invalid[] = {UINT32_MAX, n_pairs + 1};
-        for (size_t v = 0; v < 2; v++) try_edit(t, img, size, off, invalid[v], IGT_ERR_CORRUPT, &r, "class index");
-        try_edit(t, img, size, off, orig + 1, IGT_OK, &r, "class index +1");
-        if (orig) try_edit(t, img, size, off, orig - 1, IGT_OK, &r, "class index -1");
+        for (size_t v = 0; v < 2; v++) try_edit(t, img, size, off, invalid[v], OLIF_ERR_CORRUPT, &r, "class index");
+        try_edit(t, img, size, off, orig + 1, OLIF_OK, &r, "class index +1");
+        if (orig) try_edit(t, img, size, off, orig - 1, OLIF_OK, &r, "class index -1");
     }
     free(img);
 }
@@ -1551,13 +1556,13 @@ static void test_byte_flips(T *t) {
         igt_status st = igt_load_buffer(copy, size, 0, &x, &err);
         CHECK_ERROR(t, st, &err, "flipped byte with checksums");
         if (pos >= HEADER_SIZE)
-            CHECK_STATUS(t, st, IGT_ERR_CHECKSUM, &err, "flipped payload byte");
-        if (st == IGT_OK) igt_free(x);
+            CHECK_STATUS(t, st, OLIF_ERR_CHECKSUM, &err, "flipped payload byte");
+        if (st == OLIF_OK) igt_free(x);
         x = NULL;
         st = igt_load_buffer(copy, size, IGT_LOAD_SKIP_CHECKSUM, &x, &err);
         if (pos >= OFF_PAYLOAD_SUM && pos < OFF_PAYLOAD_SUM + 16)
-            CHECK_STATUS(t, st, IGT_OK, &err, "flipped checksum byte, checksums skipped");
-        if (st == IGT_OK) {
+            CHECK_STATUS(t, st, OLIF_OK, &err, "flipped checksum byte, checksums skipped");
+        if (st == OLIF_OK) {
             loaded++;
             CHECK(t, exercise(x, &r, 300) == 0, "byte %zu: a loaded model broke its guarantees", pos);
             if (pos >= OFF_PAYLOAD_SUM && pos < OFF_PAYLOAD_SUM + 16)
@@ -1566,7 +1571,7 @@ static void test_byte_flips(T *t) {
             igt_free(x);
         } else {
             refused++;
-            CHECK(t, x == NULL && st <= IGT_ERR_CANCELLED && err.code == (int)st && err.message[0],
+            CHECK(t, x == NULL && st <= OLIF_ERR_CANCELLED && err.code == (int)st && err.message[0],
                   "byte %zu: bad error record", pos);
         }
         if (pos % 61 == 0) {     /* the mmap path agrees */
@@ -1594,7 +1599,7 @@ static void test_byte_flips(T *t) {
         CHECK_ERROR(t, igt_load_buffer(copy, size, 0, &x, &err), &err, "header bit flip");
         igt_free(x);
         x = NULL;
-        if (igt_load_buffer(copy, size, IGT_LOAD_SKIP_CHECKSUM, &x, &err) == IGT_OK)
+        if (igt_load_buffer(copy, size, IGT_LOAD_SKIP_CHECKSUM, &x, &err) == OLIF_OK)
             CHECK(t, exercise(x, &r, 40) == 0, "header bit %zu: model broke its guarantees", bit);
         igt_free(x);
         free(copy);
@@ -1607,7 +1612,7 @@ static void test_byte_flips(T *t) {
             copy[pos] = (uint8_t)rng_next(&r);
         }
         igt_model *x = NULL;
-        if (igt_load_buffer(copy, size, IGT_LOAD_SKIP_CHECKSUM, &x, &err) == IGT_OK)
+        if (igt_load_buffer(copy, size, IGT_LOAD_SKIP_CHECKSUM, &x, &err) == OLIF_OK)
             CHECK(t, exercise(x, &r, 40) == 0, "multi-byte damage: model broke its guarantees");
         igt_free(x);
         free(copy);
@@ -1698,10 +1703,10 @@ static void test_id_widths(T *t) {
                   V, img ? get32(img, V2_OFF_IDW) : 0, widths[v]);
             igt_model *back = NULL, *v1 = NULL;
             igt_error err;
-            CHECK_STATUS(t, igt_load_buffer(img, size, 0, &back, &err), IGT_OK, &err, "reload");
+            CHECK_STATUS(t, igt_load_buffer(img, size, 0, &back, &err), OLIF_OK, &err, "reload");
             size_t s1 = 0;
             uint8_t *img1 = model_bytes_v(t, m, 1, &s1);
-            CHECK_STATUS(t, igt_load_buffer(img1, s1, 0, &v1, &err), IGT_OK, &err, "reload v1");
+            CHECK_STATUS(t, igt_load_buffer(img1, s1, 0, &v1, &err), OLIF_OK, &err, "reload v1");
             if (back) CHECK(t, compare_models(m, back, 64, 400, rows, n) == 0, "vocab %u: reloaded model differs", V);
             if (v1) CHECK(t, compare_models(m, v1, 65, 400, rows, n) == 0, "vocab %u: version-1 reload differs", V);
             igt_free(back);
@@ -1729,13 +1734,13 @@ static void test_id_width_4(T *t) {
     reseal(v1, s1);
     igt_model *x = NULL, *y = NULL;
     igt_error err;
-    CHECK_STATUS(t, igt_load_buffer(v1, s1, 0, &x, &err), IGT_OK, &err, "version 1 with a huge vocabulary");
+    CHECK_STATUS(t, igt_load_buffer(v1, s1, 0, &x, &err), OLIF_OK, &err, "version 1 with a huge vocabulary");
     if (x) {
         size_t s2 = 0;
         uint8_t *v2 = model_bytes(t, x, &s2);
         CHECK(t, v2 && get32(v2, V2_OFF_IDW) == 4 && get32(v2, OFF_VOCAB) == BIG, "id width %u",
               v2 ? get32(v2, V2_OFF_IDW) : 0);
-        CHECK_STATUS(t, igt_load_buffer(v2, s2, 0, &y, &err), IGT_OK, &err, "reload with 4-byte ids");
+        CHECK_STATUS(t, igt_load_buffer(v2, s2, 0, &y, &err), OLIF_OK, &err, "reload with 4-byte ids");
         rng_t r = rng_seed(70);
         unsigned long bad = 0;
         for (int q = 0; q < 2000 && y; q++) {   /* full windows: padding is not involved */
@@ -1758,7 +1763,7 @@ static void test_id_width_4(T *t) {
             put32(copy, section2(copy, S2_KEY) + 4, BIG + 1);
             reseal(copy, s2);
             igt_model *z = NULL;
-            CHECK_STATUS(t, igt_load_buffer(copy, s2, 0, &z, &err), IGT_ERR_CORRUPT, &err, "4-byte key too big");
+            CHECK_STATUS(t, igt_load_buffer(copy, s2, 0, &z, &err), OLIF_ERR_CORRUPT, &err, "4-byte key too big");
             igt_free(z);
             free(copy);
         }
@@ -1783,7 +1788,7 @@ static void test_v1_compat(T *t) {
         uint8_t *v1 = model_bytes_v(t, m, 1, &s1), *v2 = model_bytes(t, m, &s2);
         igt_model *x = NULL;
         igt_error err;
-        CHECK_STATUS(t, igt_load_buffer(v1, s1, 0, &x, &err), IGT_OK, &err, "load version 1");
+        CHECK_STATUS(t, igt_load_buffer(v1, s1, 0, &x, &err), OLIF_OK, &err, "load version 1");
         if (x) {
             igt_info a, b;
             igt_get_info(m, &a);
@@ -1822,53 +1827,53 @@ static void test_header_fields_v2(T *t) {
                    wesc = get64(img, V2_OFF_N_WINNER_ESC);
     const double nan = NAN;
     const header_case cases[] = {
-        {"header size", OFF_HSIZE, 0, HEADER_SIZE + 64, 0, IGT_ERR_CORRUPT},
-        {"byte order tag", OFF_ENDIAN, 0, 0x04030201u, 0, IGT_ERR_CORRUPT},
-        {"window 0", OFF_WINDOW, 0, 0, 0, IGT_ERR_CORRUPT},
-        {"window 3 (tree is deeper)", OFF_WINDOW, 0, 3, 0, IGT_ERR_CORRUPT},
-        {"vocab 0", OFF_VOCAB, 0, 0, 0, IGT_ERR_CORRUPT},
-        {"vocab 65536 (other id width)", OFF_VOCAB, 0, 65536, 0, IGT_ERR_CORRUPT},
-        {"padding id", OFF_PADDING, 0, 23, 0, IGT_ERR_CORRUPT},
-        {"order", OFF_ORDER, 0, 3, 0, IGT_ERR_CORRUPT},
-        {"top_k 0 with classes", OFF_TOPK, 0, 0, 0, IGT_ERR_CORRUPT},
-        {"top_k 1 below stored", OFF_TOPK, 0, 1, 0, IGT_ERR_CORRUPT},
-        {"default class", OFF_DEFAULT, 0, 24, 0, IGT_ERR_CORRUPT},
-        {"id width 4", V2_OFF_IDW, 0, 4, 0, IGT_ERR_CORRUPT},
-        {"id width 0", V2_OFF_IDW, 0, 0, 0, IGT_ERR_CORRUPT},
-        {"flags", V2_OFF_FLAGS, 0, 1, 0, IGT_ERR_CORRUPT},
-        {"reserved", V2_OFF_RESERVED, 0, 1, 0, IGT_ERR_CORRUPT},
-        {"permutation repeat", V2_OFF_PERM + 4, 0, get32(img, V2_OFF_PERM), 0, IGT_ERR_CORRUPT},
-        {"permutation huge", V2_OFF_PERM + 8, 0, UINT32_MAX, 0, IGT_ERR_CORRUPT},
-        {"gain ratio NaN", V2_OFF_GAIN_RATIO + 16, 2, 0, nan, IGT_ERR_CORRUPT},
-        {"unused info gain NaN", V2_OFF_INFO_GAIN + 8 * 15, 2, 0, nan, IGT_ERR_CORRUPT},
-        {"no instances", V2_OFF_N_INSTANCES, 1, 0, 0, IGT_ERR_CORRUPT},
-        {"one instance more", V2_OFF_N_INSTANCES, 1, 1201, 0, IGT_ERR_CORRUPT},
-        {"instances 2^32", V2_OFF_N_INSTANCES, 1, 1ull << 32, 0, IGT_ERR_CORRUPT},
-        {"no nodes", V2_OFF_N_NODES, 1, 0, 0, IGT_ERR_CORRUPT},
-        {"one node fewer", V2_OFF_N_NODES, 1, n_nodes - 1, 0, IGT_ERR_CORRUPT},
-        {"one node more", V2_OFF_N_NODES, 1, n_nodes + 1, 0, IGT_ERR_CORRUPT},
-        {"nodes 2^64-1", V2_OFF_N_NODES, 1, UINT64_MAX, 0, IGT_ERR_CORRUPT},
-        {"one internal node fewer", V2_OFF_N_INTERNAL, 1, internal - 1, 0, IGT_ERR_CORRUPT},
-        {"one internal node more", V2_OFF_N_INTERNAL, 1, internal + 1, 0, IGT_ERR_CORRUPT},
-        {"internal = nodes", V2_OFF_N_INTERNAL, 1, n_nodes, 0, IGT_ERR_CORRUPT},
-        {"one pair fewer", V2_OFF_N_PAIRS, 1, n_pairs - 1, 0, IGT_ERR_CORRUPT},
-        {"pairs huge", V2_OFF_N_PAIRS, 1, UINT64_MAX / 4, 0, IGT_ERR_CORRUPT},
-        {"no classes", V2_OFF_N_CLASSES, 1, 0, 0, IGT_ERR_CORRUPT},
-        {"classes above vocab", V2_OFF_N_CLASSES, 1, 25, 0, IGT_ERR_CORRUPT},
-        {"one total escape fewer", V2_OFF_N_TOTAL_ESC, 1, tesc - 1, 0, IGT_ERR_CORRUPT},
-        {"one total escape more", V2_OFF_N_TOTAL_ESC, 1, tesc + 1, 0, IGT_ERR_CORRUPT},
-        {"winner escapes huge", V2_OFF_N_WINNER_ESC, 1, UINT64_MAX, 0, IGT_ERR_CORRUPT},
-        {"one winner escape more", V2_OFF_N_WINNER_ESC, 1, wesc + 1, 0, IGT_ERR_CORRUPT},
-        {"file size +64", V2_OFF_FILE_SIZE, 1, size + 64, 0, IGT_ERR_TRUNCATED},
-        {"file size -64", V2_OFF_FILE_SIZE, 1, size - 64, 0, IGT_ERR_CORRUPT},
-        {"key section inside header", V2_OFF_SECTIONS, 1, 0, 0, IGT_ERR_CORRUPT},
-        {"key section misaligned", V2_OFF_SECTIONS, 1, HEADER_SIZE + 8, 0, IGT_ERR_CORRUPT},
-        {"kids section past end", V2_OFF_SECTIONS + 8 * S2_KIDS, 1, size, 0, IGT_ERR_CORRUPT},
-        {"child section huge", V2_OFF_SECTIONS + 8 * S2_CHILD, 1, UINT64_MAX - 63, 0, IGT_ERR_CORRUPT},
-        {"sections overlap", V2_OFF_SECTIONS + 8 * S2_CLASS, 1, HEADER_SIZE, 0, IGT_ERR_CORRUPT},
+        {"header size", OFF_HSIZE, 0, HEADER_SIZE + 64, 0, OLIF_ERR_CORRUPT},
+        {"byte order tag", OFF_ENDIAN, 0, 0x04030201u, 0, OLIF_ERR_CORRUPT},
+        {"window 0", OFF_WINDOW, 0, 0, 0, OLIF_ERR_CORRUPT},
+        {"window 3 (tree is deeper)", OFF_WINDOW, 0, 3, 0, OLIF_ERR_CORRUPT},
+        {"vocab 0", OFF_VOCAB, 0, 0, 0, OLIF_ERR_CORRUPT},
+        {"vocab 65536 (other id width)", OFF_VOCAB, 0, 65536, 0, OLIF_ERR_CORRUPT},
+        {"padding id", OFF_PADDING, 0, 23, 0, OLIF_ERR_CORRUPT},
+        {"order", OFF_ORDER, 0, 3, 0, OLIF_ERR_CORRUPT},
+        {"top_k 0 with classes", OFF_TOPK, 0, 0, 0, OLIF_ERR_CORRUPT},
+        {"top_k 1 below stored", OFF_TOPK, 0, 1, 0, OLIF_ERR_CORRUPT},
+        {"default class", OFF_DEFAULT, 0, 24, 0, OLIF_ERR_CORRUPT},
+        {"id width 4", V2_OFF_IDW, 0, 4, 0, OLIF_ERR_CORRUPT},
+        {"id width 0", V2_OFF_IDW, 0, 0, 0, OLIF_ERR_CORRUPT},
+        {"flags", V2_OFF_FLAGS, 0, 1, 0, OLIF_ERR_CORRUPT},
+        {"reserved", V2_OFF_RESERVED, 0, 1, 0, OLIF_ERR_CORRUPT},
+        {"permutation repeat", V2_OFF_PERM + 4, 0, get32(img, V2_OFF_PERM), 0, OLIF_ERR_CORRUPT},
+        {"permutation huge", V2_OFF_PERM + 8, 0, UINT32_MAX, 0, OLIF_ERR_CORRUPT},
+        {"gain ratio NaN", V2_OFF_GAIN_RATIO + 16, 2, 0, nan, OLIF_ERR_CORRUPT},
+        {"unused info gain NaN", V2_OFF_INFO_GAIN + 8 * 15, 2, 0, nan, OLIF_ERR_CORRUPT},
+        {"no instances", V2_OFF_N_INSTANCES, 1, 0, 0, OLIF_ERR_CORRUPT},
+        {"one instance more", V2_OFF_N_INSTANCES, 1, 1201, 0, OLIF_ERR_CORRUPT},
+        {"instances 2^32", V2_OFF_N_INSTANCES, 1, 1ull << 32, 0, OLIF_ERR_CORRUPT},
+        {"no nodes", V2_OFF_N_NODES, 1, 0, 0, OLIF_ERR_CORRUPT},
+        {"one node fewer", V2_OFF_N_NODES, 1, n_nodes - 1, 0, OLIF_ERR_CORRUPT},
+        {"one node more", V2_OFF_N_NODES, 1, n_nodes + 1, 0, OLIF_ERR_CORRUPT},
+        {"nodes 2^64-1", V2_OFF_N_NODES, 1, UINT64_MAX, 0, OLIF_ERR_CORRUPT},
+        {"one internal node fewer", V2_OFF_N_INTERNAL, 1, internal - 1, 0, OLIF_ERR_CORRUPT},
+        {"one internal node more", V2_OFF_N_INTERNAL, 1, internal + 1, 0, OLIF_ERR_CORRUPT},
+        {"internal = nodes", V2_OFF_N_INTERNAL, 1, n_nodes, 0, OLIF_ERR_CORRUPT},
+        {"one pair fewer", V2_OFF_N_PAIRS, 1, n_pairs - 1, 0, OLIF_ERR_CORRUPT},
+        {"pairs huge", V2_OFF_N_PAIRS, 1, UINT64_MAX / 4, 0, OLIF_ERR_CORRUPT},
+        {"no classes", V2_OFF_N_CLASSES, 1, 0, 0, OLIF_ERR_CORRUPT},
+        {"classes above vocab", V2_OFF_N_CLASSES, 1, 25, 0, OLIF_ERR_CORRUPT},
+        {"one total escape fewer", V2_OFF_N_TOTAL_ESC, 1, tesc - 1, 0, OLIF_ERR_CORRUPT},
+        {"one total escape more", V2_OFF_N_TOTAL_ESC, 1, tesc + 1, 0, OLIF_ERR_CORRUPT},
+        {"winner escapes huge", V2_OFF_N_WINNER_ESC, 1, UINT64_MAX, 0, OLIF_ERR_CORRUPT},
+        {"one winner escape more", V2_OFF_N_WINNER_ESC, 1, wesc + 1, 0, OLIF_ERR_CORRUPT},
+        {"file size +64", V2_OFF_FILE_SIZE, 1, size + 64, 0, OLIF_ERR_TRUNCATED},
+        {"file size -64", V2_OFF_FILE_SIZE, 1, size - 64, 0, OLIF_ERR_CORRUPT},
+        {"key section inside header", V2_OFF_SECTIONS, 1, 0, 0, OLIF_ERR_CORRUPT},
+        {"key section misaligned", V2_OFF_SECTIONS, 1, HEADER_SIZE + 8, 0, OLIF_ERR_CORRUPT},
+        {"kids section past end", V2_OFF_SECTIONS + 8 * S2_KIDS, 1, size, 0, OLIF_ERR_CORRUPT},
+        {"child section huge", V2_OFF_SECTIONS + 8 * S2_CHILD, 1, UINT64_MAX - 63, 0, OLIF_ERR_CORRUPT},
+        {"sections overlap", V2_OFF_SECTIONS + 8 * S2_CLASS, 1, HEADER_SIZE, 0, OLIF_ERR_CORRUPT},
         {"last section moved", V2_OFF_SECTIONS + 8 * S2_PAIR_COUNT, 1,
-         section2(img, S2_PAIR_COUNT) - 64, 0, IGT_ERR_CORRUPT},
-        {"tokenizer name", V2_OFF_TOKENIZER, 3, 0, 0, IGT_ERR_CORRUPT},
+         section2(img, S2_PAIR_COUNT) - 64, 0, OLIF_ERR_CORRUPT},
+        {"tokenizer name", V2_OFF_TOKENIZER, 3, 0, 0, OLIF_ERR_CORRUPT},
     };
     igt_error err;
     run_header_cases(t, img, size, cases, sizeof cases / sizeof *cases, "v2 ");
@@ -1880,11 +1885,11 @@ static void test_header_fields_v2(T *t) {
     igt_model *x = NULL, *y = NULL;
     char path[1024];
     path_in(t, path, sizeof path, "resealed.olif");
-    CHECK_STATUS(t, igt_load_buffer(copy, size, IGT_LOAD_SKIP_CHECKSUM, &x, &err), IGT_OK, &err,
+    CHECK_STATUS(t, igt_load_buffer(copy, size, IGT_LOAD_SKIP_CHECKSUM, &x, &err), OLIF_OK, &err,
                  "wrong checksums, skipped");
     if (x) {
-        CHECK_STATUS(t, igt_save(x, path, &err), IGT_OK, &err, "save");
-        CHECK_STATUS(t, igt_load(path, 0, &y, &err), IGT_OK, &err, "reload with checksums");
+        CHECK_STATUS(t, igt_save(x, path, &err), OLIF_OK, &err, "save");
+        CHECK_STATUS(t, igt_load(path, 0, &y, &err), OLIF_OK, &err, "reload with checksums");
         CHECK(t, same_file_bytes(path, img, size), "the saved file is not the intact original");
         remove(path);
     }
@@ -1904,8 +1909,8 @@ static void try_edit_w(T *t, const uint8_t *img, size_t size, size_t off, int wi
     igt_error err;
     igt_model *a = NULL, *b = NULL;
     igt_status sa = igt_load_buffer(copy, size, IGT_LOAD_SKIP_CHECKSUM, &a, &err);
-    if (want != IGT_OK) CHECK_STATUS(t, sa, want, &err, what);
-    else CHECK(t, sa == IGT_OK || sa == IGT_ERR_CORRUPT, "%s: status %d (%s)", what, (int)sa, err.message);
+    if (want != OLIF_OK) CHECK_STATUS(t, sa, want, &err, what);
+    else CHECK(t, sa == OLIF_OK || sa == OLIF_ERR_CORRUPT, "%s: status %d (%s)", what, (int)sa, err.message);
     reseal(copy, size);
     igt_status sb = igt_load_buffer(copy, size, 0, &b, &err);
     CHECK(t, sa == sb, "%s: checksums skipped gives %d, forged checksums %d", what, (int)sa, (int)sb);
@@ -1936,7 +1941,7 @@ static void test_structure_edits_v2(T *t) {
           n, internal, tesc);
     /* child flags: any flip changes the count of internal nodes */
     for (uint32_t i = 0; i < n + 10 && i < 64 * ((n + 63) / 64); i++)
-        try_edit_w(t, img, size, kids + i / 8, 1, img[kids + i / 8] ^ (1u << (i % 8)), IGT_ERR_CORRUPT, &r,
+        try_edit_w(t, img, size, kids + i / 8, 1, img[kids + i / 8] ^ (1u << (i % 8)), OLIF_ERR_CORRUPT, &r,
                    "child flag");
     /* child index */
     for (uint32_t i = 0; i <= internal; i++) {
@@ -1944,58 +1949,58 @@ static void test_structure_edits_v2(T *t) {
         uint32_t orig = get32(img, off);
         const uint32_t invalid[] = {UINT32_MAX, n + 1, 0x80000000u, 0};
         for (size_t v = 0; v < 4; v++)
-            if (invalid[v] != orig) try_edit_w(t, img, size, off, 4, invalid[v], IGT_ERR_CORRUPT, &r, "child index");
+            if (invalid[v] != orig) try_edit_w(t, img, size, off, 4, invalid[v], OLIF_ERR_CORRUPT, &r, "child index");
         const uint32_t near[] = {orig + 1, orig - 1, rng_below(&r, n + 1)};
         for (size_t v = 0; v < 3; v++)
-            if (near[v] != orig) try_edit_w(t, img, size, off, 4, near[v], IGT_OK, &r, "child index near miss");
+            if (near[v] != orig) try_edit_w(t, img, size, off, 4, near[v], OLIF_OK, &r, "child index near miss");
     }
     /* keys: root 0, at most the padding id, siblings ascending */
-    try_edit_w(t, img, size, key, 2, 1, IGT_ERR_CORRUPT, &r, "root key");
+    try_edit_w(t, img, size, key, 2, 1, OLIF_ERR_CORRUPT, &r, "root key");
     for (uint32_t i = 1; i < n; i++) {
-        try_edit_w(t, img, size, key + 2 * (size_t)i, 2, 25, IGT_ERR_CORRUPT, &r, "key above padding id");
-        try_edit_w(t, img, size, key + 2 * (size_t)i, 2, rng_below(&r, 25), IGT_OK, &r, "key");
+        try_edit_w(t, img, size, key + 2 * (size_t)i, 2, 25, OLIF_ERR_CORRUPT, &r, "key above padding id");
+        try_edit_w(t, img, size, key + 2 * (size_t)i, 2, rng_below(&r, 25), OLIF_OK, &r, "key");
     }
     int siblings = 0;
     for (uint32_t rr = 0; rr < internal; rr++) {
         uint32_t lo = get32(img, child + 4 * (size_t)rr), hi = get32(img, child + 4 * (size_t)rr + 4);
         if (hi - lo < 2) continue;
         uint32_t k0 = get32(img, key + 2 * (size_t)lo) & 0xffff;
-        try_edit_w(t, img, size, key + 2 * (size_t)lo + 2, 2, k0, IGT_ERR_CORRUPT, &r, "equal sibling keys");
+        try_edit_w(t, img, size, key + 2 * (size_t)lo + 2, 2, k0, OLIF_ERR_CORRUPT, &r, "equal sibling keys");
         siblings++;
     }
     CHECK(t, siblings > 0, "no node with two children");
     /* classes and counts */
     for (uint32_t i = 0; i < n; i++) {
-        try_edit_w(t, img, size, cls + 2 * (size_t)i, 2, 24, IGT_ERR_CORRUPT, &r, "class == vocab");
-        try_edit_w(t, img, size, cls + 2 * (size_t)i, 2, rng_below(&r, 24), IGT_OK, &r, "class");
-        try_edit_w(t, img, size, tot + i, 1, 0, IGT_ERR_CORRUPT, &r, "total 0");
-        if (img[tot + i] != 255) try_edit_w(t, img, size, tot + i, 1, 255, IGT_ERR_CORRUPT, &r, "escape without entry");
-        try_edit_w(t, img, size, win + i, 1, 0, IGT_ERR_CORRUPT, &r, "winner 0");
+        try_edit_w(t, img, size, cls + 2 * (size_t)i, 2, 24, OLIF_ERR_CORRUPT, &r, "class == vocab");
+        try_edit_w(t, img, size, cls + 2 * (size_t)i, 2, rng_below(&r, 24), OLIF_OK, &r, "class");
+        try_edit_w(t, img, size, tot + i, 1, 0, OLIF_ERR_CORRUPT, &r, "total 0");
+        if (img[tot + i] != 255) try_edit_w(t, img, size, tot + i, 1, 255, OLIF_ERR_CORRUPT, &r, "escape without entry");
+        try_edit_w(t, img, size, win + i, 1, 0, OLIF_ERR_CORRUPT, &r, "winner 0");
         if (img[tot + i] < 254 && img[win + i] < 255)
-            try_edit_w(t, img, size, win + i, 1, img[tot + i] + 1u, IGT_ERR_CORRUPT, &r, "winner > total");
-        try_edit_w(t, img, size, tot + i, 1, rng_below(&r, 255), IGT_OK, &r, "total");
+            try_edit_w(t, img, size, win + i, 1, img[tot + i] + 1u, OLIF_ERR_CORRUPT, &r, "winner > total");
+        try_edit_w(t, img, size, tot + i, 1, rng_below(&r, 255), OLIF_OK, &r, "total");
     }
     for (uint32_t e = 0; e < tesc; e++) {
-        try_edit_w(t, img, size, te + 8 * (size_t)e + 4, 4, 254, IGT_ERR_CORRUPT, &r, "escape below 255");
-        try_edit_w(t, img, size, te + 8 * (size_t)e, 4, n, IGT_ERR_CORRUPT, &r, "escape node out of range");
-        try_edit_w(t, img, size, te + 8 * (size_t)e + 4, 4, get32(img, te + 8 * (size_t)e + 4) + 1, IGT_OK,
+        try_edit_w(t, img, size, te + 8 * (size_t)e + 4, 4, 254, OLIF_ERR_CORRUPT, &r, "escape below 255");
+        try_edit_w(t, img, size, te + 8 * (size_t)e, 4, n, OLIF_ERR_CORRUPT, &r, "escape node out of range");
+        try_edit_w(t, img, size, te + 8 * (size_t)e + 4, 4, get32(img, te + 8 * (size_t)e + 4) + 1, OLIF_OK,
                    &r, "escape value");
     }
     /* stored classes */
     for (uint32_t i = 0; i <= n; i += 1 + i / 16) {
-        try_edit_w(t, img, size, dist + 4 * (size_t)i, 4, n_pairs + 1, IGT_ERR_CORRUPT, &r, "class index");
-        try_edit_w(t, img, size, dist + 4 * (size_t)i, 4, get32(img, dist + 4 * (size_t)i) + 1, IGT_OK, &r,
+        try_edit_w(t, img, size, dist + 4 * (size_t)i, 4, n_pairs + 1, OLIF_ERR_CORRUPT, &r, "class index");
+        try_edit_w(t, img, size, dist + 4 * (size_t)i, 4, get32(img, dist + 4 * (size_t)i) + 1, OLIF_OK, &r,
                    "class index +1");
     }
     for (uint32_t p = 0; p < n_pairs; p += 1 + p / 16) {
-        try_edit_w(t, img, size, pcls + 2 * (size_t)p, 2, 24, IGT_ERR_CORRUPT, &r, "stored class == vocab");
-        try_edit_w(t, img, size, pcls + 2 * (size_t)p, 2, rng_below(&r, 24), IGT_OK, &r, "stored class");
-        try_edit_w(t, img, size, pcnt + 4 * (size_t)p, 4, 0, IGT_ERR_CORRUPT, &r, "stored count 0");
-        try_edit_w(t, img, size, pcnt + 4 * (size_t)p, 4, UINT32_MAX, IGT_ERR_CORRUPT, &r, "stored count huge");
+        try_edit_w(t, img, size, pcls + 2 * (size_t)p, 2, 24, OLIF_ERR_CORRUPT, &r, "stored class == vocab");
+        try_edit_w(t, img, size, pcls + 2 * (size_t)p, 2, rng_below(&r, 24), OLIF_OK, &r, "stored class");
+        try_edit_w(t, img, size, pcnt + 4 * (size_t)p, 4, 0, OLIF_ERR_CORRUPT, &r, "stored count 0");
+        try_edit_w(t, img, size, pcnt + 4 * (size_t)p, 4, UINT32_MAX, OLIF_ERR_CORRUPT, &r, "stored count huge");
     }
     /* padding: the last byte of the file lies past the last section */
     CHECK(t, img[size - 1] == 0, "no padding at the end of the file");
-    try_edit_w(t, img, size, size - 1, 1, 0x5a, IGT_ERR_CORRUPT, &r, "last padding byte");
+    try_edit_w(t, img, size, size - 1, 1, 0x5a, OLIF_ERR_CORRUPT, &r, "last padding byte");
     free(img);
 }
 
@@ -2017,14 +2022,14 @@ static unsigned long mutants_of(T *t, uint32_t version, unsigned long *loaded_ou
         igt_model *x_ = NULL;                                                                      \
         igt_status st_ = igt_load_buffer((copy), (len), 0, &x_, &err);                             \
         mutants++;                                                                                 \
-        if (st_ == IGT_OK) {                                                                       \
+        if (st_ == OLIF_OK) {                                                                       \
             loaded++;                                                                              \
             CHECK(t, exercise(x_, &r, 12) == 0, "%s: model broke its guarantees", (what));         \
             igt_free(x_);                                                                          \
         } else {                                                                                   \
             CHECK(t, x_ == NULL && err.code == (int)st_ && err.message[0] &&                       \
-                         (st_ == IGT_ERR_FOREIGN || st_ == IGT_ERR_VERSION ||                       \
-                          st_ == IGT_ERR_TRUNCATED || st_ == IGT_ERR_CORRUPT),                     \
+                         (st_ == OLIF_ERR_FOREIGN || st_ == OLIF_ERR_VERSION ||                       \
+                          st_ == OLIF_ERR_TRUNCATED || st_ == OLIF_ERR_CORRUPT),                     \
                   "%s: status %d (%s)", (what), (int)st_, err.message);                            \
         }                                                                                          \
     } while (0)
@@ -2124,9 +2129,9 @@ static void test_file_changes(T *t) {
     char path[1024];
     path_in(t, path, sizeof path, "changing.olif");
     igt_error err;
-    CHECK_STATUS(t, igt_save(m, path, &err), IGT_OK, &err, "save");
+    CHECK_STATUS(t, igt_save(m, path, &err), OLIF_OK, &err, "save");
     igt_model *x = NULL;
-    CHECK_STATUS(t, igt_load(path, 0, &x, &err), IGT_OK, &err, "load");
+    CHECK_STATUS(t, igt_load(path, 0, &x, &err), OLIF_OK, &err, "load");
     if (!x) goto out;
     CHECK(t, truncate(path, 0) == 0, "truncate %s", path);
     CHECK(t, compare_models(m, x, 153, 500, rows, 1200) == 0, "answers changed after truncation");
@@ -2159,27 +2164,27 @@ static void test_special_files(T *t) {
     igt_model *x = NULL;
     alarm(60);      /* a hang fails the run instead of stalling it */
     if (mkfifo(fifo, 0600) == 0) {
-        CHECK_STATUS(t, igt_load(fifo, 0, &x, &err), IGT_ERR_IO, &err, "FIFO");
+        CHECK_STATUS(t, igt_load(fifo, 0, &x, &err), OLIF_ERR_IO, &err, "FIFO");
         CHECK(t, strstr(err.message, fifo) && strstr(err.message, "FIFO"), "FIFO message: %s", err.message);
         remove(fifo);
     } else {
         CHECK(t, 0, "mkfifo %s: %s", fifo, strerror(errno));
     }
-    CHECK_STATUS(t, igt_load(t->dir, 0, &x, &err), IGT_ERR_IO, &err, "directory");
+    CHECK_STATUS(t, igt_load(t->dir, 0, &x, &err), OLIF_ERR_IO, &err, "directory");
     CHECK(t, strstr(err.message, t->dir) && strstr(err.message, "directory"), "directory message: %s",
           err.message);
     struct stat st;
     if (stat("/dev/null", &st) == 0 && S_ISCHR(st.st_mode)) {
-        CHECK_STATUS(t, igt_load("/dev/null", 0, &x, &err), IGT_ERR_IO, &err, "character device");
+        CHECK_STATUS(t, igt_load("/dev/null", 0, &x, &err), OLIF_ERR_IO, &err, "character device");
         CHECK(t, strstr(err.message, "/dev/null") && strstr(err.message, "device"), "device message: %s",
               err.message);
     }
     /* a symlink to a model is fine */
     igt_model *m = random_model(t, 161, 3, 10, 100, 0, NULL);
     if (m) {
-        CHECK_STATUS(t, igt_save(m, model, &err), IGT_OK, &err, "save");
+        CHECK_STATUS(t, igt_save(m, model, &err), OLIF_OK, &err, "save");
         CHECK(t, symlink(model, link) == 0, "symlink");
-        CHECK_STATUS(t, igt_load(link, 0, &x, &err), IGT_OK, &err, "symlink to a model");
+        CHECK_STATUS(t, igt_load(link, 0, &x, &err), OLIF_OK, &err, "symlink to a model");
         igt_free(x);
         x = NULL;
         remove(link);
@@ -2226,7 +2231,7 @@ static void test_save_safety(T *t) {
     igt_error err;
     /* 1. a symlink planted where the old code wrote its temporary file */
     CHECK(t, write_file(victim, "victim", 6) && symlink(victim, planted) == 0, "plant %s", planted);
-    CHECK_STATUS(t, igt_save(a, out, &err), IGT_OK, &err, "save next to a planted link");
+    CHECK_STATUS(t, igt_save(a, out, &err), OLIF_OK, &err, "save next to a planted link");
     CHECK(t, same_file_bytes(victim, (const uint8_t *)"victim", 6), "the link's target was overwritten");
     struct stat st;
     CHECK(t, lstat(out, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0777) == 0600,
@@ -2234,7 +2239,7 @@ static void test_save_safety(T *t) {
     CHECK(t, same_file_bytes(out, ia, sa), "saved bytes differ");
     /* 2. saving over a symlink replaces the link, not its target */
     CHECK(t, write_file(victim2, "victim2", 7) && symlink(victim2, link) == 0, "symlink %s", link);
-    CHECK_STATUS(t, igt_save(a, link, &err), IGT_OK, &err, "save over a symlink");
+    CHECK_STATUS(t, igt_save(a, link, &err), OLIF_OK, &err, "save over a symlink");
     CHECK(t, same_file_bytes(victim2, (const uint8_t *)"victim2", 7), "a symlink's target was overwritten");
     CHECK(t, lstat(link, &st) == 0 && S_ISREG(st.st_mode), "the symlink was not replaced by the model");
     remove(link);
@@ -2251,7 +2256,7 @@ static void test_save_safety(T *t) {
         setrlimit(RLIMIT_FSIZE, &rl);
         igt_error e2;
         igt_status s2 = igt_save(b, out, &e2);
-        _exit(s2 == IGT_ERR_IO && strstr(e2.message, "out.olif") ? 0 : 10 + (int)s2);
+        _exit(s2 == OLIF_ERR_IO && strstr(e2.message, "out.olif") ? 0 : 10 + (int)s2);
     }
     int status = 0;
     waitpid(pid, &status, 0);
@@ -2285,11 +2290,11 @@ static void test_save_safety(T *t) {
     pid = fork();
     if (pid == 0) {
         int bad = 0;
-        for (int i = 0; i < 25; i++) bad += igt_save(a, out, NULL) != IGT_OK;
+        for (int i = 0; i < 25; i++) bad += igt_save(a, out, NULL) != OLIF_OK;
         _exit(bad);
     }
     int bad = 0;
-    for (int i = 0; i < 25; i++) bad += igt_save(b, out, &err) != IGT_OK;
+    for (int i = 0; i < 25; i++) bad += igt_save(b, out, &err) != OLIF_OK;
     waitpid(pid, &status, 0);
     CHECK(t, bad == 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
           "concurrent saves failed: %d here, child status %d", bad, status);
@@ -2517,7 +2522,7 @@ static void test_memory_limit(T *t) {
     igt_error err;
     for (int c = 0; c < 3; c++) {
         igt_model *ref = NULL;
-        CHECK_STATUS(t, build_corpus(&corpora[c], F, V, topks[c], 1, 0, NULL, NULL, &ref, &err), IGT_OK,
+        CHECK_STATUS(t, build_corpus(&corpora[c], F, V, topks[c], 1, 0, NULL, NULL, &ref, &err), OLIF_OK,
                      &err, "unbounded build");
         if (!ref) continue;
         size_t rs = 0;
@@ -2532,7 +2537,7 @@ static void test_memory_limit(T *t) {
                 snprintf(what, sizeof what, "corpus %d, limit %llu, %u threads", c,
                          (unsigned long long)limits[l], threads[k]);
                 CHECK_STATUS(t, build_corpus(&corpora[c], F, V, topks[c], threads[k], limits[l], dir, &w, &m,
-                                             &err), IGT_OK, &err, what);
+                                             &err), OLIF_OK, &err, what);
                 if (!m) continue;
                 size_t ms = 0;
                 uint8_t *mb = model_bytes(t, m, &ms);
@@ -2552,47 +2557,47 @@ static void test_memory_limit(T *t) {
         spill_watch w = {dir, 0, 0, 0, 0, phases[p]};
         igt_model *m = (igt_model *)(uintptr_t)1;
         CHECK_STATUS(t, build_corpus(&corpora[1], F, V, 3, 2, IGT_MIN_MEMORY_LIMIT, dir, &w, &m, &err),
-                     IGT_ERR_CANCELLED, &err, phases[p]);
+                     OLIF_ERR_CANCELLED, &err, phases[p]);
         CHECK(t, m == NULL && dir_is_empty(dir), "cancel at %s left a model or files", phases[p]);
     }
     for (int call = 1; call < 12; call += 3) {
         spill_watch w = {dir, 0, 0, 0, call, NULL};
         igt_model *m = NULL;
         CHECK_STATUS(t, build_corpus(&corpora[0], F, V, 0, 2, IGT_MIN_MEMORY_LIMIT, dir, &w, &m, &err),
-                     IGT_ERR_CANCELLED, &err, "cancel at a report");
+                     OLIF_ERR_CANCELLED, &err, "cancel at a report");
         CHECK(t, dir_is_empty(dir), "cancel at report %d left files", call);
     }
     /* argument errors */
     igt_config cfg;
     igt_config_init(&cfg, V);
     igt_builder *b = NULL;
-    CHECK_STATUS(t, igt_builder_new(&cfg, &b, &err), IGT_OK, &err, "builder_new");
-    CHECK_STATUS(t, igt_builder_set_memory_limit(b, IGT_MIN_MEMORY_LIMIT - 1, dir, &err), IGT_ERR_ARG, &err,
+    CHECK_STATUS(t, igt_builder_new(&cfg, &b, &err), OLIF_OK, &err, "builder_new");
+    CHECK_STATUS(t, igt_builder_set_memory_limit(b, IGT_MIN_MEMORY_LIMIT - 1, dir, &err), OLIF_ERR_ARG, &err,
                  "limit below the minimum");
     char file[1100];
     snprintf(file, sizeof file, "%s/plain-file", t->dir);
     CHECK(t, write_file(file, "x", 1), "write %s", file);
-    CHECK_STATUS(t, igt_builder_set_memory_limit(b, 1 << 20, file, &err), IGT_ERR_ARG, &err, "tmpdir is a file");
+    CHECK_STATUS(t, igt_builder_set_memory_limit(b, 1 << 20, file, &err), OLIF_ERR_ARG, &err, "tmpdir is a file");
     CHECK(t, strstr(err.message, "plain-file") != NULL, "message names the directory: %s", err.message);
     remove(file);
-    CHECK_STATUS(t, igt_builder_set_memory_limit(b, 1 << 20, "/no/such/dir/olifant", &err), IGT_ERR_IO, &err,
+    CHECK_STATUS(t, igt_builder_set_memory_limit(b, 1 << 20, "/no/such/dir/olifant", &err), OLIF_ERR_IO, &err,
                  "missing tmpdir");
-    CHECK_STATUS(t, igt_builder_set_memory_limit(NULL, 1 << 20, dir, &err), IGT_ERR_ARG, &err, "NULL builder");
-    CHECK_STATUS(t, igt_builder_add_instances(b, rows, 1, &err), IGT_OK, &err, "add");
-    CHECK_STATUS(t, igt_builder_set_memory_limit(b, 1 << 20, dir, &err), IGT_ERR_ARG, &err, "limit after adding");
-    CHECK_STATUS(t, igt_builder_set_threads(b, IGT_MAX_THREADS + 1, &err), IGT_ERR_ARG, &err, "too many threads");
-    CHECK_STATUS(t, igt_builder_set_threads(NULL, 1, &err), IGT_ERR_ARG, &err, "threads, NULL builder");
+    CHECK_STATUS(t, igt_builder_set_memory_limit(NULL, 1 << 20, dir, &err), OLIF_ERR_ARG, &err, "NULL builder");
+    CHECK_STATUS(t, igt_builder_add_instances(b, rows, 1, &err), OLIF_OK, &err, "add");
+    CHECK_STATUS(t, igt_builder_set_memory_limit(b, 1 << 20, dir, &err), OLIF_ERR_ARG, &err, "limit after adding");
+    CHECK_STATUS(t, igt_builder_set_threads(b, IGT_MAX_THREADS + 1, &err), OLIF_ERR_ARG, &err, "too many threads");
+    CHECK_STATUS(t, igt_builder_set_threads(NULL, 1, &err), OLIF_ERR_ARG, &err, "threads, NULL builder");
     igt_builder_free(b);
     /* the temporary directory disappears: the spill fails, the builder says so */
     char gone[1100];
     snprintf(gone, sizeof gone, "%s/gone", t->dir);
     CHECK(t, mkdir(gone, 0700) == 0, "mkdir %s", gone);
-    CHECK_STATUS(t, igt_builder_new(&cfg, &b, &err), IGT_OK, &err, "builder_new");
-    CHECK_STATUS(t, igt_builder_set_memory_limit(b, IGT_MIN_MEMORY_LIMIT, gone, &err), IGT_OK, &err, "limit");
+    CHECK_STATUS(t, igt_builder_new(&cfg, &b, &err), OLIF_OK, &err, "builder_new");
+    CHECK_STATUS(t, igt_builder_set_memory_limit(b, IGT_MIN_MEMORY_LIMIT, gone, &err), OLIF_OK, &err, "limit");
     rmdir(gone);
-    igt_status st = IGT_OK;
-    for (size_t i = 0; i < NR && st == IGT_OK; i += 500) st = igt_builder_add_instances(b, rows + i * 5, 500, &err);
-    CHECK_STATUS(t, st, IGT_ERR_IO, &err, "spill into a removed directory");
+    igt_status st = OLIF_OK;
+    for (size_t i = 0; i < NR && st == OLIF_OK; i += 500) st = igt_builder_add_instances(b, rows + i * 5, 500, &err);
+    CHECK_STATUS(t, st, OLIF_ERR_IO, &err, "spill into a removed directory");
     CHECK_ERROR(t, igt_builder_add_instances(b, rows, 1, &err), &err, "add after a failed spill");
     CHECK(t, strstr(err.message, "failed earlier") != NULL, "message: %s", err.message);
     igt_model *m = NULL;
@@ -2618,7 +2623,7 @@ static void test_threads_build(T *t) {
     const uint32_t threads[] = {1, 0, 2, 3, 7, IGT_MAX_THREADS};
     for (int k = 0; k < 6; k++) {
         igt_model *m = NULL;
-        CHECK_STATUS(t, build_corpus(&c, F, V, 2, threads[k], 0, NULL, NULL, &m, &err), IGT_OK, &err,
+        CHECK_STATUS(t, build_corpus(&c, F, V, 2, threads[k], 0, NULL, NULL, &m, &err), OLIF_OK, &err,
                      "threaded build");
         if (!m) continue;
         size_t ms = 0;

@@ -62,9 +62,9 @@ static void check_failed(T *t, const char *file, int line, const char *expr, con
         (t)->checks++;                                                                  \
         if (g_ != (want))                                                               \
             check_failed((t), __FILE__, __LINE__, "status", "%s: got %d (%s), want %d; %s", \
-                         (what), (int)g_, sfx_status_string((int)g_), (int)(want),       \
+                         (what), (int)g_, olif_status_string((int)g_), (int)(want),       \
                          (err)->message);                                               \
-        else if (g_ != SFX_OK && ((err)->code != (int)g_ || (err)->message[0] == '\0')) \
+        else if (g_ != OLIF_OK && ((err)->code != (int)g_ || (err)->message[0] == '\0')) \
             check_failed((t), __FILE__, __LINE__, "error record", "%s: code %d msg '%s'", \
                          (what), (err)->code, (err)->message);                          \
     } while (0)
@@ -133,8 +133,8 @@ static sfx_corpus *make_corpus(T *t, const docs_t *d) {
     for (int i = 0; i < SFX_TOKENIZER_DIGEST_SIZE; i++) cfg.tokenizer_digest[i] = (uint8_t)i;
     sfx_corpus *c = NULL;
     sfx_error err;
-    CHECK_STATUS(t, sfx_corpus_new(&cfg, &c, &err), SFX_OK, &err, "corpus_new");
-    CHECK_STATUS(t, sfx_corpus_add_documents(c, d->tokens, d->n, d->starts, d->docs, &err), SFX_OK,
+    CHECK_STATUS(t, sfx_corpus_new(&cfg, &c, &err), OLIF_OK, &err, "corpus_new");
+    CHECK_STATUS(t, sfx_corpus_add_documents(c, d->tokens, d->n, d->starts, d->docs, &err), OLIF_OK,
                  &err, "add_documents");
     return c;
 }
@@ -144,7 +144,7 @@ static sfx_index *index_of_docs(T *t, const docs_t *d, sfx_corpus **c) {
     *c = make_corpus(t, d);
     sfx_index *x = NULL;
     sfx_error err;
-    CHECK_STATUS(t, sfx_index_build(*c, &x, NULL, NULL, &err), SFX_OK, &err, "build");
+    CHECK_STATUS(t, sfx_index_build(*c, &x, NULL, NULL, &err), OLIF_OK, &err, "build");
     return x;
 }
 
@@ -209,13 +209,13 @@ static uint8_t *saved_image(T *t, int ngram, size_t *size) {
     path_in(t, path, sizeof path, ngram ? "img.ngc" : "img.sfx");
     if (ngram) {
         sfx_ngram *g = NULL;
-        CHECK_STATUS(t, sfx_ngram_build(c, 2, &g, NULL, NULL, &err), SFX_OK, &err, "ngram_build");
-        CHECK_STATUS(t, sfx_ngram_save(g, path, &err), SFX_OK, &err, "ngram_save");
+        CHECK_STATUS(t, sfx_ngram_build(c, 2, &g, NULL, NULL, &err), OLIF_OK, &err, "ngram_build");
+        CHECK_STATUS(t, sfx_ngram_save(g, path, &err), OLIF_OK, &err, "ngram_save");
         sfx_ngram_free(g);
     } else {
         sfx_index *x = NULL;
-        CHECK_STATUS(t, sfx_index_build(c, &x, NULL, NULL, &err), SFX_OK, &err, "index_build");
-        CHECK_STATUS(t, sfx_index_save(x, path, &err), SFX_OK, &err, "index_save");
+        CHECK_STATUS(t, sfx_index_build(c, &x, NULL, NULL, &err), OLIF_OK, &err, "index_build");
+        CHECK_STATUS(t, sfx_index_save(x, path, &err), OLIF_OK, &err, "index_save");
         sfx_index_free(x);
     }
     sfx_corpus_free(c);
@@ -238,8 +238,8 @@ static void check_stats(T *t, const sfx_index *x, const uint32_t *out, size_t n,
     sfx_stat st[64];
     sfx_error err;
     if (n > 64) n = 64;
-    int ordered = sfx_index_verify(x, &err) == SFX_OK;
-    CHECK_STATUS(t, sfx_index_matching_stats(x, out, n, max_length, st, &err), SFX_OK, &err,
+    int ordered = sfx_index_verify(x, &err) == OLIF_OK;
+    CHECK_STATUS(t, sfx_index_matching_stats(x, out, n, max_length, st, &err), OLIF_OK, &err,
                  "matching_stats");
     for (size_t i = 0; i < n; i++) {
         uint32_t L = st[i].length;
@@ -261,7 +261,7 @@ static void check_stats(T *t, const sfx_index *x, const uint32_t *out, size_t n,
         }
         sfx_place pl[3];
         size_t got = 0;
-        CHECK_STATUS(t, sfx_index_places(x, st[i].lo, st[i].hi, 3, pl, &got, &err), SFX_OK, &err,
+        CHECK_STATUS(t, sfx_index_places(x, st[i].lo, st[i].hi, 3, pl, &got, &err), OLIF_OK, &err,
                      "places");
         CHECK(t, got >= 1 && got <= 3 && pl[0].position == st[i].position, "places %zu", got);
         CHECK(t, got < 1 || pl[0].document < info.n_documents, "document %llu",
@@ -269,7 +269,7 @@ static void check_stats(T *t, const sfx_index *x, const uint32_t *out, size_t n,
         sfx_place one;
         sfx_status located = sfx_index_locate(x, st[i].position, &one, &err);
         if (!ordered) continue;     /* a mutant's suffix may start at a separator: refused */
-        CHECK_STATUS(t, located, SFX_OK, &err, "locate");
+        CHECK_STATUS(t, located, OLIF_OK, &err, "locate");
         CHECK(t, one.document == pl[0].document && one.offset == pl[0].offset, "locate agrees");
     }
 }
@@ -334,8 +334,8 @@ static void query_ngram(T *t, const sfx_ngram *g) {
 /* ---- tests ------------------------------------------------------------------------ */
 
 static void test_status_strings(T *t) {
-    for (int c = 0; c <= 12; c++) CHECK(t, sfx_status_string(c) != NULL, "code %d", c);
-    CHECK(t, strcmp(sfx_status_string(SFX_ERR_CHECKSUM), "file checksum mismatch") == 0,
+    for (int c = 0; c <= 12; c++) CHECK(t, olif_status_string(c) != NULL, "code %d", c);
+    CHECK(t, strcmp(olif_status_string(OLIF_ERR_CHECKSUM), "file checksum mismatch") == 0,
           "checksum string");
 }
 
@@ -344,45 +344,45 @@ static void test_argument_errors(T *t) {
     sfx_error err;
     sfx_corpus *c = NULL;
     sfx_config_init(&cfg, 0);
-    CHECK_STATUS(t, sfx_corpus_new(&cfg, &c, &err), SFX_ERR_ARG, &err, "vocab 0");
+    CHECK_STATUS(t, sfx_corpus_new(&cfg, &c, &err), OLIF_ERR_ARG, &err, "vocab 0");
     sfx_config_init(&cfg, SFX_MAX_VOCAB);
-    CHECK_STATUS(t, sfx_corpus_new(&cfg, &c, &err), SFX_ERR_ARG, &err, "vocab too big");
+    CHECK_STATUS(t, sfx_corpus_new(&cfg, &c, &err), OLIF_ERR_ARG, &err, "vocab too big");
     sfx_config_init(&cfg, 10);
     memset(cfg.tokenizer_name, 'x', sizeof cfg.tokenizer_name);
-    CHECK_STATUS(t, sfx_corpus_new(&cfg, &c, &err), SFX_ERR_ARG, &err, "name unterminated");
-    CHECK_STATUS(t, sfx_corpus_new(NULL, &c, &err), SFX_ERR_ARG, &err, "NULL config");
+    CHECK_STATUS(t, sfx_corpus_new(&cfg, &c, &err), OLIF_ERR_ARG, &err, "name unterminated");
+    CHECK_STATUS(t, sfx_corpus_new(NULL, &c, &err), OLIF_ERR_ARG, &err, "NULL config");
     sfx_config_init(&cfg, 10);
-    CHECK_STATUS(t, sfx_corpus_new(&cfg, NULL, &err), SFX_ERR_ARG, &err, "NULL out");
-    CHECK_STATUS(t, sfx_corpus_new(&cfg, &c, &err), SFX_OK, &err, "new");
+    CHECK_STATUS(t, sfx_corpus_new(&cfg, NULL, &err), OLIF_ERR_ARG, &err, "NULL out");
+    CHECK_STATUS(t, sfx_corpus_new(&cfg, &c, &err), OLIF_OK, &err, "new");
     uint32_t toks[4] = {1, 2, 10, 3};
     uint64_t starts[2] = {0, 2}, bad_starts[2] = {1, 2}, backwards[3] = {0, 3, 2};
-    CHECK_STATUS(t, sfx_corpus_add_documents(c, toks, 4, starts, 2, &err), SFX_ERR_ARG, &err,
+    CHECK_STATUS(t, sfx_corpus_add_documents(c, toks, 4, starts, 2, &err), OLIF_ERR_ARG, &err,
                  "id beyond vocab");
     CHECK(t, strstr(err.message, "10") != NULL, "message names the id: %s", err.message);
     toks[2] = 9;
-    CHECK_STATUS(t, sfx_corpus_add_documents(c, toks, 4, bad_starts, 2, &err), SFX_ERR_ARG, &err,
+    CHECK_STATUS(t, sfx_corpus_add_documents(c, toks, 4, bad_starts, 2, &err), OLIF_ERR_ARG, &err,
                  "starts[0] != 0");
-    CHECK_STATUS(t, sfx_corpus_add_documents(c, toks, 4, backwards, 3, &err), SFX_ERR_ARG, &err,
+    CHECK_STATUS(t, sfx_corpus_add_documents(c, toks, 4, backwards, 3, &err), OLIF_ERR_ARG, &err,
                  "starts out of order");
-    CHECK_STATUS(t, sfx_corpus_add_documents(c, toks, 4, NULL, 0, &err), SFX_ERR_ARG, &err,
+    CHECK_STATUS(t, sfx_corpus_add_documents(c, toks, 4, NULL, 0, &err), OLIF_ERR_ARG, &err,
                  "tokens without documents");
-    CHECK_STATUS(t, sfx_corpus_add_documents(NULL, toks, 4, starts, 2, &err), SFX_ERR_ARG, &err,
+    CHECK_STATUS(t, sfx_corpus_add_documents(NULL, toks, 4, starts, 2, &err), OLIF_ERR_ARG, &err,
                  "NULL corpus");
     sfx_index *x = NULL;
     sfx_ngram *g = NULL;
-    CHECK_STATUS(t, sfx_index_build(c, &x, NULL, NULL, &err), SFX_ERR_EMPTY, &err, "empty index");
-    CHECK_STATUS(t, sfx_ngram_build(c, 2, &g, NULL, NULL, &err), SFX_ERR_EMPTY, &err, "empty ngram");
-    CHECK_STATUS(t, sfx_corpus_add_documents(c, toks, 4, starts, 2, &err), SFX_OK, &err, "add");
+    CHECK_STATUS(t, sfx_index_build(c, &x, NULL, NULL, &err), OLIF_ERR_EMPTY, &err, "empty index");
+    CHECK_STATUS(t, sfx_ngram_build(c, 2, &g, NULL, NULL, &err), OLIF_ERR_EMPTY, &err, "empty ngram");
+    CHECK_STATUS(t, sfx_corpus_add_documents(c, toks, 4, starts, 2, &err), OLIF_OK, &err, "add");
     CHECK(t, sfx_corpus_tokens(c) == 4 && sfx_corpus_documents(c) == 2, "counts");
-    CHECK_STATUS(t, sfx_ngram_build(c, 0, &g, NULL, NULL, &err), SFX_ERR_ARG, &err, "order 0");
-    CHECK_STATUS(t, sfx_ngram_build(c, SFX_MAX_ORDER + 1, &g, NULL, NULL, &err), SFX_ERR_ARG, &err,
+    CHECK_STATUS(t, sfx_ngram_build(c, 0, &g, NULL, NULL, &err), OLIF_ERR_ARG, &err, "order 0");
+    CHECK_STATUS(t, sfx_ngram_build(c, SFX_MAX_ORDER + 1, &g, NULL, NULL, &err), OLIF_ERR_ARG, &err,
                  "order 5");
-    CHECK_STATUS(t, sfx_ngram_build(c, 2, &g, NULL, NULL, &err), SFX_ERR_EMPTY, &err,
+    CHECK_STATUS(t, sfx_ngram_build(c, 2, &g, NULL, NULL, &err), OLIF_ERR_EMPTY, &err,
                  "documents no longer than the order");
-    CHECK_STATUS(t, sfx_index_build(NULL, &x, NULL, NULL, &err), SFX_ERR_ARG, &err, "NULL corpus");
-    CHECK_STATUS(t, sfx_index_load_buffer(NULL, 5, 0, &x, &err), SFX_ERR_ARG, &err, "NULL data");
-    CHECK_STATUS(t, sfx_index_load(NULL, 0, &x, &err), SFX_ERR_ARG, &err, "NULL path");
-    CHECK_STATUS(t, sfx_index_save(NULL, "x", &err), SFX_ERR_ARG, &err, "NULL index");
+    CHECK_STATUS(t, sfx_index_build(NULL, &x, NULL, NULL, &err), OLIF_ERR_ARG, &err, "NULL corpus");
+    CHECK_STATUS(t, sfx_index_load_buffer(NULL, 5, 0, &x, &err), OLIF_ERR_ARG, &err, "NULL data");
+    CHECK_STATUS(t, sfx_index_load(NULL, 0, &x, &err), OLIF_ERR_ARG, &err, "NULL path");
+    CHECK_STATUS(t, sfx_index_save(NULL, "x", &err), OLIF_ERR_ARG, &err, "NULL index");
     /* queries on NULL handles answer nothing */
     sfx_answer a;
     uint32_t tk;
@@ -420,15 +420,15 @@ static void test_cancel(T *t) {
     sfx_index *x = NULL;
     sfx_ngram *g = NULL;
     int calls = 0;
-    CHECK_STATUS(t, sfx_index_build(c, &x, cancel_now, &calls, &err), SFX_ERR_CANCELLED, &err,
+    CHECK_STATUS(t, sfx_index_build(c, &x, cancel_now, &calls, &err), OLIF_ERR_CANCELLED, &err,
                  "index cancelled");
     CHECK(t, x == NULL && calls == 1, "calls %d", calls);
     calls = 0;
-    CHECK_STATUS(t, sfx_ngram_build(c, 2, &g, cancel_at_counting, &calls, &err), SFX_ERR_CANCELLED,
+    CHECK_STATUS(t, sfx_ngram_build(c, 2, &g, cancel_at_counting, &calls, &err), OLIF_ERR_CANCELLED,
                  &err, "ngram cancelled");
     CHECK(t, g == NULL && calls >= 2, "calls %d", calls);
     /* the corpus survives and builds afterwards */
-    CHECK_STATUS(t, sfx_index_build(c, &x, NULL, NULL, &err), SFX_OK, &err, "index after cancel");
+    CHECK_STATUS(t, sfx_index_build(c, &x, NULL, NULL, &err), OLIF_OK, &err, "index after cancel");
     sfx_index_free(x);
     sfx_corpus_free(c);
     free_docs(&d);
@@ -451,7 +451,7 @@ static void test_index_against_naive(T *t) {
             free_docs(&d);
             continue;
         }
-        CHECK_STATUS(t, sfx_index_verify(x, &err), SFX_OK, &err, "verify");
+        CHECK_STATUS(t, sfx_index_verify(x, &err), OLIF_OK, &err, "verify");
         sfx_index_info info;
         sfx_index_get_info(x, &info);
         CHECK(t, info.n_tokens == d.n && info.token_bytes == 2 && info.memory_mapped == 0,
@@ -527,7 +527,7 @@ static void test_draft_against_naive(T *t) {
         sfx_corpus *c = make_corpus(t, &d);
         sfx_index *x = NULL;
         sfx_error err;
-        CHECK_STATUS(t, sfx_index_build(c, &x, NULL, NULL, &err), SFX_OK, &err, "build");
+        CHECK_STATUS(t, sfx_index_build(c, &x, NULL, NULL, &err), OLIF_OK, &err, "build");
         for (int q = 0; q < 40 && x; q++) {
             uint32_t ctx[10];
             size_t n = 1 + rnd_below(8);
@@ -581,8 +581,8 @@ static void test_sampled_continuations(T *t) {
     sfx_corpus *c = make_corpus(t, &d);
     sfx_index *x = NULL;
     sfx_error err;
-    CHECK_STATUS(t, sfx_index_build(c, &x, NULL, NULL, &err), SFX_OK, &err, "build");
-    CHECK_STATUS(t, sfx_index_verify(x, &err), SFX_OK, &err, "verify");
+    CHECK_STATUS(t, sfx_index_build(c, &x, NULL, NULL, &err), OLIF_OK, &err, "build");
+    CHECK_STATUS(t, sfx_index_verify(x, &err), OLIF_OK, &err, "verify");
     uint64_t *cnt = calloc(V, sizeof *cnt);
     int exact = 0;
     for (uint32_t v = 0; v < 60 && x; v++) {
@@ -646,7 +646,7 @@ static void test_matching_stats_against_naive(T *t) {
             }
             uint32_t max_length = rnd_below(4) ? 0 : 1 + rnd_below(8);
             sfx_stat st[80];
-            CHECK_STATUS(t, sfx_index_matching_stats(x, out, n, max_length, st, &err), SFX_OK,
+            CHECK_STATUS(t, sfx_index_matching_stats(x, out, n, max_length, st, &err), OLIF_OK,
                          &err, "stats");
             for (size_t i = 0; i < n; i++) {
                 uint32_t L = 0;
@@ -661,7 +661,7 @@ static void test_matching_stats_against_naive(T *t) {
                 sfx_place pl[64];
                 size_t got = 0;
                 CHECK_STATUS(t, sfx_index_places(x, st[i].lo, st[i].hi, 64, pl, &got, &err),
-                             SFX_OK, &err, "places");
+                             OLIF_OK, &err, "places");
                 CHECK(t, got == (want < 64 ? want : 64), "%zu places of %llu", got,
                       (unsigned long long)want);
                 for (size_t j = 0; j < got; j++) {
@@ -693,33 +693,33 @@ static void test_matching_stats_errors(T *t) {
     sfx_place pl[4];
     size_t got = 99;
     uint32_t out[] = {1, 2, 3, 4};
-    CHECK_STATUS(t, sfx_index_matching_stats(NULL, out, 4, 0, st, &err), SFX_ERR_ARG, &err,
+    CHECK_STATUS(t, sfx_index_matching_stats(NULL, out, 4, 0, st, &err), OLIF_ERR_ARG, &err,
                  "NULL index");
-    CHECK_STATUS(t, sfx_index_matching_stats(x, NULL, 4, 0, st, &err), SFX_ERR_ARG, &err,
+    CHECK_STATUS(t, sfx_index_matching_stats(x, NULL, 4, 0, st, &err), OLIF_ERR_ARG, &err,
                  "NULL out");
-    CHECK_STATUS(t, sfx_index_matching_stats(x, out, 4, 0, NULL, &err), SFX_ERR_ARG, &err,
+    CHECK_STATUS(t, sfx_index_matching_stats(x, out, 4, 0, NULL, &err), OLIF_ERR_ARG, &err,
                  "NULL stats");
-    CHECK_STATUS(t, sfx_index_matching_stats(x, NULL, 0, 0, NULL, &err), SFX_OK, &err, "n = 0");
+    CHECK_STATUS(t, sfx_index_matching_stats(x, NULL, 0, 0, NULL, &err), OLIF_OK, &err, "n = 0");
     /* 1 2 | 3 4 | 1 2: "2 3" crosses a document boundary */
-    CHECK_STATUS(t, sfx_index_matching_stats(x, out, 4, 0, st, &err), SFX_OK, &err, "stats");
+    CHECK_STATUS(t, sfx_index_matching_stats(x, out, 4, 0, st, &err), OLIF_OK, &err, "stats");
     CHECK(t, st[0].length == 2 && st[1].length == 1 && st[2].length == 2 && st[3].length == 1,
           "lengths %u %u %u %u", st[0].length, st[1].length, st[2].length, st[3].length);
     CHECK(t, st[0].hi - st[0].lo == 2, "1 2 twice");
-    CHECK_STATUS(t, sfx_index_places(x, st[2].lo, st[2].hi, 4, pl, &got, &err), SFX_OK, &err, "p");
+    CHECK_STATUS(t, sfx_index_places(x, st[2].lo, st[2].hi, 4, pl, &got, &err), OLIF_OK, &err, "p");
     CHECK(t, got == 1 && pl[0].document == 1 && pl[0].offset == 0 && pl[0].position == 3,
           "3 4 is document 1 at 0");
-    CHECK_STATUS(t, sfx_index_places(x, 0, 0, 4, NULL, &got, &err), SFX_OK, &err, "empty");
+    CHECK_STATUS(t, sfx_index_places(x, 0, 0, 4, NULL, &got, &err), OLIF_OK, &err, "empty");
     CHECK(t, got == 0, "no places");
-    CHECK_STATUS(t, sfx_index_places(x, 2, 1, 4, pl, &got, &err), SFX_ERR_ARG, &err, "lo > hi");
-    CHECK_STATUS(t, sfx_index_places(x, 0, 7, 4, pl, &got, &err), SFX_ERR_ARG, &err, "hi > n");
-    CHECK_STATUS(t, sfx_index_places(x, 0, 2, 4, NULL, &got, &err), SFX_ERR_ARG, &err, "NULL");
-    CHECK_STATUS(t, sfx_index_places(x, 0, 2, 4, pl, NULL, &err), SFX_ERR_ARG, &err, "NULL n");
-    CHECK_STATUS(t, sfx_index_places(x, 0, 6, 2, pl, &got, &err), SFX_OK, &err, "bounded");
+    CHECK_STATUS(t, sfx_index_places(x, 2, 1, 4, pl, &got, &err), OLIF_ERR_ARG, &err, "lo > hi");
+    CHECK_STATUS(t, sfx_index_places(x, 0, 7, 4, pl, &got, &err), OLIF_ERR_ARG, &err, "hi > n");
+    CHECK_STATUS(t, sfx_index_places(x, 0, 2, 4, NULL, &got, &err), OLIF_ERR_ARG, &err, "NULL");
+    CHECK_STATUS(t, sfx_index_places(x, 0, 2, 4, pl, NULL, &err), OLIF_ERR_ARG, &err, "NULL n");
+    CHECK_STATUS(t, sfx_index_places(x, 0, 6, 2, pl, &got, &err), OLIF_OK, &err, "bounded");
     CHECK(t, got == 2, "at most max");
     sfx_place one;
-    CHECK_STATUS(t, sfx_index_locate(x, 2, &one, &err), SFX_ERR_ARG, &err, "a separator");
-    CHECK_STATUS(t, sfx_index_locate(x, 9, &one, &err), SFX_ERR_ARG, &err, "beyond the text");
-    CHECK_STATUS(t, sfx_index_locate(x, 7, &one, &err), SFX_OK, &err, "last document");
+    CHECK_STATUS(t, sfx_index_locate(x, 2, &one, &err), OLIF_ERR_ARG, &err, "a separator");
+    CHECK_STATUS(t, sfx_index_locate(x, 9, &one, &err), OLIF_ERR_ARG, &err, "beyond the text");
+    CHECK_STATUS(t, sfx_index_locate(x, 7, &one, &err), OLIF_OK, &err, "last document");
     CHECK(t, one.document == 2 && one.offset == 1, "position 7 is document 2 at 1");
     sfx_index_free(x);
     sfx_corpus_free(c);
@@ -734,10 +734,10 @@ static void test_documents_never_cross(T *t) {
     sfx_index *x = NULL;
     sfx_ngram *g = NULL;
     sfx_error err;
-    CHECK_STATUS(t, sfx_index_build(c, &x, NULL, NULL, &err), SFX_OK, &err, "build");
-    CHECK_STATUS(t, sfx_ngram_build(c, 2, &g, NULL, NULL, &err), SFX_ERR_EMPTY, &err,
+    CHECK_STATUS(t, sfx_index_build(c, &x, NULL, NULL, &err), OLIF_OK, &err, "build");
+    CHECK_STATUS(t, sfx_ngram_build(c, 2, &g, NULL, NULL, &err), OLIF_ERR_EMPTY, &err,
                  "no 3-gram inside a document");
-    CHECK_STATUS(t, sfx_ngram_build(c, 1, &g, NULL, NULL, &err), SFX_OK, &err, "ngram");
+    CHECK_STATUS(t, sfx_ngram_build(c, 1, &g, NULL, NULL, &err), OLIF_OK, &err, "ngram");
     uint32_t ctx[] = {1, 2}, cross[] = {2, 3}, tok[4];
     CHECK(t, sfx_index_count(x, cross, 2) == 0, "a match across documents");
     CHECK(t, sfx_index_draft(x, ctx, 2, 4, 0, 1, 1, 0.0, tok, NULL) == 0, "a draft across documents");
@@ -763,12 +763,12 @@ static void test_ngram_against_naive(T *t) {
         int any = 0;
         for (size_t i = 0; i < d.docs; i++) any |= doc_end(&d, i) - d.starts[i] > order;
         if (!any) {
-            CHECK(t, st == SFX_ERR_EMPTY, "no n-gram: status %d", st);
+            CHECK(t, st == OLIF_ERR_EMPTY, "no n-gram: status %d", st);
             sfx_corpus_free(c);
             free_docs(&d);
             continue;
         }
-        CHECK_STATUS(t, st, SFX_OK, &err, "build");
+        CHECK_STATUS(t, st, OLIF_OK, &err, "build");
         uint64_t *cnt = calloc(vocab, sizeof *cnt);
         uint64_t instances = 0;
         for (size_t i = 0; i < d.docs; i++)
@@ -843,7 +843,7 @@ static void test_ngram_thresholds(T *t) {
     sfx_corpus *c = make_corpus(t, &d);
     sfx_ngram *g = NULL;
     sfx_error err;
-    CHECK_STATUS(t, sfx_ngram_build(c, 2, &g, NULL, NULL, &err), SFX_OK, &err, "build");
+    CHECK_STATUS(t, sfx_ngram_build(c, 2, &g, NULL, NULL, &err), OLIF_OK, &err, "build");
     uint32_t k12[] = {1, 2}, k23[] = {2, 3}, out[4];
     sfx_ngram_answer a;
     CHECK(t, sfx_ngram_lookup(g, k12, 2, &a) && a.token == 3 && a.count == 3 && a.total == 4, "1 2");
@@ -869,11 +869,11 @@ static void test_wide_vocabulary(T *t) {
     sfx_corpus *c = make_corpus(t, &d);
     sfx_index *x = NULL;
     sfx_error err;
-    CHECK_STATUS(t, sfx_index_build(c, &x, NULL, NULL, &err), SFX_OK, &err, "build");
+    CHECK_STATUS(t, sfx_index_build(c, &x, NULL, NULL, &err), OLIF_OK, &err, "build");
     sfx_index_info info;
     sfx_index_get_info(x, &info);
     CHECK(t, info.token_bytes == 4, "token bytes %u", info.token_bytes);
-    CHECK_STATUS(t, sfx_index_verify(x, &err), SFX_OK, &err, "verify");
+    CHECK_STATUS(t, sfx_index_verify(x, &err), OLIF_OK, &err, "verify");
     for (int q = 0; q < 20; q++) {
         size_t at = rnd_below((uint32_t)d.n - 3);
         CHECK(t, sfx_index_count(x, d.tokens + at, 3) == naive_count(&d, d.tokens + at, 3), "count");
@@ -920,22 +920,23 @@ static void test_save_load_roundtrip(T *t) {
     char ip[512], gp[512];
     path_in(t, ip, sizeof ip, "rt.sfx");
     path_in(t, gp, sizeof gp, "rt.ngc");
-    CHECK_STATUS(t, sfx_index_build(c, &x, NULL, NULL, &err), SFX_OK, &err, "build");
-    CHECK_STATUS(t, sfx_ngram_build(c, 2, &g, NULL, NULL, &err), SFX_OK, &err, "ngram");
-    CHECK_STATUS(t, sfx_index_save(x, ip, &err), SFX_OK, &err, "save");
-    CHECK_STATUS(t, sfx_ngram_save(g, gp, &err), SFX_OK, &err, "save ngram");
-    CHECK_STATUS(t, sfx_index_load(ip, 0, &mx, &err), SFX_OK, &err, "load");
-    CHECK_STATUS(t, sfx_ngram_load(gp, 0, &mg, &err), SFX_OK, &err, "load ngram");
+    CHECK_STATUS(t, sfx_index_build(c, &x, NULL, NULL, &err), OLIF_OK, &err, "build");
+    CHECK_STATUS(t, sfx_ngram_build(c, 2, &g, NULL, NULL, &err), OLIF_OK, &err, "ngram");
+    CHECK_STATUS(t, sfx_index_save(x, ip, &err), OLIF_OK, &err, "save");
+    CHECK_STATUS(t, sfx_ngram_save(g, gp, &err), OLIF_OK, &err, "save ngram");
+    CHECK_STATUS(t, sfx_index_load(ip, 0, &mx, &err), OLIF_OK, &err, "load");
+    CHECK_STATUS(t, sfx_ngram_load(gp, 0, &mg, &err), OLIF_OK, &err, "load ngram");
     size_t isz, gsz;
     uint8_t *ib = read_all(ip, &isz), *gb = read_all(gp, &gsz);
-    CHECK_STATUS(t, sfx_index_load_buffer(ib, isz, 0, &bx, &err), SFX_OK, &err, "buffer");
-    CHECK_STATUS(t, sfx_ngram_load_buffer(gb, gsz, 0, &bg, &err), SFX_OK, &err, "buffer ngram");
+    CHECK_STATUS(t, sfx_index_load_buffer(ib, isz, 0, &bx, &err), OLIF_OK, &err, "buffer");
+    CHECK_STATUS(t, sfx_ngram_load_buffer(gb, gsz, 0, &bg, &err), OLIF_OK, &err, "buffer ngram");
     /* the wrong loader for each file says so */
     sfx_index *wx = NULL;
     sfx_ngram *wg = NULL;
-    CHECK_STATUS(t, sfx_index_load(gp, 0, &wx, &err), SFX_ERR_FOREIGN, &err, "ngram as index");
-    CHECK(t, strstr(err.message, "other retrieval structure") != NULL, "%s", err.message);
-    CHECK_STATUS(t, sfx_ngram_load_buffer(ib, isz, 0, &wg, &err), SFX_ERR_FOREIGN, &err, "index as ngram");
+    CHECK_STATUS(t, sfx_index_load(gp, 0, &wx, &err), OLIF_ERR_FOREIGN, &err, "ngram as index");
+    CHECK(t, strstr(err.message, "bad magic: it is an n-gram cache") != NULL, "%s", err.message);
+    CHECK_STATUS(t, sfx_ngram_load_buffer(ib, isz, 0, &wg, &err), OLIF_ERR_FOREIGN, &err, "index as ngram");
+    CHECK(t, strstr(err.message, "bad magic: it is a suffix index") != NULL, "%s", err.message);
     if (mx && bx && mg && bg) {
         sfx_index_info a, b;
         sfx_index_get_info(mx, &a);
@@ -960,17 +961,17 @@ static void test_save_load_roundtrip(T *t) {
     }
     char missing[600];
     snprintf(missing, sizeof missing, "%s/no-such.sfx", t->dir);
-    CHECK_STATUS(t, sfx_index_load(missing, 0, &wx, &err), SFX_ERR_IO, &err, "missing file");
+    CHECK_STATUS(t, sfx_index_load(missing, 0, &wx, &err), OLIF_ERR_IO, &err, "missing file");
     CHECK(t, strstr(err.message, "no-such.sfx") != NULL, "names the file: %s", err.message);
-    CHECK_STATUS(t, sfx_index_load(t->dir, 0, &wx, &err), SFX_ERR_IO, &err, "a directory");
+    CHECK_STATUS(t, sfx_index_load(t->dir, 0, &wx, &err), OLIF_ERR_IO, &err, "a directory");
     char empty[600];
     snprintf(empty, sizeof empty, "%s/empty.sfx", t->dir);
     FILE *f = fopen(empty, "wb");
     if (f) fclose(f);
-    CHECK_STATUS(t, sfx_index_load(empty, 0, &wx, &err), SFX_ERR_TRUNCATED, &err, "empty file");
+    CHECK_STATUS(t, sfx_index_load(empty, 0, &wx, &err), OLIF_ERR_TRUNCATED, &err, "empty file");
     char badpath[600];
     snprintf(badpath, sizeof badpath, "%s/no-dir/x.sfx", t->dir);
-    CHECK_STATUS(t, sfx_index_save(x, badpath, &err), SFX_ERR_IO, &err, "unwritable path");
+    CHECK_STATUS(t, sfx_index_save(x, badpath, &err), OLIF_ERR_IO, &err, "unwritable path");
     remove(empty);
     remove(ip);
     remove(gp);
@@ -991,14 +992,14 @@ static sfx_status load_any(int ngram, const uint8_t *img, size_t size, uint32_t 
     if (ngram) {
         sfx_ngram *g = NULL;
         sfx_status st = sfx_ngram_load_buffer(img, size, flags, &g, err);
-        CHECK(t, (st == SFX_OK) == (g != NULL), "handle iff ok");
+        CHECK(t, (st == OLIF_OK) == (g != NULL), "handle iff ok");
         if (g && query) query_ngram(t, g);
         sfx_ngram_free(g);
         return st;
     }
     sfx_index *x = NULL;
     sfx_status st = sfx_index_load_buffer(img, size, flags, &x, err);
-    CHECK(t, (st == SFX_OK) == (x != NULL), "handle iff ok");
+    CHECK(t, (st == OLIF_OK) == (x != NULL), "handle iff ok");
     if (x && query) query_index(t, x);
     sfx_index_free(x);
     return st;
@@ -1013,7 +1014,7 @@ static void test_truncation(T *t) {
         for (size_t n = 0; n < size; n++) {
             for (uint32_t flags = 0; flags < 2; flags++) {
                 sfx_status st = load_any(ngram, img, n, flags, &err, t, 0);
-                sfx_status want = n < 8 ? SFX_ERR_FOREIGN : SFX_ERR_TRUNCATED;
+                sfx_status want = n < 8 ? OLIF_ERR_FOREIGN : OLIF_ERR_TRUNCATED;
                 CHECK(t, st == want, "%s cut at %zu of %zu: %d (%s)", ngram ? "ngram" : "index", n,
                       size, st, err.message);
             }
@@ -1022,7 +1023,7 @@ static void test_truncation(T *t) {
         uint8_t *longer = malloc(size + 1);
         memcpy(longer, img, size);
         longer[size] = 0;
-        CHECK(t, load_any(ngram, longer, size + 1, 0, &err, t, 0) == SFX_ERR_CORRUPT, "longer file");
+        CHECK(t, load_any(ngram, longer, size + 1, 0, &err, t, 0) == OLIF_ERR_CORRUPT, "longer file");
         CHECK(t, strstr(err.message, "header says") != NULL, "%s", err.message);
         free(longer);
         free(img);
@@ -1038,17 +1039,17 @@ static void test_version_and_magic(T *t) {
         uint32_t versions[] = {0, 2, 0xFFFFFFFFu};
         for (int i = 0; i < 3; i++) {
             put32(img, OFF_VERSION, versions[i]);
-            CHECK(t, load_any(ngram, img, size, 0, &err, t, 0) == SFX_ERR_VERSION, "version %u",
+            CHECK(t, load_any(ngram, img, size, 0, &err, t, 0) == OLIF_ERR_VERSION, "version %u",
                   versions[i]);
             CHECK(t, strstr(err.message, "version") != NULL, "%s", err.message);
         }
         put32(img, OFF_VERSION, SFX_FORMAT_VERSION);
         img[0] = 'X';
-        CHECK(t, load_any(ngram, img, size, 0, &err, t, 0) == SFX_ERR_FOREIGN, "magic");
+        CHECK(t, load_any(ngram, img, size, 0, &err, t, 0) == OLIF_ERR_FOREIGN, "magic");
         img[0] = 'O';
         put32(img, 16, 0x04030201u);
         reseal(img, size);
-        CHECK(t, load_any(ngram, img, size, 0, &err, t, 0) == SFX_ERR_CORRUPT, "byte order");
+        CHECK(t, load_any(ngram, img, size, 0, &err, t, 0) == OLIF_ERR_CORRUPT, "byte order");
         free(img);
     }
 }
@@ -1074,33 +1075,33 @@ static void test_structure_edits(T *t) {
                  bucket = get64(img, OFF_SEC_OFFSET + 16);
         uint32_t big = 0xFFFFFFFFu, three = 3, zero = 0, one = 1;
         uint16_t beyond = 20, sep = 19, tok = 1;
-        expect_edit(t, 0, img, size, sa + 4 * 3, &big, 4, SFX_ERR_CORRUPT, "suffix beyond the text");
-        expect_edit(t, 0, img, size, text + 2 * 5, &beyond, 2, SFX_ERR_CORRUPT, "text id beyond");
-        expect_edit(t, 0, img, size, text + 2 * 5, &sep, 2, SFX_ERR_CORRUPT, "extra separator");
+        expect_edit(t, 0, img, size, sa + 4 * 3, &big, 4, OLIF_ERR_CORRUPT, "suffix beyond the text");
+        expect_edit(t, 0, img, size, text + 2 * 5, &beyond, 2, OLIF_ERR_CORRUPT, "text id beyond");
+        expect_edit(t, 0, img, size, text + 2 * 5, &sep, 2, OLIF_ERR_CORRUPT, "extra separator");
         uint64_t n_text = get64(img, OFF_COUNT);
-        expect_edit(t, 0, img, size, text + 2 * (n_text - 1), &tok, 2, SFX_ERR_CORRUPT,
+        expect_edit(t, 0, img, size, text + 2 * (n_text - 1), &tok, 2, OLIF_ERR_CORRUPT,
                     "last id not a separator");
-        expect_edit(t, 0, img, size, bucket + 4 * 2, &big, 4, SFX_ERR_CORRUPT, "bucket out of order");
-        expect_edit(t, 0, img, size, bucket, &one, 4, SFX_ERR_CORRUPT, "first bucket");
-        expect_edit(t, 0, img, size, OFF_PARAM, &three, 4, SFX_ERR_CORRUPT, "token bytes 3");
-        expect_edit(t, 0, img, size, OFF_NSEC, &three + 0, 4, SFX_OK, "sections (same)");
+        expect_edit(t, 0, img, size, bucket + 4 * 2, &big, 4, OLIF_ERR_CORRUPT, "bucket out of order");
+        expect_edit(t, 0, img, size, bucket, &one, 4, OLIF_ERR_CORRUPT, "first bucket");
+        expect_edit(t, 0, img, size, OFF_PARAM, &three, 4, OLIF_ERR_CORRUPT, "token bytes 3");
+        expect_edit(t, 0, img, size, OFF_NSEC, &three + 0, 4, OLIF_OK, "sections (same)");
         uint32_t four = 4;
-        expect_edit(t, 0, img, size, OFF_NSEC, &four, 4, SFX_ERR_CORRUPT, "sections 4");
+        expect_edit(t, 0, img, size, OFF_NSEC, &four, 4, OLIF_ERR_CORRUPT, "sections 4");
         uint64_t fewer = get64(img, OFF_COUNT + 8) - 1;
-        expect_edit(t, 0, img, size, OFF_COUNT + 8, &fewer, 8, SFX_ERR_CORRUPT, "suffix count");
+        expect_edit(t, 0, img, size, OFF_COUNT + 8, &fewer, 8, OLIF_ERR_CORRUPT, "suffix count");
         uint64_t misaligned = sa + 4;
-        expect_edit(t, 0, img, size, OFF_SEC_OFFSET + 8, &misaligned, 8, SFX_ERR_CORRUPT,
+        expect_edit(t, 0, img, size, OFF_SEC_OFFSET + 8, &misaligned, 8, OLIF_ERR_CORRUPT,
                     "misaligned section");
         uint64_t past = size + 64;
-        expect_edit(t, 0, img, size, OFF_SEC_OFFSET + 16, &past, 8, SFX_ERR_CORRUPT,
+        expect_edit(t, 0, img, size, OFF_SEC_OFFSET + 16, &past, 8, OLIF_ERR_CORRUPT,
                     "section past the end");
-        expect_edit(t, 0, img, size, OFF_RESERVED + 17, &one, 1, SFX_ERR_CORRUPT, "reserved");
-        expect_edit(t, 0, img, size, 36, &one, 4, SFX_ERR_CORRUPT, "reserved0");
+        expect_edit(t, 0, img, size, OFF_RESERVED + 17, &one, 1, OLIF_ERR_CORRUPT, "reserved");
+        expect_edit(t, 0, img, size, 36, &one, 4, OLIF_ERR_CORRUPT, "reserved0");
         uint32_t vocab = 0;
-        expect_edit(t, 0, img, size, 20, &vocab, 4, SFX_ERR_CORRUPT, "vocab 0");
+        expect_edit(t, 0, img, size, 20, &vocab, 4, OLIF_ERR_CORRUPT, "vocab 0");
         char name[64];
         memset(name, 'a', sizeof name);
-        expect_edit(t, 0, img, size, 152, name, 64, SFX_ERR_CORRUPT, "tokenizer name unterminated");
+        expect_edit(t, 0, img, size, 152, name, 64, OLIF_ERR_CORRUPT, "tokenizer name unterminated");
         /* an unsorted suffix array still loads (the checksum vouches for the order) and
            answers safely; verify finds it */
         uint8_t *swapped = malloc(size);
@@ -1113,10 +1114,10 @@ static void test_structure_edits(T *t) {
         reseal(swapped, size);
         sfx_index *x = NULL;
         sfx_error err;
-        CHECK_STATUS(t, sfx_index_load_buffer(swapped, size, 0, &x, &err), SFX_OK, &err, "swapped");
+        CHECK_STATUS(t, sfx_index_load_buffer(swapped, size, 0, &x, &err), OLIF_OK, &err, "swapped");
         if (x) {
             query_index(t, x);
-            CHECK_STATUS(t, sfx_index_verify(x, &err), SFX_ERR_CORRUPT, &err, "verify finds it");
+            CHECK_STATUS(t, sfx_index_verify(x, &err), OLIF_ERR_CORRUPT, &err, "verify finds it");
         }
         sfx_index_free(x);
         free(swapped);
@@ -1128,23 +1129,23 @@ static void test_structure_edits(T *t) {
         uint64_t keys = get64(img, OFF_SEC_OFFSET), offs = get64(img, OFF_SEC_OFFSET + 8),
                  summ = get64(img, OFF_SEC_OFFSET + 16), pairs = get64(img, OFF_SEC_OFFSET + 24);
         uint32_t big = 0xFFFFFFFFu, zero = 0, five = 5, one = 1;
-        expect_edit(t, 1, img, size, keys, &big, 4, SFX_ERR_CORRUPT, "key id beyond");
+        expect_edit(t, 1, img, size, keys, &big, 4, OLIF_ERR_CORRUPT, "key id beyond");
         uint32_t k0[2];
         memcpy(k0, img + keys + 8, 8);
-        expect_edit(t, 1, img, size, keys, k0, 8, SFX_ERR_CORRUPT, "keys not ascending");
-        expect_edit(t, 1, img, size, offs + 4, &zero, 4, SFX_ERR_CORRUPT, "empty context");
-        expect_edit(t, 1, img, size, offs, &one, 4, SFX_ERR_CORRUPT, "first offset");
-        expect_edit(t, 1, img, size, offs + 8, &big, 4, SFX_ERR_CORRUPT, "offset beyond");
+        expect_edit(t, 1, img, size, keys, k0, 8, OLIF_ERR_CORRUPT, "keys not ascending");
+        expect_edit(t, 1, img, size, offs + 4, &zero, 4, OLIF_ERR_CORRUPT, "empty context");
+        expect_edit(t, 1, img, size, offs, &one, 4, OLIF_ERR_CORRUPT, "first offset");
+        expect_edit(t, 1, img, size, offs + 8, &big, 4, OLIF_ERR_CORRUPT, "offset beyond");
         uint32_t other;
         memcpy(&other, img + summ, 4);
         other = (other + 1) % 19;
-        expect_edit(t, 1, img, size, summ, &other, 4, SFX_ERR_CORRUPT, "summary winner");
-        expect_edit(t, 1, img, size, summ + 8, &five, 4, SFX_ERR_CORRUPT, "summary total");
-        expect_edit(t, 1, img, size, pairs + 4, &zero, 4, SFX_ERR_CORRUPT, "zero count");
-        expect_edit(t, 1, img, size, pairs, &big, 4, SFX_ERR_CORRUPT, "pair id beyond");
-        expect_edit(t, 1, img, size, OFF_PARAM, &five, 4, SFX_ERR_CORRUPT, "order 5");
+        expect_edit(t, 1, img, size, summ, &other, 4, OLIF_ERR_CORRUPT, "summary winner");
+        expect_edit(t, 1, img, size, summ + 8, &five, 4, OLIF_ERR_CORRUPT, "summary total");
+        expect_edit(t, 1, img, size, pairs + 4, &zero, 4, OLIF_ERR_CORRUPT, "zero count");
+        expect_edit(t, 1, img, size, pairs, &big, 4, OLIF_ERR_CORRUPT, "pair id beyond");
+        expect_edit(t, 1, img, size, OFF_PARAM, &five, 4, OLIF_ERR_CORRUPT, "order 5");
         uint64_t more = get64(img, OFF_COUNT + 16) + 1;
-        expect_edit(t, 1, img, size, OFF_COUNT + 16, &more, 8, SFX_ERR_CORRUPT, "instances");
+        expect_edit(t, 1, img, size, OFF_COUNT + 16, &more, 8, OLIF_ERR_CORRUPT, "instances");
         free(img);
     }
 }
@@ -1160,10 +1161,10 @@ static void test_checksums(T *t) {
             uint8_t old = img[pos];
             img[pos] ^= (uint8_t)(1 + rnd_below(255));
             sfx_status st = load_any(ngram, img, size, 0, &err, t, 0);
-            CHECK(t, st != SFX_OK, "%s: flip at %zu loads with checksums", ngram ? "ngram" : "index",
+            CHECK(t, st != OLIF_OK, "%s: flip at %zu loads with checksums", ngram ? "ngram" : "index",
                   pos);
             st = load_any(ngram, img, size, SFX_LOAD_SKIP_CHECKSUM, &err, t, 1);
-            if (st == SFX_OK) loaded++;
+            if (st == OLIF_OK) loaded++;
             else refused++;
             img[pos] = old;
         }
@@ -1204,10 +1205,10 @@ static void test_random_mutants(T *t) {
             sfx_error err;
             for (uint32_t flags = 0; flags < 2; flags++) {
                 sfx_status st = load_any(ngram, m, n, flags, &err, t, 1);
-                if (st == SFX_OK) ok++;
+                if (st == OLIF_OK) ok++;
                 else {
                     bad++;
-                    CHECK(t, st <= SFX_ERR_CANCELLED && err.code == (int)st && err.message[0],
+                    CHECK(t, st <= OLIF_ERR_CANCELLED && err.code == (int)st && err.message[0],
                           "mutant %d: status %d", i, st);
                 }
             }

@@ -12,7 +12,7 @@
  * catch out-of-bounds reads; a broken guarantee traps.
  *
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
- *         -pthread -Icsrc fuzz/fuzz_load.c csrc/igt*.c -lm -o fuzz/out/fuzz_load
+ *         -pthread -Icsrc fuzz/fuzz_load.c csrc/igt*.c csrc/olif_file.c -lm -o fuzz/out/fuzz_load
  *
  * See fuzz/README.md.
  */
@@ -144,8 +144,8 @@ static void roundtrip(const igt_model *m, const char *path) {
     igt_get_info(m, &a);
     for (uint32_t version = 1; version <= 2; version++) {
         igt_model *back = NULL;
-        REQUIRE(igt_save_version(m, path, version, NULL) == IGT_OK);
-        REQUIRE(igt_load(path, 0, &back, NULL) == IGT_OK);
+        REQUIRE(igt_save_version(m, path, version, NULL) == OLIF_OK);
+        REQUIRE(igt_load(path, 0, &back, NULL) == OLIF_OK);
         igt_get_info(back, &b);
         REQUIRE(memcmp(&a, &b, sizeof a) == 0);
         uint32_t q[IGT_MAX_WINDOW] = {0};
@@ -167,7 +167,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
     /* with checksums: a mutated file is refused, never a crash */
     igt_status checked = igt_load_buffer(data, size, 0, &m, &err);
-    if (checked == IGT_OK) {
+    if (checked == OLIF_OK) {
         igt_free(m);
         m = NULL;
     } else {
@@ -176,9 +176,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
     /* without: the structural checks alone must make the model safe */
     igt_status st = igt_load_buffer(data, size, IGT_LOAD_SKIP_CHECKSUM, &m, &err);
-    if (checked == IGT_OK) REQUIRE(st == IGT_OK);
-    if (st != IGT_OK) {
-        REQUIRE(m == NULL && err.code == (int)st && st <= IGT_ERR_CANCELLED);
+    if (checked == OLIF_OK) REQUIRE(st == OLIF_OK);
+    if (st != OLIF_OK) {
+        REQUIRE(m == NULL && err.code == (int)st && st <= OLIF_ERR_CANCELLED);
         REQUIRE(err.message[0] != '\0');
         return 0;
     }

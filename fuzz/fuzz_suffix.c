@@ -99,7 +99,7 @@ static void query_index(const sfx_index *x, const uint8_t *data, size_t size) {
         sfx_stat st[48 + 16];
         sfx_error err;
         uint32_t max_length = next_byte(&src) % 3 ? 0 : next_byte(&src) % 20;
-        REQUIRE(sfx_index_matching_stats(x, ctx, n + got, max_length, st, &err) == SFX_OK);
+        REQUIRE(sfx_index_matching_stats(x, ctx, n + got, max_length, st, &err) == OLIF_OK);
         for (size_t i = 0; i < n + got; i++) {
             REQUIRE(i + st[i].length <= n + got);
             REQUIRE(max_length == 0 || st[i].length <= max_length);
@@ -108,18 +108,18 @@ static void query_index(const sfx_index *x, const uint8_t *data, size_t size) {
             REQUIRE(st[i].length == 0 || st[i].position < info.n_text);
             sfx_place pl[4];
             size_t np = 99;
-            REQUIRE(sfx_index_places(x, st[i].lo, st[i].hi, 4, pl, &np, &err) == SFX_OK);
+            REQUIRE(sfx_index_places(x, st[i].lo, st[i].hi, 4, pl, &np, &err) == OLIF_OK);
             REQUIRE(np <= 4 && np <= st[i].hi - st[i].lo);
             for (size_t j = 0; j < np; j++)
                 REQUIRE(pl[j].document < info.n_documents && pl[j].position < info.n_text &&
                         pl[j].offset <= pl[j].position);
             sfx_place one;
-            if (st[i].length && sfx_index_locate(x, st[i].position, &one, &err) == SFX_OK)
+            if (st[i].length && sfx_index_locate(x, st[i].position, &one, &err) == OLIF_OK)
                 REQUIRE(one.position == st[i].position && one.document < info.n_documents);
         }
         size_t np = 0;
-        REQUIRE(sfx_index_places(x, 1, 0, 4, NULL, &np, &err) == SFX_ERR_ARG && np == 0);
-        REQUIRE(sfx_index_places(x, 0, info.n_tokens + 1, 4, NULL, &np, &err) == SFX_ERR_ARG);
+        REQUIRE(sfx_index_places(x, 1, 0, 4, NULL, &np, &err) == OLIF_ERR_ARG && np == 0);
+        REQUIRE(sfx_index_places(x, 0, info.n_tokens + 1, 4, NULL, &np, &err) == OLIF_ERR_ARG);
     }
 }
 
@@ -174,22 +174,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (uint32_t flags = 0; flags <= SFX_LOAD_SKIP_CHECKSUM; flags++) {
         sfx_index *x = NULL;
         sfx_status st = sfx_index_load_buffer(data, size, flags, &x, &err);
-        if (st == SFX_OK) {
+        if (st == OLIF_OK) {
             REQUIRE(x != NULL);
             query_index(x, data, size);
             sfx_index_free(x);
         } else {
-            REQUIRE(x == NULL && err.code == (int)st && st <= SFX_ERR_CANCELLED);
+            REQUIRE(x == NULL && err.code == (int)st && st <= OLIF_ERR_CANCELLED);
             REQUIRE(err.message[0] != '\0');
         }
         sfx_ngram *g = NULL;
         st = sfx_ngram_load_buffer(data, size, flags, &g, &err);
-        if (st == SFX_OK) {
+        if (st == OLIF_OK) {
             REQUIRE(g != NULL);
             query_ngram(g, data, size);
             sfx_ngram_free(g);
         } else {
-            REQUIRE(g == NULL && err.code == (int)st && st <= SFX_ERR_CANCELLED);
+            REQUIRE(g == NULL && err.code == (int)st && st <= OLIF_ERR_CANCELLED);
             REQUIRE(err.message[0] != '\0');
         }
     }

@@ -223,13 +223,13 @@ def test_random_bytes_are_foreign(verify, tmp_path):
     for seed in range(150):
         rng = random.Random(seed)
         data = rng.randbytes(rng.randrange(0, 3000))
-        _raises(data, lib.IGT_ERR_FOREIGN, "magic", "not an olifant model", verify=verify)
+        _raises(data, lib.OLIF_ERR_FOREIGN, "magic", "not an olifant model", verify=verify)
     path = tmp_path / "random.bin"
     for seed in range(10):
         path.write_bytes(random.Random(1000 + seed).randbytes(1 + seed * 97))
         with pytest.raises(ModelFileError, match="magic") as info:
             IGTree.load(path, verify_checksum=verify)
-        assert info.value.code == lib.IGT_ERR_FOREIGN
+        assert info.value.code == lib.OLIF_ERR_FOREIGN
 
 
 def test_random_bytes_behind_the_magic():
@@ -249,9 +249,9 @@ def test_every_truncation_is_an_error(model_file, verify):
     _, data, _ = model_file
     for n in range(len(data)):
         if n < 8:
-            _raises(data[:n], lib.IGT_ERR_FOREIGN, "magic", verify=verify)
+            _raises(data[:n], lib.OLIF_ERR_FOREIGN, "magic", verify=verify)
         else:
-            _raises(data[:n], lib.IGT_ERR_TRUNCATED, "truncated", verify=verify)
+            _raises(data[:n], lib.OLIF_ERR_TRUNCATED, "truncated", verify=verify)
 
 
 def test_truncated_files(model_file, tmp_path):
@@ -260,7 +260,7 @@ def test_truncated_files(model_file, tmp_path):
     path.write_bytes(b"")
     with pytest.raises(ModelFileError, match="empty") as info:
         IGTree.load(path)
-    assert info.value.code == lib.IGT_ERR_TRUNCATED
+    assert info.value.code == lib.OLIF_ERR_TRUNCATED
     for n in [1, 7, 8, 15, 16, HEADER_SIZE - 1, HEADER_SIZE, HEADER_SIZE + 1, len(data) - 1,
               *range(700, len(data), 211)]:
         path.write_bytes(data[:n])
@@ -270,7 +270,7 @@ def test_truncated_files(model_file, tmp_path):
     path.write_bytes(data + b"\0")
     with pytest.raises(ModelFileError, match="header says") as info:
         IGTree.load(path)
-    assert info.value.code == lib.IGT_ERR_CORRUPT
+    assert info.value.code == lib.OLIF_ERR_CORRUPT
 
 
 def test_wrong_version(model_file, tmp_path):
@@ -279,7 +279,7 @@ def test_wrong_version(model_file, tmp_path):
     for version in (0, 3, 0xFFFFFFFF):
         bumped = bytearray(data)
         struct.pack_into("<I", bumped, VERSION_OFFSET, version)
-        err = _raises(bytes(bumped), lib.IGT_ERR_VERSION, "version", verify=False)
+        err = _raises(bytes(bumped), lib.OLIF_ERR_VERSION, "version", verify=False)
         assert f"version {version}" in err.message
         # the header checksum covers the field, yet the version is what gets reported
         with pytest.raises(ModelFileError) as info:
@@ -295,14 +295,14 @@ def test_damage_is_caught_by_checksums(model_file, tmp_path):
     _, data, _ = model_file
     damaged = bytearray(data)
     damaged[HEADER_SIZE + 5] ^= 0x40
-    _raises(bytes(damaged), lib.IGT_ERR_CHECKSUM, "checksum")
+    _raises(bytes(damaged), lib.OLIF_ERR_CHECKSUM, "checksum")
     path = tmp_path / "damaged.olif"
     path.write_bytes(damaged)
     with pytest.raises(ModelFileError, match="checksum"):
         IGTree.load(path)
     header = bytearray(data)
     header[300] ^= 1                    # a feature weight
-    _raises(bytes(header), lib.IGT_ERR_CHECKSUM, "header checksum")
+    _raises(bytes(header), lib.OLIF_ERR_CHECKSUM, "header checksum")
 
 
 def test_byte_flips(model_file):
@@ -320,8 +320,8 @@ def test_byte_flips(model_file):
             model = IGTree.from_bytes(bytes(flipped), verify_checksum=False)
         except ModelFileError as err:
             refused += 1
-            assert err.code in (lib.IGT_ERR_FOREIGN, lib.IGT_ERR_VERSION, lib.IGT_ERR_TRUNCATED,
-                                lib.IGT_ERR_CORRUPT), str(err)
+            assert err.code in (lib.OLIF_ERR_FOREIGN, lib.OLIF_ERR_VERSION, lib.OLIF_ERR_TRUNCATED,
+                                lib.OLIF_ERR_CORRUPT), str(err)
         else:
             loaded += 1
             _queries_are_safe(model, rng, n=10)
@@ -336,7 +336,7 @@ def test_broken_child_index_is_corrupt(model_file):
     for i in range(0, n_internal + 1):
         broken = bytearray(data)
         struct.pack_into("<I", broken, child_at + 4 * i, 0xFFFFFFFF)
-        _raises(bytes(broken), lib.IGT_ERR_CORRUPT, "corrupt", verify=False)
+        _raises(bytes(broken), lib.OLIF_ERR_CORRUPT, "corrupt", verify=False)
 
 
 @pytest.mark.parametrize("name", ["w4_gr_top3", "w4_gr_top0", "w3_explicit_all"])
@@ -371,7 +371,7 @@ def test_missing_file_names_the_path(tmp_path):
     path = tmp_path / "no-such-model.olif"
     with pytest.raises(ModelFileError) as info:
         IGTree.load(path)
-    assert info.value.code == lib.IGT_ERR_IO
+    assert info.value.code == lib.OLIF_ERR_IO
     assert "no-such-model.olif" in str(info.value) and "cannot open" in str(info.value)
 
 

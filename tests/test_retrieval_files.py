@@ -160,14 +160,14 @@ def test_build_errors():
     c = Corpus(10)
     with pytest.raises(SuffixError) as e:
         c.build_index()
-    assert e.value.code == lib.SFX_ERR_EMPTY
+    assert e.value.code == lib.OLIF_ERR_EMPTY
     with pytest.raises(SuffixError, match="not below vocab_size"):
         c.add_document([1, 2, 10])
     with pytest.raises(SuffixError, match="order 9"):
         corpus_of([[1, 2, 3]], 10).build_ngram(9)
     with pytest.raises(SuffixError) as e:
         corpus_of([[1, 2, 3]], 10).build_index(progress=lambda *a: True)
-    assert e.value.code == lib.SFX_ERR_CANCELLED
+    assert e.value.code == lib.OLIF_ERR_CANCELLED
 
 
 # ---- (b) loaders -------------------------------------------------------------------------------
@@ -202,7 +202,7 @@ def test_random_bytes_are_foreign(verify):
         rng = random.Random(seed)
         data = rng.randbytes(rng.randrange(0, 2000))
         for cls in (SuffixIndex, NgramCache):
-            _refused(cls, data, lib.SFX_ERR_FOREIGN, "bad magic", verify=verify)
+            _refused(cls, data, lib.OLIF_ERR_FOREIGN, "bad magic", verify=verify)
 
 
 @pytest.mark.parametrize("kind", ["index", "ngram"])
@@ -210,9 +210,9 @@ def test_every_truncation_is_an_error(files, kind):
     _, data, cls = files[kind]
     for n in range(len(data)):
         for verify in (True, False):
-            _refused(cls, data[:n], lib.SFX_ERR_FOREIGN if n < 8 else lib.SFX_ERR_TRUNCATED,
+            _refused(cls, data[:n], lib.OLIF_ERR_FOREIGN if n < 8 else lib.OLIF_ERR_TRUNCATED,
                      verify=verify)
-    _refused(cls, data + b"\0", lib.SFX_ERR_CORRUPT, "header says")
+    _refused(cls, data + b"\0", lib.OLIF_ERR_CORRUPT, "header says")
 
 
 @pytest.mark.parametrize("kind", ["index", "ngram"])
@@ -221,13 +221,14 @@ def test_wrong_version_and_other_magic(files, kind, tmp_path):
     for version in (0, 2, 0xFFFFFFFF):
         bumped = bytearray(data)
         struct.pack_into("<I", bumped, VERSION_OFFSET, version)
-        err = _refused(cls, bytes(bumped), lib.SFX_ERR_VERSION, "version", verify=False)
+        err = _refused(cls, bytes(bumped), lib.OLIF_ERR_VERSION, "version", verify=False)
         assert f"version {version}" in err.message
     other = NgramCache if cls is SuffixIndex else SuffixIndex
-    _refused(other, data, lib.SFX_ERR_FOREIGN, "other retrieval structure")
+    _refused(other, data, lib.OLIF_ERR_FOREIGN, "bad magic: it is " + ("a suffix index" if cls is SuffixIndex
+                                                                      else "an n-gram cache"))
     with pytest.raises(RetrievalFileError, match="no-such") as info:
         cls.load(tmp_path / "no-such.bin")
-    assert info.value.code == lib.SFX_ERR_IO
+    assert info.value.code == lib.OLIF_ERR_IO
 
 
 @pytest.mark.parametrize("kind", ["index", "ngram"])
@@ -243,8 +244,8 @@ def test_damage_is_caught_by_checksums(files, kind):
             obj = cls.from_bytes(bytes(flipped), verify_checksum=False)
         except RetrievalFileError as err:
             refused += 1
-            assert err.code in (lib.SFX_ERR_FOREIGN, lib.SFX_ERR_VERSION, lib.SFX_ERR_TRUNCATED,
-                                lib.SFX_ERR_CORRUPT), str(err)
+            assert err.code in (lib.OLIF_ERR_FOREIGN, lib.OLIF_ERR_VERSION, lib.OLIF_ERR_TRUNCATED,
+                                lib.OLIF_ERR_CORRUPT), str(err)
         else:
             loaded += 1
             _answers_safely(obj, rng, 20)
@@ -296,14 +297,14 @@ def test_a_thousand_random_mutants(files, kind):
             try:
                 obj = cls.from_bytes(bytes(m), verify_checksum=verify)
             except RetrievalFileError as err:
-                assert err.message and err.code in (lib.SFX_ERR_FOREIGN, lib.SFX_ERR_VERSION,
-                                                    lib.SFX_ERR_TRUNCATED, lib.SFX_ERR_CORRUPT,
-                                                    lib.SFX_ERR_CHECKSUM), str(err)
+                assert err.message and err.code in (lib.OLIF_ERR_FOREIGN, lib.OLIF_ERR_VERSION,
+                                                    lib.OLIF_ERR_TRUNCATED, lib.OLIF_ERR_CORRUPT,
+                                                    lib.OLIF_ERR_CHECKSUM), str(err)
                 outcomes[err.code] += 1
             else:
                 outcomes["loaded"] += 1
                 _answers_safely(obj, rng, 20)
-    assert outcomes["loaded"] and outcomes[lib.SFX_ERR_CORRUPT] and outcomes[lib.SFX_ERR_CHECKSUM]
+    assert outcomes["loaded"] and outcomes[lib.OLIF_ERR_CORRUPT] and outcomes[lib.OLIF_ERR_CHECKSUM]
 
 
 # ---- the file layer: private reads, safe writes -----------------------------------------------

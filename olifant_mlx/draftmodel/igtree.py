@@ -41,14 +41,35 @@ assert ffi.sizeof("igt_answer") == ANSWER_DTYPE.itemsize
 assert ffi.offsetof("igt_answer", "distance") == ANSWER_DTYPE.fields["distance"][1]
 
 
-class IGTreeError(Exception):
-    """A failed IGTree library call; `code` is the igt_status."""
+class LibraryError(Exception):
+    """A failed call into a C library (csrc/): `code` is the one status code both libraries
+    return (csrc/olif_file.h, OLIF_ERR_*), `message` what the library said."""
 
     def __init__(self, code: int, message: str):
         self.code = code
         self.message = message
-        status = ffi.string(lib.igt_status_string(code)).decode()
+        status = ffi.string(lib.olif_status_string(code)).decode()
         super().__init__(f"{message} ({status})" if message else status)
+
+
+# the codes that say a file is missing, unreadable, foreign, of another version or damaged
+FILE_ERRORS = frozenset({lib.OLIF_ERR_IO, lib.OLIF_ERR_FOREIGN, lib.OLIF_ERR_VERSION,
+                         lib.OLIF_ERR_TRUNCATED, lib.OLIF_ERR_CORRUPT, lib.OLIF_ERR_CHECKSUM})
+
+
+def raise_status(status: int, err, error: type, file_error: type, where: str | None = None) -> None:
+    """Raise for a failed C call: `file_error` for the file codes, `error` for the rest, with
+    the library's message (`where`, the file, in front unless the message names it)."""
+    if status == lib.OLIF_OK:
+        return
+    message = ffi.string(err.message).decode("utf-8", "replace")
+    if where and where not in message:
+        message = f"{where}: {message}"
+    raise (file_error if status in FILE_ERRORS else error)(status, message)
+
+
+class IGTreeError(LibraryError):
+    """A failed IGTree library call."""
 
 
 class ModelFileError(IGTreeError):
@@ -59,14 +80,8 @@ class TokenizerMismatch(ValueError):
     """A draft model used with a verifier whose tokenizer differs from its own."""
 
 
-_FILE_ERRORS = {lib.IGT_ERR_IO, lib.IGT_ERR_FOREIGN, lib.IGT_ERR_VERSION,
-                lib.IGT_ERR_TRUNCATED, lib.IGT_ERR_CORRUPT, lib.IGT_ERR_CHECKSUM}
-
-
 def _check(status: int, err) -> None:
-    if status != lib.IGT_OK:
-        cls = ModelFileError if status in _FILE_ERRORS else IGTreeError
-        raise cls(status, ffi.string(err.message).decode("utf-8", "replace"))
+    raise_status(status, err, IGTreeError, ModelFileError)
 
 
 @ffi.def_extern()

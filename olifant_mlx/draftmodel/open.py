@@ -25,7 +25,7 @@ def model_file_kind(path):
         os.close(fd)
     cls = KINDS.get(head)
     if cls is None:
-        raise ModelFileError(_igt.IGT_ERR_FOREIGN, (
+        raise ModelFileError(_igt.OLIF_ERR_FOREIGN, (
             f"{os.fspath(path)}: not an olifant model file (bad magic): expected a draft model (.olif, from `train`), "
             f"a suffix index (.sfx) or an n-gram cache (.ngc, both from `build-rest`)"))
     return cls
@@ -42,7 +42,7 @@ def open_model_file(path, verify_checksum: bool = True, want=None, tokenizer=Non
     tokenizer is a TokenizerMismatch."""
     cls = model_file_kind(path)
     if want is not None and cls is not want:
-        raise ModelFileError(_igt.IGT_ERR_FOREIGN, f"{os.fspath(path)} is {WHAT[cls]}, not {WHAT[want]}")
+        raise ModelFileError(_igt.OLIF_ERR_FOREIGN, f"{os.fspath(path)} is {WHAT[cls]}, not {WHAT[want]}")
     obj = cls.load(path, verify_checksum=verify_checksum)
     if tokenizer is not None:
         obj.check_tokenizer(tokenizer.name, tokenizer.vocab_size, tokenizer.digest)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from olifant_mlx.draftmodel.igtree import TokenizerMismatch
+from olifant_mlx.draftmodel.igtree import LibraryError, TokenizerMismatch, raise_status
 from olifant_mlx.files import open_regular
 
 try:
@@ -50,14 +50,8 @@ def library_version() -> dict:
     return {"format_version": int(lib.SFX_FORMAT_VERSION), "max_order": int(lib.SFX_MAX_ORDER)}
 
 
-class SuffixError(Exception):
-    """A failed retrieval library call; `code` is the sfx_status."""
-
-    def __init__(self, code: int, message: str):
-        self.code = code
-        self.message = message
-        status = ffi.string(lib.sfx_status_string(code)).decode()
-        super().__init__(f"{message} ({status})" if message else status)
+class SuffixError(LibraryError):
+    """A failed retrieval library call."""
 
 
 class RetrievalFileError(SuffixError):
@@ -65,17 +59,8 @@ class RetrievalFileError(SuffixError):
     another version."""
 
 
-_FILE_ERRORS = {lib.SFX_ERR_IO, lib.SFX_ERR_FOREIGN, lib.SFX_ERR_VERSION,
-                lib.SFX_ERR_TRUNCATED, lib.SFX_ERR_CORRUPT, lib.SFX_ERR_CHECKSUM}
-
-
 def _check(status: int, err, where: str | None = None) -> None:
-    if status != lib.SFX_OK:
-        cls = RetrievalFileError if status in _FILE_ERRORS else SuffixError
-        message = ffi.string(err.message).decode("utf-8", "replace")
-        if where and where not in message:
-            message = f"{where}: {message}"
-        raise cls(status, message)
+    raise_status(status, err, SuffixError, RetrievalFileError, where)
 
 
 @ffi.def_extern()
@@ -213,7 +198,7 @@ class _RetrievalFile:
         where = f"{self.path}: " if self.path else ""
         same_tokenizer = (self.tokenizer_name == name and self.tokenizer_digest == digest[:32].ljust(32, b"\0"))
         if same_tokenizer and self.vocab_size != vocab_size:
-            raise RetrievalFileError(lib.SFX_ERR_CORRUPT, (
+            raise RetrievalFileError(lib.OLIF_ERR_CORRUPT, (
                 f"{where}the header says tokenizer {name!r} (digest {digest.hex()[:12]}) with "
                 f"vocab {self.vocab_size}, but that tokenizer has vocab {vocab_size}: the file is "
                 f"damaged; rebuild it with `build-rest --tokenizer {name}`"))

@@ -371,7 +371,7 @@ def build_model(builder: Builder, reporter: Reporter, cancel: threading.Event) -
         thread.join(CANCEL_GRACE_S)
         raise TrainingCancelled("training cancelled")
     error = result.get("error")
-    if isinstance(error, IGTreeError) and error.code == lib.IGT_ERR_CANCELLED:
+    if isinstance(error, IGTreeError) and error.code == lib.OLIF_ERR_CANCELLED:
         raise TrainingCancelled("training cancelled") from error
     if error is not None:
         raise error
