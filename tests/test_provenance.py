@@ -11,6 +11,7 @@ import pytest
 from document_fixtures import cache_with_models
 
 from olifant_mlx import library
+from olifant_mlx.engine.request import plan
 from olifant_mlx.provenance import SourceTracker, find_sources, index_of
 from olifant_mlx.verifier import load_tokenizer
 
@@ -294,7 +295,7 @@ def test_session_without_a_library(legal):
     from olifant_mlx.engine.options import OptionsError
 
     session, prompt = reference_session(legal, legal["fresh"][8][:20])
-    assert session.tracker() is None and session.generate(prompt).sources == []
+    assert plan(session, prompt).index is None and session.generate(prompt).sources == []
     session, prompt = reference_session(legal, legal["fresh"][8][:20], max_verbatim=5)
     with pytest.raises(OptionsError, match="--max-verbatim needs a library"):
         session.generate(prompt)
