@@ -371,7 +371,7 @@ def test_the_guard_line_starts_a_line_of_its_own(legal, tmp_path, monkeypatch):
         both = io.StringIO()
         monkeypatch.setattr("sys.stderr", both)
         session, prompt = reference_session(legal, cont, sources="legal", max_verbatim=30, verbatim_action=action)
-        text, _, _ = stream_answer(session, prompt, session.options, args, out=both)
+        text, _, _ = stream_answer(session, plan(session, prompt, continuation=False), args, out=both)
         written = both.getvalue()
         at = written.index("the output copies")
         line = written[written.rindex("\n", 0, at) + 1:at]
@@ -381,6 +381,6 @@ def test_the_guard_line_starts_a_line_of_its_own(legal, tmp_path, monkeypatch):
         # to two files: stderr holds the line alone, stdout the text alone
         with open(tmp_path / "out", "w+") as out, open(tmp_path / "err", "w+") as err:
             monkeypatch.setattr("sys.stderr", err)
-            text, _, _ = stream_answer(session, prompt, session.options, args, out=out)
+            text, _, _ = stream_answer(session, plan(session, prompt, continuation=False), args, out=out)
             out.seek(0), err.seek(0)
             assert out.read() == text and err.read().startswith(line), action
