@@ -146,9 +146,9 @@ def plan(session, prompt, options: GenerationOptions | None = None, drafter=None
     """The Request for `prompt` (text, token ids or a Chat) on `session`: its default options
     and drafter unless given (`drafter`: a spec, a drafter object or a Drafting). The options'
     precedents are gathered and put into the prompt, which is encoded once and checked against
-    the context (ContextError; `fit_max_tokens`: max_tokens is first cut to the room left). The
-    provenance library is opened and checked (OptionsError). `continuation` None: True for a
-    text prompt."""
+    the context (ContextError; `fit_max_tokens`: max_tokens is first cut to the room left); the
+    lead rule plans with the session's pass cost unless the options give one. The provenance
+    library is opened and checked (OptionsError). `continuation` None: True for a text prompt."""
     opts = options or session.options
     drafted = session.drafting if drafter is None else drafting(drafter, session.verifier.identity,
                                                                  session.history)
@@ -156,9 +156,12 @@ def plan(session, prompt, options: GenerationOptions | None = None, drafter=None
         continuation = isinstance(prompt, str)
     given, used = session.with_precedents(prompt, opts)
     ids = session.encode(given)
-    limit = session.verifier.context_length
+    limit, changes = session.verifier.context_length, {}
     if fit_max_tokens and limit and 0 < limit - len(ids) < opts.max_tokens:
-        opts = opts.replace(max_tokens=limit - len(ids))
+        changes["max_tokens"] = limit - len(ids)
+    if opts.lead == "auto" and opts.pass_cost is None:
+        changes["pass_cost"] = session.lead_cost    # the verifier's speed outlives one generation
+    opts = opts.replace(**changes) if changes else opts
     ids = session.fit_context(ids, opts)
     library = sources_library(opts, drafted)
     return Request(tuple(ids), opts, drafted, session.eos_ids(opts), library,

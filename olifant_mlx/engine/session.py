@@ -396,8 +396,6 @@ class Session:
         """The engine loop for one generation (a Step per verifier pass); a sharded verifier
         keeps no cache between generations (every rank would have to keep the same one)."""
         v = self.verifier
-        if opts.lead == "auto" and opts.pass_cost is None:
-            opts = opts.replace(pass_cost=self.lead_cost)    # the verifier's speed outlives one generation
         return generate_steps(v.model, ids, drafter, opts, eos_ids=eos_ids, bos_id=v.bos_id,
                               stats=stats, on_prefill=on_prefill, vocab_size=self.vocab_size,
                               shared=self.shard, prompt_cache=cache if self.shard is None else None)
