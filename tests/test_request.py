@@ -21,26 +21,22 @@ PROMPT, N = "abcdefgh", 40
 
 
 @pytest.fixture(scope="module")
-def verifier():
-    return tiny_chat_verifier()
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    yield from own_cache(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def output(verifier):
-    return Session(verifier, "none", DEFAULTS).generate(PROMPT, DEFAULTS.replace(max_tokens=N)).tokens
-
-
-@pytest.fixture(scope="module")
-def libs(cache, output, tmp_path_factory):
-    """Two libraries: "copied" holds the plain output, "elsewhere" does not."""
+def tiny(tmp_path_factory):
+    """(the tiny verifier, its plain output of N tokens, the library "copied" that holds that
+    output); beside it the library "elsewhere", which does not."""
+    verifier = tiny_chat_verifier()
+    output = Session(verifier, "none", DEFAULTS).generate(PROMPT, DEFAULTS.replace(max_tokens=N)).tokens
+    cache = own_cache(tmp_path_factory)
+    next(cache)                                  # $OLIFANT_CACHE on a fresh folder
     copied = tiny_library("copied", tmp_path_factory.mktemp("a"), output)
     tiny_library("elsewhere", tmp_path_factory.mktemp("b"), [7, 7, 7, 7])
-    return copied
+    yield verifier, output, copied
+    next(cache, None)
+
+
+@pytest.fixture(scope="module")
+def verifier(tiny):
+    return tiny[0]
 
 
 def test_a_request_is_frozen_and_holds_its_choices(verifier):
@@ -60,7 +56,7 @@ def test_a_request_is_frozen_and_holds_its_choices(verifier):
     assert r.options.k == DEFAULTS.k                            # the request itself unchanged
 
 
-def test_one_rule_for_the_provenance_library(verifier, libs):
+def test_one_rule_for_the_provenance_library(verifier):
     named = DEFAULTS.replace(sources="elsewhere")
     drafted = request_module.drafting("library:copied", verifier.identity)
     assert sources_library(DEFAULTS, drafted) == "copied" and sources_library(named, drafted) == "elsewhere"
@@ -68,11 +64,12 @@ def test_one_rule_for_the_provenance_library(verifier, libs):
     assert sources_library(DEFAULTS, None) is None
 
 
-def test_two_requests_on_one_session_keep_their_own_drafter_and_library(verifier, libs, output):
+def test_two_requests_on_one_session_keep_their_own_drafter_and_library(tiny):
     """Request B (another drafter, another library) planned and run between A's planning and
     its run: A still drafts from its own library and reports its spans; the Session's default
     drafter is the one it was made with."""
-    want = find_sources(libs, output, tokenizer=tiny_tokenizer())
+    verifier, output, copied = tiny
+    want = find_sources(copied, output, tokenizer=tiny_tokenizer())
     assert want and max(s.tokens for s in want) >= 30
     session = Session(verifier, "library:copied", DEFAULTS.replace(max_tokens=N))
     a = plan(session, PROMPT)
@@ -87,7 +84,7 @@ def test_two_requests_on_one_session_keep_their_own_drafter_and_library(verifier
     assert plan(session, PROMPT, drafter="lookup").library is None             # no library: none
 
 
-def test_a_server_request_is_planned_once(verifier, libs, monkeypatch):
+def test_a_server_request_is_planned_once(verifier, monkeypatch):
     """One completion through the server's worker: the prompt encoded once, one options value
     made (max_tokens cut to the context), no drafter built, and the library drafter's spans in
     the answer without the request naming them."""
