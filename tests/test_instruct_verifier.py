@@ -27,7 +27,7 @@ def test_an_instruction_gets_a_clause_with_every_drafter(smol, draft_path):
     assert raw.text != plain.text
     for spec in ("auto", "none", "lookup", f"olifant:{draft_path}", f"hybrid:{draft_path}",
                  f"adaptive:olifant:{draft_path}", "hybrid"):
-        session.set_drafter(spec)
+        session = session.with_drafter(spec)
         for kv in (True, False):
             if not kv and spec not in ("auto", "lookup"):
                 continue                            # uncached passes re-read the whole context

@@ -139,7 +139,7 @@ def test_qwen_alias_answers_an_instruction_through_its_chat_template():
     prompt = session.prompt_for("Write a Python function add(a, b) that returns the sum.")
     assert session.verifier.has_chat_template and not isinstance(prompt, str)
     plain = session.generate(prompt, GenerationOptions(k=0, max_tokens=10), drafter=None)
-    session.set_drafter("lookup")
+    session = session.with_drafter("lookup")
     spec = session.generate(prompt, GenerationOptions(k=3, max_tokens=10))
     assert spec.tokens == plain.tokens and len(plain.tokens) == 10 and spec.stats.drafted > 0
     assert "def add" in plain.text or "```" in plain.text, plain.text    # an answer, not a continuation

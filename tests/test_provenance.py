@@ -11,6 +11,7 @@ import pytest
 from document_fixtures import cache_with_models
 
 from olifant_mlx import library
+from olifant_mlx.engine.request import plan
 from olifant_mlx.provenance import SourceTracker, find_sources, index_of
 from olifant_mlx.verifier import load_tokenizer
 
@@ -294,7 +295,7 @@ def test_session_without_a_library(legal):
     from olifant_mlx.engine.options import OptionsError
 
     session, prompt = reference_session(legal, legal["fresh"][8][:20])
-    assert session.tracker() is None and session.generate(prompt).sources == []
+    assert plan(session, prompt).index is None and session.generate(prompt).sources == []
     session, prompt = reference_session(legal, legal["fresh"][8][:20], max_verbatim=5)
     with pytest.raises(OptionsError, match="--max-verbatim needs a library"):
         session.generate(prompt)
@@ -370,7 +371,7 @@ def test_the_guard_line_starts_a_line_of_its_own(legal, tmp_path, monkeypatch):
         both = io.StringIO()
         monkeypatch.setattr("sys.stderr", both)
         session, prompt = reference_session(legal, cont, sources="legal", max_verbatim=30, verbatim_action=action)
-        text, _, _ = stream_answer(session, prompt, session.options, args, out=both)
+        text, _, _ = stream_answer(session, plan(session, prompt, continuation=False), args, out=both)
         written = both.getvalue()
         at = written.index("the output copies")
         line = written[written.rindex("\n", 0, at) + 1:at]
@@ -380,6 +381,6 @@ def test_the_guard_line_starts_a_line_of_its_own(legal, tmp_path, monkeypatch):
         # to two files: stderr holds the line alone, stdout the text alone
         with open(tmp_path / "out", "w+") as out, open(tmp_path / "err", "w+") as err:
             monkeypatch.setattr("sys.stderr", err)
-            text, _, _ = stream_answer(session, prompt, session.options, args, out=out)
+            text, _, _ = stream_answer(session, plan(session, prompt, continuation=False), args, out=out)
             out.seek(0), err.seek(0)
             assert out.read() == text and err.read().startswith(line), action

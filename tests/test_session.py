@@ -76,9 +76,10 @@ def test_options_are_validated_where_they_are_made():
 def test_changing_the_drafter_keeps_the_verifier(verifier):
     session = Session(verifier, "ngram")
     model = session.verifier.model
-    session.set_drafter("lookup:2")
-    assert session.drafter.name == "lookup" and session.verifier.model is model
-    assert session.spec.text == "lookup:2"
+    other = session.with_drafter("lookup:2")
+    assert other.drafter.name == "lookup" and other.verifier.model is model
+    assert other.spec.text == "lookup:2" and other.lead_cost is session.lead_cost
+    assert session.spec.text == "ngram" and session.drafter.name.startswith("ngram")     # left as it was
 
 
 def test_history_needs_a_hybrid(verifier, tmp_path):
@@ -103,7 +104,7 @@ def test_the_lead_rule_plans_with_one_cost_curve_across_generations(verifier):
     """`lead = "auto"` (the default): every generation's LeadRule fits the same pass-cost curve,
     so what the verifier's passes cost is learnt once per session; the text is the plain one."""
     session = Session(verifier, "lookup", GenerationOptions(k=3, max_tokens=24))
-    assert session.lead == "auto" and session.lead_cost is None
+    assert session.lead == "auto" and session.lead_cost.sums is None          # nothing fitted yet
     first = session.generate("The Member States shall")
     cost = session.lead_cost
     seen = cost.sums[0]

@@ -71,8 +71,9 @@ def test_one_verifier_and_the_drafters_switched_without_the_app():
     ws, posted = workspace(), []
     session = ws.session_for(settings("ngram:3"), posted.append)
     assert [type(m) for m in posted] == [Status, Loaded] and posted[0].loading and ws.loads == 1
-    assert ws.session_for(settings("adaptive:ngram:3"), posted.append) is session
-    assert session.spec.text == "adaptive:ngram:3" and ws.loads == 1 and len(posted) == 2
+    other = ws.session_for(settings("adaptive:ngram:3"), posted.append)
+    assert other is ws.session and other.verifier is session.verifier and session.spec.text == "ngram:3"
+    assert other.spec.text == "adaptive:ngram:3" and ws.loads == 1 and len(posted) == 2
     assert ws.tokenizer(None) is FAKE_IDENTITY
 
 

@@ -2,8 +2,9 @@
 then speculative, then measured rounds), the tokenizer alone. The App starts each on a Textual
 thread worker (tui/generation.py); each call runs on its own thread
 (olifant_mlx.teardown.on_own_thread), never touches widgets, and posts batched messages through
-the `post` it is given, reading the shared Session from the workspace (tui/workspace.py). Plain
-functions: a test runs one without an App."""
+the `post` it is given. Each plans its engine Request (engine.request.plan) over the Session the
+workspace gives it (tui/workspace.py), with the drafter the settings choose. Plain functions: a
+test runs one without an App."""
 from __future__ import annotations
 
 import copy
@@ -15,6 +16,7 @@ from olifant_mlx.tui.copied import char_spans
 from olifant_mlx.tui.messages import Chunk, CompareDone, Done, Failed, Status, TokenizerKnown
 from olifant_mlx.tui.settings_tab import Settings
 
+from olifant_mlx.engine.request import plan, without_drafting
 from olifant_mlx.teardown import on_own_thread
 
 FLUSH_S = 0.05          # at most ~20 UI messages a second from a generation
@@ -34,19 +36,6 @@ class Job:
     live_j: float | None = None
     sources: list = field(default_factory=list)     # a document continuation's, so far
     precedents: list = field(default_factory=list)  # the passages it was given
-
-
-def library_of(opts, session) -> str | None:
-    """The library whose copied spans the tracker reports: the options' `sources`, else the
-    one a `library:NAME` drafter drafts from (as provenance.py's default)."""
-    named = getattr(session, "sources_library", None)
-    if named is not None:
-        return named(opts)
-    name = getattr(opts, "sources", None)
-    spec = getattr(session.spec, "text", "") or ""
-    if name is None and spec.startswith("library:"):
-        name = spec.split(":", 1)[1]
-    return name
 
 
 class Found:
@@ -75,24 +64,23 @@ class Found:
         return char_spans(new, text, tokens, self.decode) if new else []
 
 
-def stream(post, session, job: Job, cancelled, cache=None, drafter=None, options=None, target=None):
-    """One generation on the worker thread: (ids, text, Stats, Window, finish reason)."""
+def stream(post, session, job: Job, cancelled, request, target=None):
+    """One planned generation (an engine Request) on the worker thread: (ids, text, Stats,
+    Window, finish reason)."""
     tokens, text, pending = [], [], []
     last_flush = time.perf_counter()
     final = None
     run = job.id if target is None else target
-    opts = options or job.settings.options
-    found = Found(library_of(opts, session), getattr(session.verifier.identity, "decode", None))
+    found = Found(request.library, getattr(session.verifier.identity, "decode", None))
     sent = False                     # the precedents (every Response has them): with one chunk
-    for r in session.stream(job.prompt, opts, drafter, should_stop=cancelled,
-                            continuation=isinstance(job.prompt, str), cache=cache):
+    for r in session.stream(request, should_stop=cancelled):
         tokens.extend(r.tokens)
         text.append(r.text)
         pending.extend(r.segments)
-        found.add(getattr(r, "sources", None), getattr(r, "verbatim", None))
+        found.add(r.sources, r.verbatim)
         now = time.perf_counter()
         if now - last_flush >= FLUSH_S or r.finish_reason:
-            used = None if sent else getattr(r, "precedents", None)
+            used = None if sent else r.precedents
             sent = sent or used is not None
             post(Chunk(run, pending, copy.copy(r.stats), now - job.t0,
                        found.take("".join(text), tokens), found.tripped(),
@@ -113,14 +101,15 @@ def chat_check(session, job: Job) -> None:
 @on_own_thread           # MLX never runs on the pool's thread: see olifant_mlx.teardown
 def generate(workspace, job: Job, post, cancelled) -> None:
     """A chat answer or a document continuation, over the workspace's Session (and its prompt
-    cache); `cancelled()` says when to stop."""
+    cache), planned with the drafter the settings choose; `cancelled()` says when to stop."""
     try:
         session = workspace.session_for(job.settings, post)
         chat_check(session, job)
+        request = plan(session, job.prompt, job.settings.options, cache=workspace.prompt_cache)
         job.t0 = time.perf_counter()
-        post(Status(f"writing with {session.verifier.name}, drafter "
-                    f"{session.spec.text if session.spec else session.drafter.name}"))
-        _, text, stats, window, reason = stream(post, session, job, cancelled, cache=workspace.prompt_cache)
+        d = request.drafting
+        post(Status(f"writing with {session.verifier.name}, drafter {d.spec.text if d.spec else d.drafter.name}"))
+        _, text, stats, window, reason = stream(post, session, job, cancelled, request)
         post(Done(job.id, text, stats, window, reason))
     except Exception as e:     # shown in the UI, never as a traceback
         post(Failed("generation", f"{type(e).__name__}: {e}", job.id))
@@ -128,23 +117,22 @@ def generate(workspace, job: Job, post, cancelled) -> None:
 
 @on_own_thread           # MLX never runs on the pool's thread: see olifant_mlx.teardown
 def compare(workspace, job: Job, post, cancelled) -> None:
-    """Plain, then speculative (each shown: run -job.id, then job.id), then measured rounds."""
-    from olifant_mlx.drafters import NoDrafter
-
+    """Plain, then speculative (each shown: run -job.id, then job.id), then measured rounds:
+    one request, and the same decoded plainly."""
     try:
         session = workspace.session_for(job.settings, post)
         chat_check(session, job)
+        speculative = plan(session, job.prompt, job.settings.options)
+        plain = without_drafting(speculative)
         job.t0 = time.perf_counter()
-        p_ids, p_text, p_stats, p_win, r1 = stream(
-            post, session, job, cancelled, drafter=NoDrafter(), options=job.settings.options.replace(k=0),
-            target=-job.id)
+        p_ids, p_text, p_stats, p_win, r1 = stream(post, session, job, cancelled, plain, target=-job.id)
         if r1 == "stopped":
             raise InterruptedError("stopped")
         job.t0 = time.perf_counter()
-        s_ids, s_text, s_stats, s_win, r2 = stream(post, session, job, cancelled)
+        s_ids, s_text, s_stats, s_win, r2 = stream(post, session, job, cancelled, speculative)
         if r2 == "stopped":
             raise InterruptedError("stopped")
-        measured, rates = compare_rounds(post, session, job, cancelled)
+        measured, rates = compare_rounds(post, session, (plain, speculative), cancelled)
         post(CompareDone((p_text, p_stats, p_win), (s_text, s_stats, s_win), p_ids == s_ids, measured, rates))
     except InterruptedError:
         post(Failed("compare", "stopped", job.id))
@@ -152,31 +140,26 @@ def compare(workspace, job: Job, post, cancelled) -> None:
         post(Failed("compare", f"{type(e).__name__}: {e}", job.id))
 
 
-def compare_rounds(post, session, job: Job, cancelled):
-    """After the shown pair (the warm-up), COMPARE_ROUNDS unshown rounds of plain and
-    speculative, alternating which runs first: (Speedups, (plain, speculative) median tok/s)."""
+def compare_rounds(post, session, requests, cancelled):
+    """After the shown pair (the warm-up), COMPARE_ROUNDS unshown rounds of the (plain,
+    speculative) requests, alternating which runs first: (Speedups, (plain, speculative) median
+    tok/s)."""
     import statistics
 
-    from olifant_mlx.drafters import NoDrafter
     from olifant_mlx.measure import rounds
 
-    def rate(drafter, options):
-        out = list(session.stream(job.prompt, options, drafter, should_stop=cancelled,
-                                  continuation=isinstance(job.prompt, str)))
+    def rate(request):
+        out = list(session.stream(request, should_stop=cancelled))
         last = out[-1] if out else None
         if last is None or last.finish_reason == "stopped":
             raise InterruptedError("stopped")
         return last.stats.tokens_per_s
 
-    plain_opts = job.settings.options.replace(k=0)
     plains, specs = [], []
     for i in range(COMPARE_ROUNDS):
         post(Status(f"measuring: round {i + 1} of {COMPARE_ROUNDS} (plain and speculative)"))
-        for which in (("plain", "spec") if i % 2 == 0 else ("spec", "plain")):
-            if which == "plain":
-                plains.append(rate(NoDrafter(), plain_opts))
-            else:
-                specs.append(rate(None, job.settings.options))
+        for which in ((0, 1) if i % 2 == 0 else (1, 0)):
+            (plains, specs)[which].append(rate(requests[which]))
     return rounds.speedups(plains, specs), (statistics.median(plains), statistics.median(specs))
 
 

@@ -246,9 +246,9 @@ class Workspace:
                               fix="choose a model marked ✓ in the Models tab (F6), or train one there")
 
     def session_for(self, s, post):
-        """The shared Session for these Settings. Loads a verifier only when the verifier
-        setting changes (posting Status and Loaded); a new drafter is switched in (set_drafter),
-        an opt-in history gets a Session around the same verifier. Call on a worker thread."""
+        """The Session for these Settings (on a worker thread). Loads a verifier only when its
+        setting changes (posting Status and Loaded); another drafter or an opt-in history gets a
+        new Session around the same verifier, the one a running generation holds left as it is."""
         if self.session is None or self._session_model != s.model:
             if s.draft.model_file:
                 self.check_draft(s.draft, self.tokenizer(s.model))
@@ -266,7 +266,7 @@ class Workspace:
             session = self.session = type(session)(session.verifier, s.draft, s.options, self.meter)
             self._history = s.options.history
         elif str(getattr(session.requested, "text", session.requested)) != s.draft.text:
-            session.set_drafter(s.draft)           # the verifier stays loaded
+            session = self.session = session.with_drafter(s.draft)      # the verifier stays loaded
         return session
 
     def decode(self):

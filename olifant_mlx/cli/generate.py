@@ -70,22 +70,21 @@ KV_BITS_NOTE = ("note: with --kv-bits, drafted output can differ from plain deco
                 "(docs/speculative-decoding.md)")
 
 
-def stream_answer(session, prompt, options, args, out=None, cache=None, continuation=False):
-    """Generate, streaming text to `out` (default: sys.stdout as it is now, not as it was at
-    import) or NDJSON chunks with --json-stream; returns (text, tokens, last Response).
-    `cache`: a PromptCache the generation starts from and leaves its KV cache in.
-    `continuation`: the text is appended to the prompt's (a raw prompt, a prefilled answer), so
-    it keeps the space before its first word."""
+def stream_answer(session, request, args, out=None):
+    """Run a planned Request (engine.request.plan), streaming text to `out` (default:
+    sys.stdout as it is now, not as it was at import) or NDJSON chunks with --json-stream;
+    returns (text, tokens, last Response)."""
     out = out or sys.stdout
+    options = request.options
     ndjson = getattr(args, "json_stream", False)
     quiet_text = getattr(args, "json", False)
     bar = PrefillBar(sys.stderr.isatty() and not ndjson)
     text, tokens, last = [], [], None
     sources = []
+    drafting = request.drafter.name != "none"
     try:
-        for r in session.stream(prompt, options, on_prefill=bar, cache=cache, continuation=continuation):
+        for r in session.stream(request, on_prefill=bar):
             bar.close()
-            drafting = getattr(session.drafter, "name", "none") != "none"
             if last is None and drafting and options.kv_bits and not getattr(args, "quiet", False):
                 sys.stderr.write(KV_BITS_NOTE + "\n")
             if last is None and drafting and (note := kv_window_note(r.stats.prompt_tokens, options)):
@@ -187,7 +186,7 @@ def report(session, prompt, text, tokens, last, args) -> None:
 
 
 def cmd_generate(args) -> int:
-    from olifant_mlx.engine import Chat
+    from olifant_mlx.engine import Chat, plan
     from olifant_mlx.tui.conversation import Conversation, Turn
     from olifant_mlx.verifier.loader import check_text
 
@@ -205,8 +204,10 @@ def cmd_generate(args) -> int:
     cache = None
     if args.prompt_cache_file:
         prompt, cache = continue_cached(session, prompt, args, options)
-    text, tokens, last = stream_answer(session, prefilled(session, prompt, args.prefill_response),
-                                       options, args, cache=cache, continuation=appended)
+    # the text is appended to the prompt's (a raw prompt, a prefilled answer): it keeps its first space
+    request = plan(session, prefilled(session, prompt, args.prefill_response), options, cache=cache,
+                   continuation=appended)
+    text, tokens, last = stream_answer(session, request, args)
     report(session, prompt, text, tokens, last, args)
     if args.output:
         turn = answer_turn(session, options, text, tokens, last, args.prefill_response or "")
@@ -292,49 +293,37 @@ CHAT_HELP = "type a message; 'q' quits, 'r' starts a new conversation, 'h' shows
 
 def cmd_chat(args) -> int:
     """A multi-turn conversation on stdin/stdout (like mlx_lm.chat), kept in memory only."""
-    from olifant_mlx.engine import Chat, PromptCache
+    from olifant_mlx.engine import Chat, PromptCache, plan
 
     from olifant_mlx.tui.conversation import Conversation, Turn
 
     if args.output:
         output_format(args.output)     # before the model loads
     session, options = open_session(args)
-    cache = PromptCache()      # the conversation's KV cache: a turn prefills only its new tokens
-    kept = Conversation(kind="chat", system_prompt=args.system_prompt)    # for --output
     if not session.verifier.has_chat_template:
         raise ValueError(f"{session.verifier.name} has no chat template (a base model): use "
                          f"`generate` to continue text")
-    interactive = sys.stdin.isatty()
+    cache = PromptCache()      # the conversation's KV cache: a turn prefills only its new tokens
     system = ({"role": "system", "content": args.system_prompt},) if args.system_prompt else ()
-    chat = Chat(system, template_kwargs(args))
+
+    def fresh():         # (the conversation for the verifier, the one --output keeps)
+        return Chat(system, template_kwargs(args)), Conversation(kind="chat", system_prompt=args.system_prompt)
+
+    chat, kept = fresh()
+    interactive = sys.stdin.isatty()
     if interactive:
         sys.stderr.write(f"[{session.verifier.name}, drafter {session.spec.text if session.spec else 'none'}] "
                          f"{CHAT_HELP}\n")
-    while True:
-        if interactive:
-            sys.stderr.write(">> ")
-            sys.stderr.flush()
-        line = sys.stdin.readline()
-        if not line:
-            break
-        query = line.rstrip("\n")
-        if query.strip() == "q":
-            break
+    for query in typed_lines(interactive):
         if query.strip() == "r":
-            chat = Chat(system, template_kwargs(args))
-            kept = Conversation(kind="chat", system_prompt=args.system_prompt)
+            chat, kept = fresh()
             cache.clear()
             sys.stderr.write("(new conversation)\n")
             continue
-        if query.strip() == "h":
-            sys.stderr.write(CHAT_HELP + "\n")
-            continue
-        if not query.strip():
-            continue
         chat = chat.then("user", query)
-        text, tokens, last = stream_answer(session, prefilled(session, chat, args.prefill_response),
-                                           options, args, cache=cache,
-                                           continuation=args.prefill_response is not None)
+        request = plan(session, prefilled(session, chat, args.prefill_response), options, cache=cache,
+                       continuation=args.prefill_response is not None)
+        text, tokens, last = stream_answer(session, request, args)
         sys.stdout.write("\n")
         sys.stdout.flush()
         chat = chat.then("assistant", (args.prefill_response or "") + text)
@@ -343,20 +332,43 @@ def cmd_chat(args) -> int:
                                                             args.prefill_response or "")]
             kept.touch()
             write_output(args.output, kept, options)
-        if last.sources:
-            sys.stderr.write(f"[sources: {len(last.sources)} verbatim span(s) from the library]\n"
-                             + "\n".join(source_lines(last.sources)) + "\n")
-        s = last.stats
-        if not args.verbose:         # mlx-lm's --verbose False: the answers only
-            continue
-        if s.tokens == 0 and s.stop_reason == "eos":
-            sys.stderr.write("note: " + empty_answer_hint(session, chat) + "\n")
-        if not args.quiet:
-            reused = s.extra.get("cached_tokens", 0)
-            cached = f"; {reused} of the {s.prompt_tokens} prompt tokens from the cache" if reused else ""
-            sys.stderr.write(f"[{s.tokens} tokens, {s.generation_tps:.1f} tok/s, acceptance "
-                             f"{s.acceptance:.0%}, {s.steps} verifier passes, {s.stop_reason}{cached}]\n")
+        chat_notes(session, chat, last, args)
     return 0
+
+
+def typed_lines(interactive: bool):
+    """The messages typed, one a line, until 'q' or the end of stdin; 'h' shows the help and
+    blank lines are passed over."""
+    while True:
+        if interactive:
+            sys.stderr.write(">> ")
+            sys.stderr.flush()
+        line = sys.stdin.readline()
+        query = line.rstrip("\n")
+        if not line or query.strip() == "q":
+            return
+        if query.strip() == "h":
+            sys.stderr.write(CHAT_HELP + "\n")
+        elif query.strip():
+            yield query
+
+
+def chat_notes(session, chat, last, args) -> None:
+    """After a chat answer, on stderr: its sources; then, unless --verbose False, the hint for
+    an empty answer and (unless --quiet) its numbers."""
+    if last.sources:
+        sys.stderr.write(f"[sources: {len(last.sources)} verbatim span(s) from the library]\n"
+                         + "\n".join(source_lines(last.sources)) + "\n")
+    s = last.stats
+    if not args.verbose:         # mlx-lm's --verbose False: the answers only
+        return
+    if s.tokens == 0 and s.stop_reason == "eos":
+        sys.stderr.write("note: " + empty_answer_hint(session, chat) + "\n")
+    if not args.quiet:
+        reused = s.extra.get("cached_tokens", 0)
+        cached = f"; {reused} of the {s.prompt_tokens} prompt tokens from the cache" if reused else ""
+        sys.stderr.write(f"[{s.tokens} tokens, {s.generation_tps:.1f} tok/s, acceptance "
+                         f"{s.acceptance:.0%}, {s.steps} verifier passes, {s.stop_reason}{cached}]\n")
 
 
 def _corpus_identity(spec: str) -> str:
@@ -404,18 +416,14 @@ def rounds_count(value: str) -> int:
 
 
 def cmd_demo(args) -> int:
-    import statistics
-
     from rich.console import Console
-    from rich.table import Table
     from rich.text import Text
 
     from olifant_mlx.cli.train import DEFAULT_CORPUS
-    from olifant_mlx.drafters import NoDrafter
-    from olifant_mlx.engine import GenerationOptions, Session
+    from olifant_mlx.engine import GenerationOptions, Session, plan
+    from olifant_mlx.engine.request import without_drafting
     from olifant_mlx.measure import rounds
     from olifant_mlx.verifier import EMBEDDED_DEFAULT, load_verifier
-    from olifant_mlx.verifier.aliases import stderr_progress
 
     options = GenerationOptions(k=args.k, max_tokens=args.max_tokens)
     verifier = load_verifier(args.model or EMBEDDED_DEFAULT)
@@ -425,28 +433,9 @@ def cmd_demo(args) -> int:
     prompt = args.prompt or DEMO_PROMPT
     spec = f"adaptive:hybrid:{path}"        # the best drafter measured, over the demo's model
     session = Session(verifier, spec, options)
-    plain_opts = options.replace(k=0)
-    # a warm-up of both runs (first-call costs, the drafter's first lookups), then rounds that
-    # alternate which runs first, so that a drift in the machine's load hits both alike
-    runs = [("warm-up", "plain"), ("warm-up", "speculative")] + [
-        (f"round {i + 1}/{args.rounds}", which) for i in range(args.rounds)
-        for which in (("plain", "speculative") if i % 2 == 0 else ("speculative", "plain"))]
-    plains, specs = [], []
-    with stderr_progress("demo", len(runs)) as advance:     # on a terminal: which run, its passes
-        for n, (stage, which) in enumerate(runs):
-            passes = []
-
-            def tick(stage=stage, which=which, passes=passes):    # asked after each verifier pass
-                passes.append(1)
-                advance(0, f"{stage}: {which}, {len(passes)} verifier passes")
-                return False
-
-            advance(0, f"{stage}: {which}")
-            drafter = NoDrafter() if which == "plain" else None
-            r = session.generate(prompt, plain_opts if which == "plain" else options, drafter, should_stop=tick)
-            advance()
-            if n >= 2:                         # the warm-up's runs are not measured
-                (plains if which == "plain" else specs).append(r)
+    speculative = plan(session, prompt)
+    plains, specs = demo_runs(session, {"plain": without_drafting(speculative), "speculative": speculative},
+                              args.rounds)
     plain, spec_run = plains[-1], specs[-1]
     con = Console()
     con.print(f"[bold]verifier[/] {verifier.name} (KV cache, prompt continued as raw text), "
@@ -456,7 +445,50 @@ def cmd_demo(args) -> int:
     for label, r in (("plain", plain), ("speculative", spec_run)):
         con.print(Text.assemble((label + ": ", "bold"), r.text))
     same = all(r.tokens == plain.tokens for r in plains + specs)
-    t = Table(show_header=True, caption=f"tok/s: median of {args.rounds} rounds; the rest: the last round")
+    con.print(demo_table(plains, specs, args.rounds))
+    measured = rounds.speedups([r.stats.tokens_per_s for r in plains], [r.stats.tokens_per_s for r in specs])
+    con.print(f"outputs identical: [bold]{'yes' if same else 'NO'}[/]   verifier {verifier.name}, drafter {spec}")
+    for i, line in enumerate(rounds.summary(measured, rounds.load_average())):
+        con.print(f"[bold]{line}[/]" if i == 0 else f"[yellow]{line}[/]", highlight=False)
+    if verifier.name == EMBEDDED_DEFAULT:
+        con.print(STAND_IN_NOTE, soft_wrap=True, highlight=False, markup=False)
+    return 0 if same else 1
+
+
+def demo_runs(session, requests: dict, n: int):
+    """(plain Results, speculative Results) of the demo's measured rounds: a warm-up of both
+    runs (first-call costs, the drafter's first lookups), then `n` rounds that alternate which
+    runs first, so that a drift in the machine's load hits both alike."""
+    from olifant_mlx.verifier.aliases import stderr_progress
+
+    runs = [("warm-up", "plain"), ("warm-up", "speculative")] + [
+        (f"round {i + 1}/{n}", which) for i in range(n)
+        for which in (("plain", "speculative") if i % 2 == 0 else ("speculative", "plain"))]
+    plains, specs = [], []
+    with stderr_progress("demo", len(runs)) as advance:     # on a terminal: which run, its passes
+        for i, (stage, which) in enumerate(runs):
+            passes = []
+
+            def tick(stage=stage, which=which, passes=passes):    # asked after each verifier pass
+                passes.append(1)
+                advance(0, f"{stage}: {which}, {len(passes)} verifier passes")
+                return False
+
+            advance(0, f"{stage}: {which}")
+            r = session.generate(requests[which], should_stop=tick)
+            advance()
+            if i >= 2:                         # the warm-up's runs are not measured
+                (plains if which == "plain" else specs).append(r)
+    return plains, specs
+
+
+def demo_table(plains, specs, n: int):
+    """The demo's table: tokens, median tok/s, acceptance, mean accepted length, passes."""
+    import statistics
+
+    from rich.table import Table
+
+    t = Table(show_header=True, caption=f"tok/s: median of {n} rounds; the rest: the last round")
     for c in ("", "tokens", "tok/s", "acceptance", "mean accepted length", "verifier passes"):
         t.add_column(c, justify="right")
     for label, runs in (("plain", plains), ("speculative", specs)):
@@ -465,14 +497,7 @@ def cmd_demo(args) -> int:
         t.add_row(label, str(st.tokens), f"{statistics.median(r.stats.tokens_per_s for r in runs):.1f}",
                   f"{st.acceptance:.1%}" if drafted else "—",
                   f"{st.mean_accepted_length:.2f}" if drafted else "—", str(st.steps))
-    con.print(t)
-    measured = rounds.speedups([r.stats.tokens_per_s for r in plains], [r.stats.tokens_per_s for r in specs])
-    con.print(f"outputs identical: [bold]{'yes' if same else 'NO'}[/]   verifier {verifier.name}, drafter {spec}")
-    for i, line in enumerate(rounds.summary(measured, rounds.load_average())):
-        con.print(f"[bold]{line}[/]" if i == 0 else f"[yellow]{line}[/]", highlight=False)
-    if verifier.name == EMBEDDED_DEFAULT:
-        con.print(STAND_IN_NOTE, soft_wrap=True, highlight=False, markup=False)
-    return 0 if same else 1
+    return t
 
 
 def add_generate(g):

@@ -11,51 +11,28 @@ A prompt is text (continued as it is), token ids, or a `Chat` (messages formatte
 verifier's chat template); `session.prompt_for(text)` makes a Chat for an instruct model and
 leaves text alone for a base model, the way mlx-lm's generate does.
 
-A `Session` holds one verifier and one drafter; changing the drafter (`set_drafter`) never
-reloads the verifier. `GenerationOptions` (engine.options) is validated once, where it is made. Prompts and
-outputs stay in memory: only an opt-in history file (options.history) is ever written.
+A `Session` holds what outlives one generation: the verifier, the default drafter and options,
+the energy meter, the opt-in history and the verifier's fitted pass cost. A generation's own
+choices are a `Request` (engine.request: `plan` makes one, checked once); `stream(request)`
+runs it, and `stream(prompt, options, drafter=...)` plans one first. `with_drafter` is this
+Session with another default drafter, the verifier still loaded. Prompts and outputs stay in
+memory: only an opt-in history file (options.history) is ever written.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from olifant_mlx.drafters.adaptive import PassCost
-from olifant_mlx.drafters.base import Drafter, as_drafter
-from olifant_mlx.drafters.auto import resolve_auto
-from olifant_mlx.drafters.registry import DrafterSpec, build_drafter, parse_spec, uses_history
 from olifant_mlx.engine.loop import generate_steps, model_vocab_size
 from olifant_mlx.engine.options import GenerationOptions, OptionsError
+from olifant_mlx.engine.request import Chat, ContextError, Request, drafting, plan, sources_library
 from olifant_mlx.engine.stats import Stats, Step
 
-
-class ContextError(ValueError):
-    """A prompt that, with the tokens asked for, does not fit the verifier's context."""
-
-
-@dataclass(frozen=True)
-class Chat:
-    """A conversation: messages ({"role": "system"|"user"|"assistant", "content": text}) that
-    the verifier's chat template formats, ending ready for the assistant's answer;
-    `template_kwargs` are extra arguments for the template (mlx-lm's --chat-template-config)."""
-    messages: tuple
-    template_kwargs: dict = dataclasses.field(default_factory=dict)
-
-    def __post_init__(self):
-        for m in self.messages:
-            if not isinstance(m, dict) or not isinstance(m.get("content"), str) or \
-                    m.get("role") not in ("system", "user", "assistant", "tool"):
-                raise OptionsError(f"a chat message needs a role (system, user, assistant) and "
-                                   f"text content, got {m!r}")
-
-    @classmethod
-    def of(cls, text: str, system_prompt: str | None = None, template_kwargs=None) -> Chat:
-        msgs = [{"role": "system", "content": system_prompt}] if system_prompt else []
-        return cls(tuple(msgs + [{"role": "user", "content": text}]), dict(template_kwargs or {}))
-
-    def then(self, role: str, content: str) -> Chat:
-        return Chat(self.messages + ({"role": role, "content": content},), self.template_kwargs)
+__all__ = ["Chat", "ContextError", "GenerationOptions", "OptionsError", "Request", "Response", "Result",
+           "Session", "StopScanner", "plan", "split_segments", "step_kinds"]
 
 
 PROVENANCE = ("accepted", "correction", "bonus", "plain")
@@ -152,21 +129,100 @@ class Result:
     precedents: object = None       # the precedents.Precedents the prompt was given, if any
 
 
+class Decoding:
+    """A generation's text as it streams: each pass's tokens detokenized with their provenance,
+    the space before a continuation's first word kept, the text cut at a stop sequence."""
+
+    def __init__(self, verifier, request: Request):
+        self.verifier, self.ids = verifier, request.ids
+        self.detok = verifier.detokenizer()
+        self.stops = StopScanner(request.options.stop)
+        self.lead = request.continuation        # the first text: check its space
+        self.tokens = []
+
+    def add(self, step: Step) -> list:
+        """The [(text, provenance)] segments of a pass."""
+        self.tokens.extend(step.emitted)
+        segments = []
+        for t, kind in zip(step.emitted, step_kinds(step)):
+            self.detok.add_token(t)
+            piece = self.detok.last_segment        # reading it clears it (mlx-lm)
+            if piece:
+                segments.append((piece, kind))
+        if self.lead and segments:
+            self.lead = False
+            segments = keep_leading_space(self.verifier, self.ids, self.tokens, segments)
+        return segments
+
+    def end(self, segments, reason, stats):
+        """(the segments safe to show, the finish reason): the rest of the text at the end,
+        "stop" at a stop sequence."""
+        if reason is not None:
+            self.detok.finalize()
+            piece = self.detok.last_segment
+            if piece:
+                segments.append((piece, segments[-1][1] if segments else "plain"))
+        segments, hit = self.stops.feed(segments)
+        if hit:
+            reason = stats.stop_reason = "stop"
+        elif reason is not None:
+            segments += self.stops.flush()
+        return segments, reason
+
+
+def keep_leading_space(verifier, ids, tokens, segments):
+    """The first segments with the space before the first word put back when decoding the end
+    of the prompt with the output shows one that the detokenizer dropped."""
+    decode = getattr(verifier.identity, "decode", None)
+    if decode is None:
+        return segments
+    context = [t for t in ids[-4:] if t != verifier.bos_id]
+    before, joined = decode(context), decode(context + tokens)
+    text = segments[0][0]
+    if joined.startswith(before) and joined[len(before):len(before) + 1] == " " \
+            and not text.startswith(" ") and joined[len(before):].lstrip(" ")[:1] == text[:1]:
+        return [(" " + text, segments[0][1])] + segments[1:]
+    return segments
+
+
+class Guard:
+    """The copied spans a generation's passes close, and the verbatim guard's trip: reported
+    once a run (a tracker None: nothing is tracked)."""
+
+    def __init__(self, tracker):
+        self.tracker, self.guarded = tracker, -1
+
+    def feed(self, emitted) -> tuple:
+        """(the Sources this pass closed, the Source of a run just gone past max_verbatim)."""
+        if self.tracker is None:
+            return [], None
+        found, trip = self.tracker.feed(emitted), self.tracker.guard_tripped()
+        if trip is not None and self.tracker.open_start == self.guarded:
+            trip = None
+        elif trip is not None:
+            self.guarded = self.tracker.open_start
+        return found, trip
+
+    def close(self) -> list:
+        return self.tracker.close() if self.tracker is not None else []
+
+
 class Session:
-    """A verifier, a drafter and default options, turning prompts into streams of Responses.
-    The options' `lead` (KV cache, after a pass that ended with the verifier's correction):
-    "auto" decides per pass whether the correction leads the next pass with the drafts after
-    it or is fed alone (engine.loop.LeadRule, planning with the options' `pass_cost`, else
-    `lead_cost`, the verifier's pass-cost curve fitted from this session's passes); True
-    always leads; False keeps the older rule (the correction held back for the next step's
-    free check), for measuring."""
+    """A verifier with what outlives one generation (the default drafter and options, the
+    meter, the opt-in history, the verifier's pass cost), turning Requests into streams of
+    Responses. The options' `lead` (KV cache, after a pass that ended with the verifier's
+    correction): "auto" decides per pass whether the correction leads the next pass with the
+    drafts after it or is fed alone (engine.loop.LeadRule, planning with the options'
+    `pass_cost`, else `lead_cost`, the verifier's pass-cost curve fitted from this session's
+    passes); True always leads; False keeps the older rule (the correction held back for the
+    next step's free check), for measuring."""
 
     def __init__(self, verifier, drafter="none", options: GenerationOptions | None = None,
                  meter=None):
         self.verifier = verifier
         self.vocab_size = model_vocab_size(verifier.model)   # once: the engine checks ids against it
         self.options = options or GenerationOptions()
-        self.lead_cost = None          # fitted from the passes, for options without a pass_cost
+        self.lead_cost = PassCost()    # fitted from the passes, for options without a pass_cost
         self.meter = meter
         self.shard = getattr(verifier, "shard", None)   # a sharded verifier (engine.distributed)
         self.history = None
@@ -175,77 +231,39 @@ class Session:
 
             ident = verifier.identity
             self.history = SessionHistory(self.options.history, ident.digest, ident.vocab_size)
-        self.spec = None
-        self.drafter = None
-        self.set_drafter(drafter)
+        self.drafting = drafting(drafter, verifier.identity, self.history)   # the default drafter
 
     @property
     def lead(self):
         """The default options' lead rule ("auto", True or False)."""
         return self.options.lead
 
-    def set_drafter(self, drafter) -> Drafter:
-        """Use another drafter: a spec (text or DrafterSpec) or a Drafter object; the
-        verifier stays loaded. `auto` is resolved here, for this verifier: `self.spec` is what
-        it chose, `self.requested` what was asked for."""
-        self.requested = drafter
-        if isinstance(drafter, (str, DrafterSpec)):
-            spec = drafter if isinstance(drafter, DrafterSpec) else parse_spec(drafter)
-            if spec.kind == "auto":
-                spec = resolve_auto(self.verifier.identity)
-            if self.history is not None and not uses_history(spec):
-                raise OptionsError("a session history is read only by a hybrid drafter: use "
-                                   "--draft hybrid:PATH or adaptive:hybrid:PATH", "history")
-            self.spec = spec
-            drafter = build_drafter(spec, self.verifier.identity, self.history)
-        else:
-            self.spec = None
-        self.drafter = as_drafter(drafter)
-        return self.drafter
+    @property
+    def drafter(self):
+        return self.drafting.drafter
+
+    @property
+    def spec(self):
+        """The default drafter's DrafterSpec (what `auto` chose), None for a drafter object."""
+        return self.drafting.spec
+
+    @property
+    def requested(self):
+        """The default drafter as it was asked for (a spec's text, a DrafterSpec, an object)."""
+        return self.drafting.requested
+
+    def with_drafter(self, drafter) -> Session:
+        """This Session with another default drafter (a spec, a drafter object or a Drafting;
+        `auto` resolved for this verifier), sharing the verifier (still loaded), meter, history
+        and pass cost; this one is left as it is."""
+        other = copy.copy(self)
+        other.drafting = drafting(drafter, self.verifier.identity, self.history)
+        return other
 
     def sources_library(self, opts: GenerationOptions | None = None) -> str | None:
-        """The library the output's provenance is reported from: options.sources, else the
-        library the drafter drafts from (`library:NAME`, or what `auto` chose), else None."""
-        opts = opts or self.options
-        if opts.sources:
-            return opts.sources
-        from olifant_mlx.provenance import library_of_spec
-
-        return library_of_spec(self.spec)
-
-    def tracker(self, opts: GenerationOptions | None = None, precedents=None):
-        """A provenance.SourceTracker for one generation with these options, or None (no
-        library). OptionsError for a library missing or built for another tokenizer. With
-        `precedents` (and no options.sources) the spans are found in the passages the prompt
-        was given."""
-        opts = opts or self.options
-        ident = self.verifier.identity
-        decode = ident if hasattr(ident, "decode") else None
-        if precedents is not None and precedents.passages and not opts.sources:
-            from olifant_mlx.precedents import provenance_index
-            from olifant_mlx.provenance import SourceTracker
-
-            return SourceTracker(provenance_index(precedents, ident), opts.min_source_tokens, opts.max_verbatim,
-                                 opts.matter, tokenizer=decode)
-        name = self.sources_library(opts)
-        if name is None:
-            if opts.max_verbatim is not None:
-                raise OptionsError("--max-verbatim needs a library to compare with: --sources NAME "
-                                   "or --draft library:NAME", "max_verbatim")
-            return None
-        from olifant_mlx.library import LibraryError
-        from olifant_mlx.provenance import SourceTracker, index_of
-
-        try:
-            index = index_of(name)
-        except LibraryError as e:
-            raise OptionsError(f"--sources {name}: {e}", "sources") from None
-        if not index.library.fits(ident):
-            raise OptionsError(f"--sources {name}: the library was built for another tokenizer than "
-                               f"{self.verifier.name}'s: build one with `library build NEW_NAME FOLDER --model "
-                               f"{self.verifier.name}`",
-                               "sources")
-        return SourceTracker(index, opts.min_source_tokens, opts.max_verbatim, opts.matter, tokenizer=decode)
+        """The library the output's provenance is reported from with these options and the
+        default drafter (engine.request.sources_library)."""
+        return sources_library(opts or self.options, self.drafting)
 
     def with_precedents(self, prompt, opts: GenerationOptions):
         """(the prompt with its precedents, the precedents.Precedents), or (prompt, None) when
@@ -255,18 +273,17 @@ class Session:
             return prompt, None
         from olifant_mlx import precedents
 
-        query = precedents.query_of(prompt)
         budget = opts.precedent_tokens
         if budget is None:
-            limit = self.verifier.context_length
-            room = limit - len(self.encode(prompt)) - opts.max_tokens - 32 if limit else precedents.DEFAULT_BUDGET
+            limit, n = self.verifier.context_length, len(self.encode(prompt))
+            room = limit - n - opts.max_tokens - 32 if limit else precedents.DEFAULT_BUDGET
             if room <= precedents.LABEL_TOKENS:
                 raise ContextError(f"{self.verifier.name}'s context ({limit:,} tokens) leaves no room for "
                                    f"precedents beside the prompt and {opts.max_tokens:,} tokens of answer: "
-                                   f"ask for fewer tokens (--max-tokens)")
+                                   f"ask for fewer tokens (--max-tokens)", n, opts.max_tokens)
             budget = min(precedents.DEFAULT_BUDGET, room)
-        used = precedents.gather(self.verifier.identity, query, opts.precedents, opts.precedent_files,
-                                 budget, opts.matter)
+        used = precedents.gather(self.verifier.identity, precedents.query_of(prompt), opts.precedents,
+                                 opts.precedent_files, budget, opts.matter)
         return precedents.with_block(prompt, used), used
 
     def prompt_for(self, text: str, system_prompt: str | None = None,
@@ -300,7 +317,7 @@ class Session:
             f"the prompt is {len(ids):,} tokens and {opts.max_tokens:,} more are asked for, but "
             f"{self.verifier.name}'s context holds {limit:,}: shorten the prompt, ask for fewer "
             f"tokens (--max-tokens), or --truncate to keep the prompt's last "
-            f"{max(room, 0):,} tokens")
+            f"{max(room, 0):,} tokens", len(ids), opts.max_tokens)
 
     def eos_ids(self, opts: GenerationOptions) -> tuple:
         extra = tuple(self.verifier.token_id(t) for t in opts.extra_eos_tokens)
@@ -309,23 +326,23 @@ class Session:
     def stream(self, prompt, options: GenerationOptions | None = None, drafter=None,
                should_stop: Callable[[], bool] | None = None,
                on_prefill: Callable[[int, int], None] | None = None,
-               continuation: bool | None = None, cache=None, precedents=None) -> Iterator[Response]:
-        """Generate from `prompt` (text or ids), one Response per verifier pass. `drafter`
-        overrides the session's for this call; `should_stop()` is asked after every pass.
-        `cache` (engine.cache's PromptCache, a conversation's; or PrefixCache, a server's): the
-        KV regime starts from the cache of an earlier generation with this session and prefills
-        only the prompt's tokens past the prefix they share; the output is the same.
-        `continuation=True` (a prompt whose text the output is appended to: a raw completion, a
-        document being continued, an answer begun): the output keeps the space before its first
-        word, which a streaming detokenizer drops at the start of a generation, so that prompt +
-        output is the verifier's decoding of both; None (the default): True for a text prompt,
-        False for a Chat or token ids (say which for ids). `precedents`: the
-        precedents.Precedents already put into a prompt given as ids (with_precedents), for the
-        answer and its provenance; else the options' precedents are gathered here."""
-        if continuation is None:
-            continuation = isinstance(prompt, str)
-        responses = self._stream(prompt, options, drafter, should_stop, on_prefill, continuation, cache,
-                                 precedents)
+               continuation: bool | None = None, cache=None) -> Iterator[Response]:
+        """Run a Request (engine.request.plan), or plan one first from a prompt (text, ids or
+        a Chat) with `options`, `drafter` (the session's unless given), `cache` and
+        `continuation` as `plan` takes them: one Response per verifier pass. `should_stop()` is
+        asked after every pass; `on_prefill(done, total)` reports the prefill. `cache`
+        (engine.cache's PromptCache, a conversation's; or PrefixCache, a server's): the KV regime
+        starts from the cache of an earlier generation with this session and prefills only the
+        prompt's tokens past the prefix they share; the output is the same. `continuation`
+        (None: True for a text prompt): the output is appended to the prompt's text, so it
+        keeps the space before its first word, which a streaming detokenizer drops."""
+        if isinstance(prompt, Request):
+            if (options, drafter, continuation, cache) != (None, None, None, None):
+                raise TypeError("a Request carries its options, drafter, continuation and cache")
+            request = prompt
+        else:
+            request = plan(self, prompt, options, drafter, cache, continuation)
+        responses = self._stream(request, should_stop, on_prefill)
         return responses if self.shard is None else self._to_the_end(responses)
 
     def _to_the_end(self, responses):
@@ -342,97 +359,43 @@ class Session:
                                     "should_stop)")
                 raise
 
-    def _stream(self, prompt, options, drafter, should_stop, on_prefill, continuation, cache=None,
-                precedents=None):
-        opts = options or self.options
-        drafter = self.drafter if drafter is None else as_drafter(drafter)
-        prompt, used = (prompt, precedents) if precedents is not None else self.with_precedents(prompt, opts)
-        ids = self.fit_context(self.encode(prompt), opts)
-        eos = self.eos_ids(opts)
-        v = self.verifier
-        detok = v.detokenizer()
-        stops = StopScanner(opts.stop)
+    def _stream(self, request: Request, should_stop, on_prefill):
+        opts, ids, used = request.options, list(request.ids), request.precedents
         stats = Stats()
         if self.shard is not None:      # rank 0 announces the job the other ranks run with it
             should_stop = self.shard.begin(ids, opts, should_stop)
-        meter = self.meter
-        start = meter.mark() if meter is not None else None
-        tokens = []
-        tracker = self.tracker(opts, used)
-        guarded = -1                    # the open run the guard last reported (once a run)
-        steps = self._steps(ids, drafter, opts, stats, on_prefill, eos, cache)
-        last = None
-        lead = continuation and not isinstance(prompt, Chat)    # the first text: check its space
+        start = self.meter.mark() if self.meter is not None else None
+        text = Decoding(self.verifier, request)
+        ident = self.verifier.identity
+        guard = Guard(request.tracker(ident if hasattr(ident, "decode") else None))
+        steps = self._steps(ids, request.drafter, opts, stats, on_prefill, request.eos_ids, request.cache)
         for step in steps:
-            tokens.extend(step.emitted)
-            segments = []
-            for t, kind in zip(step.emitted, step_kinds(step)):
-                detok.add_token(t)
-                piece = detok.last_segment        # reading it clears it (mlx-lm)
-                if piece:
-                    segments.append((piece, kind))
-            if lead and segments:
-                lead = False
-                segments = self._keep_leading_space(ids, tokens, segments)
-            found, trip = [], None
-            if tracker is not None:
-                found = tracker.feed(step.emitted)
-                trip = tracker.guard_tripped()
-                if trip is not None and tracker.open_start == guarded:
-                    trip = None
-                elif trip is not None:
-                    guarded = tracker.open_start
+            segments = text.add(step)
+            found, trip = guard.feed(step.emitted)
             reason = step.stop_reason or None
             if reason is None and trip is not None and opts.verbatim_action == "stop":
                 reason = stats.stop_reason = "verbatim"
             if reason is None and should_stop is not None and should_stop():
                 reason = stats.stop_reason = "stopped"
+            segments, reason = text.end(segments, reason, stats)
+            energy = None
             if reason is not None:
-                detok.finalize()
-                piece = detok.last_segment
-                if piece:
-                    segments.append((piece, segments[-1][1] if segments else "plain"))
-            segments, hit = stops.feed(segments)
-            if hit:
-                reason = stats.stop_reason = "stop"
-            elif reason is not None:
-                segments += stops.flush()
-            if reason is not None:
-                last = self._finish(ids, tokens, stats, drafter, start)
-                if tracker is not None:
-                    found += tracker.close()
+                energy = self._finish(ids, text.tokens, stats, request.drafter, start)
+                found += guard.close()
             yield Response("".join(s for s, _ in segments), segments, list(step.emitted), step,
-                           stats, reason, last, found, trip, used)
+                           stats, reason, energy, found, trip, used)
             if reason is not None:
                 steps.close()
                 return
         # max_tokens == 0: no pass at all
         stats.stop_reason = "max_tokens"
-        yield Response("", [], [], None, stats, "max_tokens", self._finish(ids, tokens, stats, drafter, start),
+        yield Response("", [], [], None, stats, "max_tokens", self._finish(ids, [], stats, request.drafter, start),
                        precedents=used)
-
-    def _keep_leading_space(self, ids, tokens, segments):
-        """The first segments with the space before the first word put back when decoding
-        the end of the prompt with the output shows one that the detokenizer dropped."""
-        decode = getattr(self.verifier.identity, "decode", None)
-        if decode is None:
-            return segments
-        context = [t for t in ids[-4:] if t != self.verifier.bos_id]
-        before, joined = decode(context), decode(context + tokens)
-        text = segments[0][0]
-        if joined.startswith(before) and joined[len(before):len(before) + 1] == " " \
-                and not text.startswith(" ") and joined[len(before):].lstrip(" ")[:1] == text[:1]:
-            return [(" " + text, segments[0][1])] + segments[1:]
-        return segments
 
     def _steps(self, ids, drafter, opts, stats, on_prefill, eos_ids, cache=None):
         """The engine loop for one generation (a Step per verifier pass); a sharded verifier
         keeps no cache between generations (every rank would have to keep the same one)."""
         v = self.verifier
-        if opts.lead == "auto" and opts.pass_cost is None:
-            if self.lead_cost is None:
-                self.lead_cost = PassCost()        # the verifier's speed outlives one generation
-            opts = opts.replace(pass_cost=self.lead_cost)
         return generate_steps(v.model, ids, drafter, opts, eos_ids=eos_ids, bos_id=v.bos_id,
                               stats=stats, on_prefill=on_prefill, vocab_size=self.vocab_size,
                               shared=self.shard, prompt_cache=cache if self.shard is None else None)
@@ -450,7 +413,7 @@ class Session:
 
     def generate(self, prompt, options: GenerationOptions | None = None, drafter=None,
                  should_stop=None, cache=None, continuation: bool | None = None) -> Result:
-        """The whole generation at once (`continuation` as in stream)."""
+        """The whole generation at once (a Request, or a prompt planned as in stream)."""
         text, tokens, last, sources = [], [], None, []
         for r in self.stream(prompt, options, drafter, should_stop, cache=cache, continuation=continuation):
             text.append(r.text)

@@ -127,7 +127,8 @@ class Job:
 
 class GenerationQueue:
     """The worker thread and its bounded FIFO. `setup()` runs on the worker thread and returns
-    (session, drafters, info): the Session, {name: Drafter} ("none" included) and a ModelInfo.
+    (session, drafters, info): the Session, {name: engine.request.Drafting} ("none" included), each
+    built once, and a ModelInfo.
     `others`: setups of more verifiers a job may name (`job.model`, their info's id), loaded
     on the worker thread too, after the default one; `models` maps every id to its triple.
     `prompt_cache` (an engine PrefixCache, or None) keeps the verifiers' KV caches across
@@ -250,8 +251,6 @@ class GenerationQueue:
                 self._service_s = dt if self._service_s is None else 0.8 * self._service_s + 0.2 * dt
 
     def _serve(self, job: Job) -> None:
-        from olifant_mlx.engine.session import Chat, ContextError, OptionsError
-
         if job.should_stop():          # it left, or its deadline passed, while it waited
             self._record(job, job.reason, 0, 0)
             if job.reason == "deadline":
@@ -261,61 +260,19 @@ class GenerationQueue:
                 job.emit(Failed(499, "the client closed the connection", "client_closed"))
             return
         session, drafters, info = self.models.get(job.model, (self.session, self.drafters, self.info))
-        try:
-            opts = job.options
-            prompt, used = session.with_precedents(job.prompt, opts)
-            ids = session.encode(prompt)
-            room = (info.context_length or 0) - len(ids)
-            if not job.explicit_max and info.context_length and 0 < room < opts.max_tokens:
-                opts = opts.replace(max_tokens=room)
-            ids = session.fit_context(ids, opts)
-        except ContextError:
-            self._record(job, "context", 0, 0)
-            job.emit(Failed(400, f"the prompt is {len(ids):,} tokens and {opts.max_tokens:,} more are "
-                                 f"asked for, but {info.id}'s context holds "
-                                 f"{info.context_length:,}: shorten the prompt or ask for fewer "
-                                 f"tokens (max_tokens)", "context_length_exceeded", job.param))
-            return
-        except OptionsError as e:        # precedents that cannot be used (the library, the budget)
-            self._record(job, "bad_precedents", 0, 0)
-            job.emit(Failed(400, str(e), "invalid_value", e.option or None))
-            return
-        except Exception as e:           # a chat template that refuses the conversation, ...
-            self._record(job, "bad_prompt", 0, 0)
-            job.emit(Failed(400, f"the prompt cannot be formatted for this model: {e}", "invalid_prompt",
-                            job.param))
+        request = self._plan(job, session, drafters[job.drafter], info)
+        if request is None:
             return
         queue_s = time.monotonic() - job.created
-        name, drafter = job.drafter, drafters[job.drafter]
-        # the drafter's library is the provenance library unless the request named one: passed
-        # with the options, since the Session's own spec is the last one built, not this one's
-        drafted_from = dict(info.libraries).get(name)
-        if opts.sources is None and drafted_from is not None:
-            opts = opts.replace(sources=drafted_from)
-        elif opts.sources is not None:
-            refused = unknown_library(opts.sources)
-            if refused is not None:
-                self._record(job, "bad_sources", 0, 0)
-                job.emit(Failed(400, refused, "invalid_value", "sources"))
-                return
-        job.emit(Started(len(ids), queue_s))
-        cache = None if self.prompt_cache is None else OwnedCache(self.prompt_cache, job.owner)
+        job.emit(Started(len(request.ids), queue_s))
         last, found = None, []
         try:
-            # a completion's text is appended to its prompt: it keeps the space before its first word
-            for r in session.stream(ids, opts, drafter, should_stop=job.should_stop, cache=cache,
-                                    continuation=not isinstance(job.prompt, Chat), precedents=used):
+            for r in session.stream(request, should_stop=job.should_stop):
                 job.passes += 1
                 if r.text:
                     job.emit(Delta(r.text))
-                found += getattr(r, "sources", None) or ()
+                found += r.sources
                 last = r
-            traced = used is not None and bool(used.passages) and opts.sources is None   # from the passages given
-            sources = response_sources(found, "precedents" if traced else sources_library(session, opts))
-        except OptionsError as e:        # the sources library is built for another tokenizer
-            self._record(job, "bad_sources", 0, job.passes)
-            job.emit(Failed(400, str(e), "invalid_value", e.option or None))
-            return
         except Exception as e:
             # the type and where, never the message (it could quote the prompt)
             log.error("generation failed: %s", type(e).__name__)
@@ -325,9 +282,40 @@ class GenerationQueue:
         stats = last.stats
         stop = job.reason if stats.stop_reason == "stopped" else stats.stop_reason
         self._record(job, stop, stats.tokens, stats.steps)
+        used = request.precedents
         job.emit(Finished(FINISH.get(stats.stop_reason, "stop"),
-                          usage(stats, last.energy, len(ids), name, stop, queue_s, info.meter_label), sources,
+                          usage(stats, last.energy, len(request.ids), job.drafter, stop, queue_s, info.meter_label),
+                          response_sources(found, "precedents" if request.traced else request.library),
                           used.as_list() if used is not None else None))
+
+    def _plan(self, job: Job, session, drafted, info):
+        """The job's engine Request, planned once (the precedents gathered, the prompt encoded
+        and fitted, the provenance library opened); None, the failure sent, when it cannot run."""
+        from olifant_mlx.engine.request import Chat, ContextError, OptionsError, plan
+
+        refused = None if job.options.sources is None else unknown_library(job.options.sources)
+        if refused is not None:
+            return self._refuse(job, "bad_sources", Failed(400, refused, "invalid_value", "sources"))
+        cache = None if self.prompt_cache is None else OwnedCache(self.prompt_cache, job.owner)
+        try:
+            # a completion's text is appended to its prompt: it keeps the space before its first word
+            return plan(session, job.prompt, job.options, drafted, cache, not isinstance(job.prompt, Chat),
+                        fit_max_tokens=not job.explicit_max)
+        except ContextError as e:
+            return self._refuse(job, "context", Failed(
+                400, f"the prompt is {e.prompt_tokens:,} tokens and {e.max_tokens:,} more are asked for, but "
+                     f"{info.id}'s context holds {info.context_length:,}: shorten the prompt or ask for "
+                     f"fewer tokens (max_tokens)", "context_length_exceeded", job.param))
+        except OptionsError as e:        # precedents or a library that cannot be used
+            why = "bad_precedents" if (e.option or "").startswith("precedent") else "bad_sources"
+            return self._refuse(job, why, Failed(400, str(e), "invalid_value", e.option or None))
+        except Exception as e:           # a chat template that refuses the conversation, ...
+            return self._refuse(job, "bad_prompt", Failed(400, f"the prompt cannot be formatted for this "
+                                                               f"model: {e}", "invalid_prompt", job.param))
+
+    def _refuse(self, job: Job, why: str, failed: Failed) -> None:
+        self._record(job, why, 0, 0)
+        job.emit(failed)
 
     def _record(self, job, stop_reason, tokens, passes):
         with self._cv:
@@ -345,13 +333,6 @@ def unknown_library(name) -> str | None:
     except LibraryError as e:
         return f"sources {name[:100]!r}: {e}"
     return None
-
-
-def sources_library(session, opts) -> str | None:
-    """The library the Session reports provenance from for these options (the request's or
-    the server's `sources`, else the drafter's library), None for none."""
-    named = getattr(session, "sources_library", None)
-    return named(opts) if named is not None else getattr(opts, "sources", None)
 
 
 def response_sources(found, library) -> list | None:
@@ -395,23 +376,21 @@ def make_setup(verifier, choice, defaults, meter=None, warm_up: bool = True):
 
     def setup():
         from olifant_mlx.drafters.base import NoDrafter
+        from olifant_mlx.engine.request import drafting
         from olifant_mlx.engine.session import Session
 
         v = verifier() if callable(verifier) else verifier
         session = Session(v, "none", defaults, meter=meter)
-        drafters, libraries, own = {}, [], defaults.replace(sources=None)
-        for name, spec in choice.specs.items():
-            drafters[name] = session.set_drafter(spec)
-            if session.sources_library(own) is not None:      # what this spec (auto too) drafts from
-                libraries.append((name, session.sources_library(own)))
-        drafters["none"] = NoDrafter()
-        session.set_drafter(drafters[choice.default])
+        built = {name: drafting(spec, v.identity, session.history) for name, spec in choice.specs.items()}
+        built["none"] = drafting(NoDrafter(), v.identity)
+        session = session.with_drafter(built[choice.default])
         if warm_up:
-            session.generate("Hello", defaults.replace(max_tokens=2, stop=()), drafters["none"])
+            session.generate("Hello", defaults.replace(max_tokens=2, stop=()), built["none"])
         label = meter.info.label if meter is not None else "not measured"
+        libraries = tuple((name, d.library) for name, d in built.items() if d.library is not None)
         info = ModelInfo(v.name, v.context_length, v.identity.vocab_size, bool(v.has_chat_template),
-                         tuple(drafters), choice.default, label, tuple(libraries))
-        return session, drafters, info
+                         tuple(built), choice.default, label, libraries)
+        return session, built, info
 
     return setup
 

@@ -1,0 +1,197 @@
+"""A generation's choices, made once: `plan` turns what a surface received (a prompt, options,
+a drafter, a cache) into a frozen `Request` that `Session.stream` runs.
+
+    request = plan(session, Chat.of("Draft a confidentiality clause."),
+                   GenerationOptions(k=8, max_tokens=200), drafter="library:contracts")
+    request.ids, request.drafting.spec, request.library, request.precedents
+    for r in session.stream(request, should_stop=...): ...
+
+mlx-lm's `stream_generate(model, tokenizer, prompt, draft_model=..., **kwargs)` takes every
+choice of a generation in one call; a Request is those choices as a value, checked where it is
+made: the precedents gathered, the prompt encoded and fitted to the context, `auto` resolved,
+the provenance library worked out (`sources_library`, the one rule for it) and opened. Nothing
+a request chooses is written on the Session, so two requests on one Session never see each
+other's drafter or library.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from olifant_mlx.drafters.auto import resolve_auto
+from olifant_mlx.drafters.base import Drafter, NoDrafter, as_drafter
+from olifant_mlx.drafters.registry import DrafterSpec, build_drafter, parse_spec, uses_history
+from olifant_mlx.engine.options import GenerationOptions, OptionsError
+
+
+class ContextError(ValueError):
+    """A prompt that, with the tokens asked for, does not fit the verifier's context;
+    `prompt_tokens` and `max_tokens` are the numbers (a surface words its own message)."""
+
+    def __init__(self, message: str, prompt_tokens: int = 0, max_tokens: int = 0):
+        super().__init__(message)
+        self.prompt_tokens, self.max_tokens = prompt_tokens, max_tokens
+
+
+@dataclass(frozen=True)
+class Chat:
+    """A conversation: messages ({"role": "system"|"user"|"assistant", "content": text}) that
+    the verifier's chat template formats, ending ready for the assistant's answer;
+    `template_kwargs` are extra arguments for the template (mlx-lm's --chat-template-config)."""
+    messages: tuple
+    template_kwargs: dict = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        for m in self.messages:
+            if not isinstance(m, dict) or not isinstance(m.get("content"), str) or \
+                    m.get("role") not in ("system", "user", "assistant", "tool"):
+                raise OptionsError(f"a chat message needs a role (system, user, assistant) and "
+                                   f"text content, got {m!r}")
+
+    @classmethod
+    def of(cls, text: str, system_prompt: str | None = None, template_kwargs=None) -> Chat:
+        msgs = [{"role": "system", "content": system_prompt}] if system_prompt else []
+        return cls(tuple(msgs + [{"role": "user", "content": text}]), dict(template_kwargs or {}))
+
+    def then(self, role: str, content: str) -> Chat:
+        return Chat(self.messages + ({"role": role, "content": content},), self.template_kwargs)
+
+
+@dataclass(frozen=True)
+class Drafting:
+    """A drafter with what it was built from: `requested` (a spec's text, a DrafterSpec or a
+    drafter object), `spec` (the DrafterSpec built, `auto` resolved; None for an object)."""
+    requested: object
+    spec: DrafterSpec | None
+    drafter: Drafter
+
+    @property
+    def library(self) -> str | None:
+        """The library this drafter drafts from (`library:NAME`, or what `auto` chose), or None."""
+        from olifant_mlx.provenance import library_of_spec
+
+        return library_of_spec(self.spec)
+
+
+def drafting(drafter, identity, history=None) -> Drafting:
+    """A Drafting for a spec (text or DrafterSpec, `auto` resolved for `identity`'s verifier),
+    a drafter object, or a Drafting (as it is). A session `history` is read by a hybrid only."""
+    if isinstance(drafter, Drafting):
+        return drafter
+    if not isinstance(drafter, (str, DrafterSpec)):
+        return Drafting(drafter, None, as_drafter(drafter))
+    spec = drafter if isinstance(drafter, DrafterSpec) else parse_spec(drafter)
+    if spec.kind == "auto":
+        spec = resolve_auto(identity)
+    if history is not None and not uses_history(spec):
+        raise OptionsError("a session history is read only by a hybrid drafter: use "
+                           "--draft hybrid:PATH or adaptive:hybrid:PATH", "history")
+    return Drafting(drafter, spec, build_drafter(spec, identity, history))
+
+
+def sources_library(options: GenerationOptions, drafted: Drafting | None) -> str | None:
+    """The library the output's provenance is reported from: options.sources, else the library
+    the drafter drafts from, else None. The one rule every surface uses."""
+    if options.sources:
+        return options.sources
+    return drafted.library if drafted is not None else None
+
+
+@dataclass(frozen=True)
+class Request:
+    """One generation, planned and checked: the prompt's `ids` (precedents in, fitted to the
+    context), the `options`, the `drafting`, the provenance `library` and the `index` its
+    spans are found in (the passages given, when `traced`), the `precedents` gathered, the KV
+    `cache` to start from, and whether the output continues text (`continuation`: it keeps the
+    space before its first word)."""
+    ids: tuple
+    options: GenerationOptions
+    drafting: Drafting
+    eos_ids: tuple
+    library: str | None = None
+    index: object = None            # a provenance.LibraryIndex, or None: no spans reported
+    precedents: object = None       # a precedents.Precedents, or None: none asked for
+    cache: object = None            # an engine.cache PromptCache / PrefixCache, or None
+    continuation: bool = False
+
+    @property
+    def drafter(self) -> Drafter:
+        return self.drafting.drafter
+
+    @property
+    def traced(self) -> bool:
+        """Whether the spans are found in the passages the prompt was given."""
+        return self.precedents is not None and bool(self.precedents.passages) and not self.options.sources
+
+    def tracker(self, tokenizer=None):
+        """A fresh provenance.SourceTracker for this request's generation (`tokenizer`: to
+        decode the places' text), or None."""
+        if self.index is None:
+            return None
+        from olifant_mlx.provenance import SourceTracker
+
+        o = self.options
+        return SourceTracker(self.index, o.min_source_tokens, o.max_verbatim, o.matter, tokenizer=tokenizer)
+
+
+def without_drafting(request: Request) -> Request:
+    """The same request decoded plainly (k 0, no drafter; the same prompt, library and
+    precedents): what speculative decoding is compared with."""
+    return dataclasses.replace(request, options=request.options.replace(k=0),
+                               drafting=Drafting("none", None, NoDrafter()))
+
+
+def plan(session, prompt, options: GenerationOptions | None = None, drafter=None, cache=None,
+         continuation: bool | None = None, fit_max_tokens: bool = False) -> Request:
+    """The Request for `prompt` (text, token ids or a Chat) on `session`: its default options
+    and drafter unless given (`drafter`: a spec, a drafter object or a Drafting). The options'
+    precedents are gathered and put into the prompt, which is encoded once and checked against
+    the context (ContextError; `fit_max_tokens`: max_tokens is first cut to the room left); the
+    lead rule plans with the session's pass cost unless the options give one. The provenance
+    library is opened and checked (OptionsError). `continuation` None: True for a text prompt."""
+    opts = options or session.options
+    drafted = session.drafting if drafter is None else drafting(drafter, session.verifier.identity,
+                                                                 session.history)
+    if continuation is None:
+        continuation = isinstance(prompt, str)
+    given, used = session.with_precedents(prompt, opts)
+    ids = session.encode(given)
+    limit, changes = session.verifier.context_length, {}
+    if fit_max_tokens and limit and 0 < limit - len(ids) < opts.max_tokens:
+        changes["max_tokens"] = limit - len(ids)
+    if opts.lead == "auto" and opts.pass_cost is None:
+        changes["pass_cost"] = session.lead_cost    # the verifier's speed outlives one generation
+    opts = opts.replace(**changes) if changes else opts
+    ids = session.fit_context(ids, opts)
+    library = sources_library(opts, drafted)
+    return Request(tuple(ids), opts, drafted, session.eos_ids(opts), library,
+                   provenance_index(session.verifier, opts, library, used), used, cache,
+                   continuation and not isinstance(given, Chat))
+
+
+def provenance_index(verifier, opts: GenerationOptions, library: str | None, used=None):
+    """The index a generation's copied spans are found in: the passages the prompt was given
+    (unless options.sources names a library), else the library's; None for none. OptionsError
+    for a library missing or built for another tokenizer, or --max-verbatim without one."""
+    ident = verifier.identity
+    if used is not None and used.passages and not opts.sources:
+        from olifant_mlx.precedents import provenance_index as of_passages
+
+        return of_passages(used, ident)
+    if library is None:
+        if opts.max_verbatim is not None:
+            raise OptionsError("--max-verbatim needs a library to compare with: --sources NAME "
+                               "or --draft library:NAME", "max_verbatim")
+        return None
+    from olifant_mlx.library import LibraryError
+    from olifant_mlx.provenance import index_of
+
+    try:
+        index = index_of(library)
+    except LibraryError as e:
+        raise OptionsError(f"--sources {library}: {e}", "sources") from None
+    if not index.library.fits(ident):
+        raise OptionsError(f"--sources {library}: the library was built for another tokenizer than "
+                           f"{verifier.name}'s: build one with `library build NEW_NAME FOLDER --model "
+                           f"{verifier.name}`", "sources")
+    return index
