@@ -293,7 +293,8 @@ LIVE_SPECS = {"lookup": "lookup", "adaptive-hybrid": "adaptive:hybrid:{olifant}"
 
 def cmd_live(args) -> None:
     """Each scenario's prompts timed live by `bench --experiment live`, one run per scenario (fresh
-    drafts with the legal task's files), collected with the load averages in --json."""
+    drafts with the legal task's files), each added to --json (kept scenarios: those of an earlier run)
+with the load averages."""
     from olifant_mlx.engine import Session
     from olifant_mlx.verifier import load_verifier
 
@@ -303,8 +304,10 @@ def cmd_live(args) -> None:
     session = Session(load_verifier(args.model), "none")
     chats = prompts_for(session, args.model)
     del session
-    result = {"verifier": args.model, "rounds": args.rounds, "max_tokens": args.max_tokens, "k": args.k,
-              "strategies": LIVE_SPECS, "scenarios": {}}
+    path = Path(args.json)
+    before = json.loads(path.read_text()) if path.is_file() else {}
+    result = {"verifier": args.model, "k": args.k, "strategies": LIVE_SPECS, "machine": {"cpus": os.cpu_count()},
+              "scenarios": before.get("scenarios", {}) if before.get("verifier") == args.model else {}}
     for name in args.scenarios:
         mine = [chats[i] for i in chats if scenario[i] == name][: args.n_prompts]
         lines = [json.dumps({"messages": list(c.messages)} if not isinstance(c, str) else {"prompt": c})
@@ -320,12 +323,12 @@ def cmd_live(args) -> None:
         print(f"{name}: {' '.join(cmd[2:])}", file=sys.stderr, flush=True)
         subprocess.run(cmd, check=True)
         got = json.loads((OUT / f"live-{args.model}.json").read_text())   # the tables' models folder
-        result["scenarios"][name] = {"prompts": len(mine), "task_files": task,
+        result["scenarios"][name] = {"prompts": len(mine), "rounds": args.rounds, "max_tokens": args.max_tokens,
+                                     "task_files": task,
                                      "load_average": [got["load_average_start"], got["load_average_end"]],
                                      **got["tasks"][task]["kv"]}
-    result["machine"] = {"cpus": os.cpu_count()}
-    write_atomic(Path(args.json), json.dumps(result, indent=1) + "\n", 0o644)
-    print(f"wrote {args.json}", file=sys.stderr)
+        write_atomic(path, json.dumps(result, indent=1) + "\n", 0o644)     # each scenario as it ends
+        print(f"wrote {path}", file=sys.stderr)
 
 
 def _auto_spec(model, library_index, sfx) -> str:
