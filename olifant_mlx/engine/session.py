@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from olifant_mlx.drafters.adaptive import PassCost
+from olifant_mlx.drafters.costs import PassCost
 from olifant_mlx.drafters.base import Drafter, as_drafter
 from olifant_mlx.drafters.auto import resolve_auto
 from olifant_mlx.drafters.registry import DrafterSpec, build_drafter, parse_spec, uses_history
@@ -156,7 +156,7 @@ class Session:
     """A verifier, a drafter and default options, turning prompts into streams of Responses.
     The options' `lead` (KV cache, after a pass that ended with the verifier's correction):
     "auto" decides per pass whether the correction leads the next pass with the drafts after
-    it or is fed alone (engine.loop.LeadRule, planning with the options' `pass_cost`, else
+    it or is fed alone (engine.costs.LeadRule, planning with the options' `pass_cost`, else
     `lead_cost`, the verifier's pass-cost curve fitted from this session's passes); True
     always leads; False keeps the older rule (the correction held back for the next step's
     free check), for measuring."""
