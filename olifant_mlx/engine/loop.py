@@ -22,6 +22,10 @@ Where the next pass does not depend on the result of the current one, it is queu
 result is read (`mx.async_eval`, as mlx-lm's generate_step does): plain steps queue the next
 1-token pass on the still-unevaluated token, and the 1-token pass after a fast-path rejection
 runs while the drafter drafts the next step.
+
+The loop plans with what it is given, not with what it knows of measuring: pass-cost models
+(engine.costs, in the options) and, for a sharded verifier, a collective (engine.collective).
+Read top to bottom: the two regimes, `generate_steps` and the steps it is made of.
 """
 from __future__ import annotations
 
@@ -261,16 +265,6 @@ class UncachedVerification:
         return None
 
 
-def _cut(emitted, eos, room):
-    """Emitted tokens cut at the first EOS (not emitted) or at `room`; (kept, stop reason)."""
-    for i, t in enumerate(emitted):
-        if t in eos:
-            return emitted[:i], "eos"
-    if len(emitted) >= room:
-        return emitted[:room], "max_tokens"
-    return emitted, ""
-
-
 def generate_steps(model, prompt, drafter=None, options: GenerationOptions | None = None, *,
                    eos_ids=(), bos_id: int | None = None, stats: Stats | None = None, on_prefill=None,
                    vocab_size: int | None = None, shared: Collective | None = None, prompt_cache=None,
@@ -403,6 +397,16 @@ def _drafts(plan: Plan, verifier, seq) -> list:
     if verifier.led and drafts and plan.rule is not None and not plan.rule.leads(len(drafts)):
         return []
     return drafts
+
+
+def _cut(emitted, eos, room):
+    """Emitted tokens cut at the first EOS (not emitted) or at `room`; (kept, stop reason)."""
+    for i, t in enumerate(emitted):
+        if t in eos:
+            return emitted[:i], "eos"
+    if len(emitted) >= room:
+        return emitted[:room], "max_tokens"
+    return emitted, ""
 
 
 def _steps(verifier, plan: Plan, seq, stats):
