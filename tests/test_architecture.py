@@ -51,6 +51,12 @@ def test_libraries_never_import_the_cli_or_the_ui():
                                          "olifant_mlx.measure")) for t in ts), (m, ts)
         if m.startswith("olifant_mlx.drafters"):
             assert not any(t.startswith(("olifant_mlx.engine", "olifant_mlx.measure")) for t in ts), (m, ts)
+        # the engine is free of measuring: it is given its cost models (engine.costs) and a
+        # sharded verifier's collective (engine.collective), and imports neither the adaptive
+        # drafter nor the measuring code
+        if m.startswith("olifant_mlx.engine"):
+            assert not any(t.startswith(("olifant_mlx.measure", "olifant_mlx.drafters.adaptive"))
+                           for t in ts), (m, ts)
         # the HTTP server stands on the Session and its Request alone (no decoding of its own; engine.options for
         # the options' metadata its request fields are made from; engine.cache for the prefix
         # cache it keeps across requests; `teardown` is its worker thread's clean end; `library`

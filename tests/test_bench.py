@@ -198,3 +198,26 @@ def test_prompt_files_that_are_not_prompts_are_named(tmp_path):
         path.write_bytes(content if isinstance(content, bytes) else content.encode())
         with pytest.raises(ValueError, match=why):
             read_prompts(str(path))
+
+
+def test_the_command_line_becomes_the_sweep_settings(tmp_path):
+    """`bench`'s flags win over --config's values, which win over --quick's and the defaults;
+    the command hands measure.sweep_command the settings and nothing else."""
+    from olifant_mlx.cli import build_parser
+    from olifant_mlx.cli.bench import sweep_settings
+
+    cfg = tmp_path / "bench.toml"
+    cfg.write_text('ks = [2]\nprompts = 4\nmax_tokens = 9\n[tasks]\nlegal = "a.jsonl"\n'
+                   '[strategies]\nolifant = "olifant:m.olif"\n')
+    parse = build_parser("olifant").parse_args
+    s = sweep_settings(parse(["bench", "--config", str(cfg), "--quick", "--prompts", "medical=b.jsonl",
+                              "--max-tokens", "0", "--strategy", "lookup=lookup"]))
+    assert s.tasks == {"legal": "a.jsonl", "medical": "b.jsonl"}
+    assert s.strategies == {"olifant": "olifant:m.olif", "lookup": "lookup"}
+    assert (s.ks, s.regimes, s.n_prompts, s.max_tokens) == ([2], ["kv"], 4, 0)
+    assert s.reference is None and not s.simulated and s.shard is None
+    s = sweep_settings(parse(["bench", "--verifier", "reference", "--reference", "legal=c.txt"]))
+    assert s.strategies == {"ngram": "ngram", "lookup": "lookup"} and s.ks == [3, 5, 8]
+    assert s.reference == {"legal": "c.txt"} and s.simulated and (s.n_prompts, s.max_tokens) == (100, 100)
+    with pytest.raises(ValueError, match="NAME=VALUE"):
+        sweep_settings(parse(["bench", "--verifier", "reference", "--reference", "legal"]))

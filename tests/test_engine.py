@@ -4,7 +4,8 @@ import pytest
 
 from olifant_mlx.drafters import (Draft, HybridDrafter, LookupDrafter, NgramDrafter,
                                   NoDrafter, OlifantDrafter, Signal)
-from olifant_mlx.drafters.adaptive import AcceptanceEstimate, AdaptiveDrafter, PassCost, best_length
+from olifant_mlx.drafters.adaptive import AcceptanceEstimate, AdaptiveDrafter, best_length
+from olifant_mlx.drafters.costs import PassCost
 from olifant_mlx.engine import Stats, generate, generate_steps
 from olifant_mlx.mlx_setup import mx
 from tiny_models import VOCAB, CharTok, drafters, igtree_on_own_output, tiny_llama  # noqa: F401 (kept importable)

@@ -60,6 +60,8 @@ def tiny_live(out):
 
 def check_live(out):
     result = json.loads((out / "live-smollm2-135m.json").read_text())
+    # what benchmarks/precedent_workload.py reads of it
+    assert isinstance(result["load_average_start"], float) and isinstance(result["load_average_end"], float)
     legal = result["tasks"]["legal"]["kv"]
     assert legal["outputs_identical"] and set(legal["summary"]) == {"plain", "mlx-lm", "auto", "olifant"}
     assert legal["strategies"]["auto"].startswith("adaptive:hybrid:") and "rest:" in legal["strategies"]["auto"]

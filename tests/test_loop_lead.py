@@ -8,7 +8,7 @@ from olifant_mlx.drafters import (AdaptiveDrafter, HybridDrafter, LookupDrafter,
                                   OlifantDrafter)
 from olifant_mlx.drafters.base import Draft, DrafterBase, Signal
 from olifant_mlx.engine import Sampling, generate, generate_steps
-from olifant_mlx.engine.loop import LeadRule
+from olifant_mlx.engine.costs import LeadRule
 from olifant_mlx.engine.reference import ReferenceModel
 from olifant_mlx.engine.stats import Step
 from olifant_mlx.measure.bench import FixedCost
@@ -106,7 +106,7 @@ def test_lead_rule_weighs_the_pass_it_saves_against_the_tokens_it_feeds():
 def test_a_queued_pass_is_timed_in_its_two_parts():
     """The 1-token pass a fast-path step queues is timed by queueing it there plus the wait for
     its token in the next step, which is no part of that step's own (4-token) pass."""
-    from olifant_mlx.drafters.adaptive import PassTimes
+    from olifant_mlx.drafters.costs import PassTimes
 
     class Recorder:
         def __init__(self):

@@ -40,6 +40,7 @@ from __future__ import annotations
 import time
 
 from olifant_mlx.drafters.base import Draft, DrafterBase, Signal
+from olifant_mlx.drafters.costs import PassCost, PassTimes
 from olifant_mlx.drafters.registry import build_drafter
 
 COPIES = ("lookup", "history")   # signals (source, agreement length): longer is no worse
@@ -85,73 +86,6 @@ class AcceptanceEstimate:
 
     def tick(self):
         self.step += 1
-
-
-class PassCost:
-    """Verifier time per pass as a + b * tokens fed, by recency-weighted least squares.
-    Until passes of different lengths have been seen, two pseudo-passes from the first
-    observation hold the slope at `rel_slope` (b relative to a 1-token pass); once the real
-    passes' lengths spread (variance at least MIN_SPREAD, tokens squared) the fit is theirs
-    alone: a pseudo-pass of 9 tokens beside real ones of 1 and 4 would flatten the slope (it
-    halved it on Gemma-3-270M, where a 4-token pass costs 1.7 one-token passes)."""
-
-    MIN_SPREAD = 0.25
-
-    def __init__(self, rel_slope: float = 0.1, half_life: float = 64.0):
-        self.rel_slope = rel_slope
-        self.decay = 0.5 ** (1.0 / half_life)
-        self.sums = None          # decayed [w, x, t, xx, xt] of real passes
-        self.pseudo = None        # fixed [w, x, t, xx, xt] of the pseudo-passes
-
-    @staticmethod
-    def _point(x, t, w=1.0):
-        return [w, w * x, w * t, w * x * x, w * x * t]
-
-    def observe(self, tokens: int, seconds: float):
-        if tokens <= 0 or seconds <= 0:
-            return
-        if self.pseudo is None:
-            one = seconds / (1.0 + self.rel_slope * (tokens - 1))   # implied 1-token pass
-            b = self.rel_slope * one
-            self.pseudo = [u + v for u, v in zip(self._point(1, one), self._point(9, one + 8 * b))]
-            self.sums = [0.0] * 5
-        self.sums = [s * self.decay + p for s, p in zip(self.sums, self._point(tokens, seconds))]
-
-    def coefficients(self):
-        """(a, b): fixed and per-token seconds; (1, rel_slope) before any observation."""
-        if self.pseudo is None:
-            return 1.0, self.rel_slope
-        w, x, _, xx, _ = self.sums
-        spread = w >= 2.0 and xx / w - (x / w) ** 2 >= self.MIN_SPREAD
-        w, x, t, xx, xt = self.sums if spread else [s + p for s, p in zip(self.sums, self.pseudo)]
-        mx, mt = x / w, t / w
-        var, cov = xx / w - mx * mx, xt / w - mx * mt
-        b = max(cov / var, 0.0) if var > 1e-12 else 0.0
-        a = max(mt - b * mx, 1e-9)
-        return a, b
-
-    def __call__(self, tokens: int) -> float:
-        a, b = self.coefficients()
-        return a + b * tokens
-
-
-class PassTimes:
-    """Each verifier pass's time from the Steps, for a cost model. A queued 1-token pass (the KV
-    engine's overlap, mx.async_eval) is timed in two parts: what queueing it took in the step
-    that queued it, and the wait for its token at the start of the next step, which is no part
-    of that step's own pass. Fitting each step's verify_s whole would charge a multi-token pass
-    with the tail of the 1-token pass before it (on a GPU, most of that pass)."""
-
-    def __init__(self):
-        self.queued_s = None          # the queued pass's part so far
-
-    def observe(self, cost, step) -> None:
-        own = step.verify_s - step.waited_s
-        if self.queued_s is not None:
-            cost.observe(1, self.queued_s + step.waited_s)
-        self.queued_s = own if step.queued else None
-        if not step.queued:
-            cost.observe(step.forward_tokens, own)
 
 
 def best_length(p, cost, kv_cache: bool, context_len: int = 0) -> int:
@@ -317,6 +251,7 @@ class AdaptiveDrafter(DrafterBase):
         self.wants_bos = inner.wants_bos
         # the verifier's speed and how often each kind of draft is right outlive one generation
         self.cost = PassCost(rel_slope)
+        self.given_cost = None            # this generation's model, where the engine gave one
         self.learner = CandidateLearner(prior, half_life)
         self.acceptance = self.learner.acceptance
         self.pass_times = PassTimes()
@@ -327,7 +262,18 @@ class AdaptiveDrafter(DrafterBase):
         self.consulted = False            # this pass asked the inner drafter
         self.learn_s = 0.0                # the last observe's own time: drafting's cost too
 
+    @property
+    def planning(self):
+        """The pass-cost model this generation plans with: the engine's, else its own fit."""
+        return self.cost if self.given_cost is None else self.given_cost
+
     def start(self, prompt):
+        self.start_planning(prompt, None)
+
+    def start_planning(self, prompt, cost):
+        """`start`, planning this generation with `cost` (drafters.base.CostAware; None: the
+        drafter's own fitted model, which a given one leaves as it was)."""
+        self.given_cost = cost
         self.inner.start(prompt)
         self.pass_times = PassTimes()
         self.learner.offered = []         # a stopped generation's last offer has no outcome
@@ -348,10 +294,10 @@ class AdaptiveDrafter(DrafterBase):
         for drafts, sigs in offered:
             p = self.learner.p(sigs)
             if self.kv_cache and self.led:
-                rate, n = best_rate(p, self.cost, False, 1)     # a pass of 1 + j tokens
+                rate, n = best_rate(p, self.planning, False, 1)     # a pass of 1 + j tokens
             else:
                 # uncached, a pass feeds the verifier's whole sequence (about the context: BOS aside)
-                rate, n = best_rate(p, self.cost, self.kv_cache, len(context))
+                rate, n = best_rate(p, self.planning, self.kv_cache, len(context))
             if rate > best:
                 best, tokens, signals, j = rate, drafts, sigs, n
         self.learner.offered = [(list(d), list(s)) for d, s in offered]
@@ -363,12 +309,13 @@ class AdaptiveDrafter(DrafterBase):
         t = time.perf_counter()
         self.kv_cache = kv_cache
         self.led = kv_cache and step.next_led
-        self.pass_times.observe(self.cost, step)
+        cost = self.planning
+        self.pass_times.observe(cost, step)
         # a led pass pays for the correction of the drafted pass before it
         if self.guard is not None and (self.consulted or (step.led and not self.guard.paused)):
-            overhead = getattr(self.cost, "draft_s", None)      # a fixed cost may fix it too
+            overhead = getattr(cost, "draft_s", None)      # a fixed cost may fix it too
             overhead = step.draft_s + self.learn_s if overhead is None else overhead
-            self.guard.observe(*plain_and_spent(step, self.cost, kv_cache, overhead))
+            self.guard.observe(*plain_and_spent(step, cost, kv_cache, overhead))
         self.consulted = False
         self.learner.learn(step)
         self.inner.observe(step, kv_cache)

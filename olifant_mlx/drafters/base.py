@@ -7,7 +7,11 @@ Optional, with defaults in `DrafterBase`: `draft_scored` (drafts with a confiden
 per token), `candidates` (every draft it could propose, for the adaptive drafter to choose
 from), `observe(step, kv_cache)` (called by the engine after every verifier pass) and
 `plans_led_passes` (True: the drafter sizes a pass led by a correction itself, see
-`engine.loop.LeadRule`).
+`engine.costs.LeadRule`). `as_drafter` gives a drafter the defaults of what it lacks, so the
+engine reads every member without asking whether it is there.
+
+`CostAware` is the one optional extension: a drafter that plans with a model of the
+verifier's pass time (the adaptive one) is started with the model for that generation.
 """
 from __future__ import annotations
 
@@ -45,6 +49,7 @@ def position_signals(name: str, n: int) -> list:
 class Drafter(Protocol):
     name: str
     wants_bos: bool
+    plans_led_passes: bool
 
     def start(self, prompt: Sequence[int]) -> None: ...
 
@@ -57,6 +62,16 @@ class Drafter(Protocol):
     def candidates(self, context: Sequence[int], k: int) -> list: ...
 
     def observe(self, step, kv_cache: bool) -> None: ...
+
+
+@runtime_checkable
+class CostAware(Protocol):
+    """A drafter that sizes its drafts by a model of the verifier's pass time (the adaptive
+    one). The engine starts its generations with `start_planning(prompt, cost)` instead of
+    `start(prompt)`: `cost` is the pass-cost model (engine.costs.PassCostModel) to plan with in
+    that generation only, or None for the drafter's own fitted one."""
+
+    def start_planning(self, prompt: Sequence[int], cost) -> None: ...
 
 
 class DrafterBase:
@@ -100,13 +115,22 @@ def none_from_spec(spec, tokenizer, history):
     return NoDrafter()
 
 
+REQUIRED = ("start", "draft", "accept")
+OPTIONAL = ("draft_scored", "candidates", "observe", "start_planning")
+
+
 class _Adapted(DrafterBase):
-    """A duck-typed drafter with only the required methods, given the optional defaults."""
+    """A duck-typed drafter that lacks part of the optional contract, given the defaults of
+    what it lacks (its own optional methods are used as they are)."""
 
     def __init__(self, inner):
         self.inner = inner
         self.name = str(getattr(inner, "name", type(inner).__name__))
         self.wants_bos = bool(getattr(inner, "wants_bos", False))
+        self.plans_led_passes = bool(getattr(inner, "plans_led_passes", False))
+        for method in OPTIONAL:
+            if callable(getattr(inner, method, None)):
+                setattr(self, method, getattr(inner, method))
 
     def start(self, prompt):
         self.inner.start(prompt)
@@ -118,12 +142,10 @@ class _Adapted(DrafterBase):
         self.inner.accept(tokens)
 
 
-REQUIRED = ("start", "draft", "accept")
-
-
 def as_drafter(obj) -> Drafter:
     """`obj` as a full Drafter: None is NoDrafter, a Drafter is itself, and an object with
-    only start/draft/accept gets the optional methods' defaults. Anything else is a TypeError."""
+    start/draft/accept gets the defaults of the optional members it lacks. Anything else is a
+    TypeError."""
     if obj is None:
         return NoDrafter()
     if isinstance(obj, Drafter):

@@ -154,8 +154,9 @@ class Shard:
     """This process's part of a sharded run: the MLX group, its rank, the sharding mode, the
     control channel, and the collectives through which rank 0's decisions reach every rank.
 
-    The engine and the Session use it without importing this module (`verifier.shard`):
-    `drafter(d)`, `choices(pick)`, `begin(ids, options, should_stop)`."""
+    The engine and the Session use it without importing this module (`verifier.shard`): the
+    loop through `drafter(d)` and `choices(pick)` (engine.collective.Collective), the Session
+    through `begin(ids, options, should_stop)`."""
 
     def __init__(self, group, launch: Launch | None = None, mode: str = "auto",
                  timeout: float = DEFAULT_TIMEOUT_S):
@@ -233,7 +234,7 @@ class Shard:
                                    f"of {self.size} loaded a different {what} than rank 0: every "
                                    f"machine needs the same model files")
 
-    # -- the engine's hooks ------------------------------------------------------------------
+    # -- the loop's collective (engine.collective.Collective) ----------------------------------
 
     def drafter(self, drafter) -> SharedDrafter:
         """The drafter the loop uses on this rank: rank 0's own, its drafts shared; elsewhere

@@ -22,15 +22,20 @@ Where the next pass does not depend on the result of the current one, it is queu
 result is read (`mx.async_eval`, as mlx-lm's generate_step does): plain steps queue the next
 1-token pass on the still-unevaluated token, and the 1-token pass after a fast-path rejection
 runs while the drafter drafts the next step.
+
+The loop plans with what it is given, not with what it knows of measuring: pass-cost models
+(engine.costs, in the options) and, for a sharded verifier, a collective (engine.collective).
+Read top to bottom: the two regimes, `generate_steps` and the steps it is made of.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
 
-from olifant_mlx.drafters.adaptive import PassCost, PassTimes
-from olifant_mlx.drafters.base import as_drafter
+from olifant_mlx.drafters.base import CostAware, Drafter, as_drafter
 from olifant_mlx.engine import cache as kv
+from olifant_mlx.engine.collective import Collective
+from olifant_mlx.engine.costs import LeadRule
 from olifant_mlx.engine.options import MAX_K, GenerationOptions  # noqa: F401  (MAX_K: engine.loop's name too)
 from olifant_mlx.engine.sampling import picker
 from olifant_mlx.engine.stats import Stats, Step
@@ -79,43 +84,6 @@ def _check_prompt(prompt, vocab_size):
         if not 0 <= t < vocab_size:
             raise ValueError(f"prompt token id {t} at position {i} is outside the verifier's "
                              f"vocabulary (ids 0 to {vocab_size - 1})")
-
-
-class LeadRule:
-    """After a pass that ended with the verifier's correction (KV cache), whether the next pass
-    leads with it and the j drafts that follow it (one pass of 1 + j tokens) or feeds it alone,
-    so that the next step checks its first draft for free (a 1-token pass, then the drafts'
-    pass only if that draft is right). Both emit the same tokens. Leading saves a pass, the
-    fixed cost a, when the first draft is right, and feeds j tokens for nothing when it is
-    wrong, so it leads iff p (a + b j) >= b j: p the recency-weighted rate at which first
-    drafts are right (counts halve every `half_life` passes, `prior` with weight 2), and
-    a + b * tokens the verifier's pass time, fitted from the passes (`cost`: a PassCost that
-    may outlive the generation, or a fixed cost curve). Where tokens fed cost little beside
-    a pass (a large verifier on a GPU) it nearly always leads; on a CPU with weak drafts it
-    feeds the correction alone. A drafter that sizes led passes itself (`plans_led_passes`,
-    the adaptive drafter) is left to do so."""
-
-    def __init__(self, cost=None, prior: float = 0.5, half_life: float = 48.0):
-        self.cost = cost if cost is not None else PassCost()
-        self.pass_times = PassTimes()
-        self.prior = prior
-        self.decay = 0.5 ** (1.0 / half_life)
-        self.right = self.tested = 0.0
-
-    def p(self) -> float:
-        return (self.right + 2.0 * self.prior) / (self.tested + 2.0)
-
-    def leads(self, j: int) -> bool:
-        a, b = self.cost.coefficients()
-        return self.p() * (a + b * j) >= b * j
-
-    def observe(self, step) -> None:
-        self.pass_times.observe(self.cost, step)
-        self.right *= self.decay
-        self.tested *= self.decay
-        if step.drafted:
-            self.tested += 1.0
-            self.right += step.accepted > 0
 
 
 @dataclass
@@ -297,20 +265,10 @@ class UncachedVerification:
         return None
 
 
-def _cut(emitted, eos, room):
-    """Emitted tokens cut at the first EOS (not emitted) or at `room`; (kept, stop reason)."""
-    for i, t in enumerate(emitted):
-        if t in eos:
-            return emitted[:i], "eos"
-    if len(emitted) >= room:
-        return emitted[:room], "max_tokens"
-    return emitted, ""
-
-
 def generate_steps(model, prompt, drafter=None, options: GenerationOptions | None = None, *,
                    eos_ids=(), bos_id: int | None = None, stats: Stats | None = None, on_prefill=None,
-                   vocab_size: int | None = None, shared=None, prompt_cache=None, sampling=None,
-                   processors=None, **fields):
+                   vocab_size: int | None = None, shared: Collective | None = None, prompt_cache=None,
+                   sampling=None, processors=None, **fields):
     """Yield a Step per verifier pass until max_tokens or an EOS token (not emitted), as
     `options` say (engine.options.GenerationOptions: k, max_tokens, the KV regime and its
     quantization, sampling, the lead rule and the cost models; `fields` change some of them,
@@ -321,65 +279,44 @@ def generate_steps(model, prompt, drafter=None, options: GenerationOptions | Non
     prompt without a leading BOS unless it `wants_bos`. `vocab_size` (default: found on the
     model) bounds the ids: a prompt id outside it is refused, drafts are cut before one.
     `lead`: True leads every pass after a correction with the drafts that follow it, "auto" a
-    LeadRule decides per pass (planning with `pass_cost`, a fresh PassCost if none; a LeadRule
-    object given as `lead=` is used as it is), False keeps the older KV rule (corrections held
-    back for the next step's free check), for measuring. A cost-aware drafter (one with a
-    `cost` model, the adaptive one) plans with `draft_cost` when it is set.
-    A sharded verifier always leads (every rank must take the same passes, and pass times
-    differ between ranks). With `shared` (a sharded verifier's
-    `engine.distributed.Shard`), the drafts and every choice of token are rank 0's, so every
-    rank takes the same passes and rollbacks. `prompt_cache` (KV regime; engine.cache's
-    PromptCache or PrefixCache) lends the cache of an earlier generation: only the prompt's
-    tokens past the prefix it shares are prefilled, and the cache goes back to it at the end
-    (at the last Step, or when the caller closes the generator between Steps). `kv_bits`
-    (KV regime) quantizes the cache as mlx-lm does (QuantizedKVCache, `kv_group_size`), once it
-    holds `quantized_kv_start` tokens, checked between passes."""
-    rule = fields.pop("lead") if isinstance(fields.get("lead"), LeadRule) else None
-    if options is None:
-        options = GenerationOptions(**{"max_tokens": 100, "lead": True, **fields})
-    elif fields:
-        options = options.replace(**fields)
-    o = options
-    k, max_tokens, kv_cache, lead = o.k, o.max_tokens, o.kv_cache, o.lead
-    if rule is not None:
-        lead = rule
-    sampling = o.sampling if sampling is None else sampling
-    processors = o.processors() if processors is None else processors
+    LeadRule decides per pass (planning with `pass_cost`, a fresh fitted model if none; a
+    LeadRule object given as `lead=` is used as it is), False keeps the older KV rule
+    (corrections held back for the next step's free check), for measuring. A cost-aware
+    drafter (drafters.base.CostAware, the adaptive one) plans this generation with
+    `draft_cost` when it is set. With `shared` (engine.collective.Collective: a sharded
+    verifier's), the drafts and every choice of token are rank 0's, so every rank takes the
+    same passes and rollbacks, and every pass after a correction is led (pass times differ
+    between ranks). `prompt_cache` (KV regime; engine.cache's PromptCache or PrefixCache)
+    lends the cache of an earlier generation: only the prompt's tokens past the prefix it
+    shares are prefilled, and the cache goes back to it at the end (at the last Step, or when
+    the caller closes the generator between Steps). `kv_bits` (KV regime) quantizes the cache
+    as mlx-lm does (QuantizedKVCache, `kv_group_size`), once it holds `quantized_kv_start`
+    tokens, checked between passes."""
+    options, rule = _options(options, fields)
     prompt = [int(t) for t in prompt]
     vocab_size = vocab_size or model_vocab_size(model)
     _check_prompt(prompt, vocab_size)
     drafter = as_drafter(drafter)
-    if rule is None and lead == "auto":
-        rule = LeadRule(o.pass_cost)
-    if rule is not None and (getattr(drafter, "plans_led_passes", False) or shared is not None):
-        rule = None
-    if o.draft_cost is not None and hasattr(getattr(drafter, "cost", None), "observe"):
-        drafter.cost = o.draft_cost         # a cost-aware drafter plans with the given curve
-    eos = set(int(e) for e in eos_ids)
+    plan_rule = _lead_rule(options, rule, drafter, shared)
     skip = 0 if drafter.wants_bos or bos_id is None or prompt[0] != bos_id else 1
     seq = list(prompt)                      # everything the verifier has seen or will see
-    drafter.start(seq[skip:])
+    _start(drafter, seq[skip:], options.draft_cost)
     stats = stats if stats is not None else Stats()
     stats.prompt_tokens = len(prompt)
-    if max_tokens == 0:
+    if options.max_tokens == 0:
         return
-    pick = picker(sampling, processors)
+    pick = picker(options.sampling if sampling is None else sampling,
+                  options.processors() if processors is None else processors)
     if shared is not None:
         drafter, pick = shared.drafter(drafter), shared.choices(pick)
-    t0 = time.perf_counter()
-    if kv_cache:
-        quantized = (o.kv_bits, o.kv_group_size, o.quantized_kv_start) if o.kv_bits else None
-        verifier = CachedVerification(model, prompt, pick, o.max_kv_size, on_prefill, lead is not False,
-                                      prompt_cache, quantized)
-        stats.prefill_s = time.perf_counter() - t0
-        if prompt_cache is not None:
-            stats.extra["cached_tokens"] = verifier.reused
-    else:
-        verifier = UncachedVerification(model, prompt, pick)
+    plan = Plan(drafter, plan_rule, options.k, options.max_tokens, frozenset(int(e) for e in eos_ids),
+                skip, vocab_size, options.kv_cache)
+    leads = rule is not None or options.lead is not False
+    verifier = _verifier(model, prompt, pick, options, leads, on_prefill, prompt_cache, stats)
+    if not options.kv_cache:
         prompt_cache = None                     # nothing to keep: no pass leaves a cache behind
     try:
-        yield from _steps(verifier, drafter, rule, seq, skip, k, vocab_size, max_tokens, eos, stats,
-                          kv_cache)
+        yield from _steps(verifier, plan, seq, stats)
     except GeneratorExit:        # closed between Steps: the cache holds a prefix of seq
         if prompt_cache is not None:
             verifier.keep(prompt_cache, seq)
@@ -388,24 +325,102 @@ def generate_steps(model, prompt, drafter=None, options: GenerationOptions | Non
         verifier.keep(prompt_cache, seq)
 
 
-def _steps(verifier, drafter, rule, seq, skip, k, vocab_size, max_tokens, eos, stats, kv_cache):
-    """The loop of generate_steps: draft, verify, emit, until max_tokens or an EOS."""
+def _options(options, fields) -> tuple:
+    """(the generation's options, a LeadRule object given as `lead=`, or None)."""
+    rule = fields.pop("lead") if isinstance(fields.get("lead"), LeadRule) else None
+    if options is None:
+        options = GenerationOptions(**{"max_tokens": 100, "lead": True, **fields})
+    elif fields:
+        options = options.replace(**fields)
+    return options, rule
+
+
+def _lead_rule(options, rule, drafter, shared) -> LeadRule | None:
+    """The LeadRule that decides each pass after a correction, or None where every such pass
+    is led (or, with lead=False, none): a drafter that plans led passes is left to it, and the
+    ranks of a sharded verifier must all take the same passes whatever their pass times."""
+    if rule is None and options.lead == "auto":
+        rule = LeadRule(options.pass_cost)
+    if drafter.plans_led_passes or shared is not None:
+        return None
+    return rule
+
+
+def _start(drafter, prompt, draft_cost) -> None:
+    """The drafter's start of a generation; a cost-aware one plans it with `draft_cost` (None:
+    its own fitted model), for this generation only."""
+    if isinstance(drafter, CostAware):
+        drafter.start_planning(prompt, draft_cost)
+    else:
+        drafter.start(prompt)
+
+
+def _verifier(model, prompt, pick, options, lead: bool, on_prefill, prompt_cache, stats):
+    """The regime's verification, the prompt prefilled (KV regime), its time in `stats`;
+    `lead` False: corrections held back (the older KV rule)."""
+    if not options.kv_cache:
+        return UncachedVerification(model, prompt, pick)
+    t0 = time.perf_counter()
+    quantized = (options.kv_bits, options.kv_group_size, options.quantized_kv_start) if options.kv_bits else None
+    verifier = CachedVerification(model, prompt, pick, options.max_kv_size, on_prefill, lead,
+                                  prompt_cache, quantized)
+    stats.prefill_s = time.perf_counter() - t0
+    if prompt_cache is not None:
+        stats.extra["cached_tokens"] = verifier.reused
+    return verifier
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One generation's choices as every pass reads them: the drafter, the lead rule (None:
+    lead every pass after a correction), k, the token budget, the EOS ids, how many leading
+    tokens the drafter does not see (a BOS), the verifier's vocabulary size, the regime."""
+    drafter: Drafter
+    rule: LeadRule | None
+    k: int
+    max_tokens: int
+    eos: frozenset
+    skip: int
+    vocab_size: int | None
+    kv_cache: bool
+
+
+def _drafts(plan: Plan, verifier, seq) -> list:
+    """This pass's drafts: the drafter's, cut to k, before the first id outside the vocabulary
+    and at a quantized cache's switch; none after a correction the lead rule feeds alone (the
+    next step checks them for free)."""
+    drafts = [int(t) for t in plan.drafter.draft(seq[plan.skip:], plan.k)[:plan.k]] if plan.k else []
+    drafts = _in_vocabulary(drafts, plan.vocab_size)
+    room = verifier.draft_room(seq)
+    if room is not None:
+        drafts = drafts[:room]
+    if verifier.led and drafts and plan.rule is not None and not plan.rule.leads(len(drafts)):
+        return []
+    return drafts
+
+
+def _cut(emitted, eos, room):
+    """Emitted tokens cut at the first EOS (not emitted) or at `room`; (kept, stop reason)."""
+    for i, t in enumerate(emitted):
+        if t in eos:
+            return emitted[:i], "eos"
+    if len(emitted) >= room:
+        return emitted[:room], "max_tokens"
+    return emitted, ""
+
+
+def _steps(verifier, plan: Plan, seq, stats):
+    """The loop of generate_steps: draft, verify, emit, learn, until max_tokens or an EOS."""
     produced, index, rejected = 0, 0, None
     while True:
         ts = time.perf_counter()
         led = verifier.led
-        drafts = [int(t) for t in drafter.draft(seq[skip:], k)[:k]] if k else []
-        drafts = _in_vocabulary(drafts, vocab_size)
-        room = verifier.draft_room(seq)
-        if room is not None:
-            drafts = drafts[:room]
-        if led and drafts and rule is not None and not rule.leads(len(drafts)):
-            drafts = []          # feed the correction alone: the next step checks them for free
+        drafts = _drafts(plan, verifier, seq)
         td = time.perf_counter()
         # the first draft is the token the verifier just rejected at this very position
         reproposed = bool(drafts) and rejected == (len(seq), drafts[0])
-        verdict = verifier.verify(seq, drafts, max_tokens - produced)
-        kept, reason = _cut(verdict.emitted, eos, max_tokens - produced)
+        verdict = verifier.verify(seq, drafts, plan.max_tokens - produced)
+        kept, reason = _cut(verdict.emitted, plan.eos, plan.max_tokens - produced)
         seq.extend(kept)
         produced += len(kept)
         if not reason:
@@ -421,18 +436,24 @@ def _steps(verifier, drafter, rule, seq, skip, k, vocab_size, max_tokens, eos, s
                     finished=bool(reason), stop_reason=reason, led=led,
                     next_led=verdict.next_led and not reason, reproposed=reproposed,
                     queued=verdict.queued, waited_s=waited)
-        if rule is not None:
-            rule.observe(step)
-        drafter.accept(kept)
-        drafter.observe(step, kv_cache)
-        learnt = time.perf_counter() - te    # the drafter's learning from the pass is its time too
-        step.draft_s += learnt
-        step.step_s += learnt
+        _learn(plan, step, kept, te)
         stats.add(step)
         yield step
         if reason:
             return
         index += 1
+
+
+def _learn(plan: Plan, step, kept, since) -> None:
+    """The pass's outcome to the lead rule and the drafter; the drafter's learning (from
+    `since`) is its time too."""
+    if plan.rule is not None:
+        plan.rule.observe(step)
+    plan.drafter.accept(kept)
+    plan.drafter.observe(step, plan.kv_cache)
+    learnt = time.perf_counter() - since
+    step.draft_s += learnt
+    step.step_s += learnt
 
 
 def generate(model, prompt, drafter=None, **kw):

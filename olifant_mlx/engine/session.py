@@ -25,7 +25,7 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from olifant_mlx.drafters.adaptive import PassCost
+from olifant_mlx.drafters.costs import PassCost
 from olifant_mlx.engine.loop import generate_steps, model_vocab_size
 from olifant_mlx.engine.options import GenerationOptions, OptionsError
 from olifant_mlx.engine.request import Chat, ContextError, Request, drafting, plan, sources_library
@@ -212,7 +212,7 @@ class Session:
     meter, the opt-in history, the verifier's pass cost), turning Requests into streams of
     Responses. The options' `lead` (KV cache, after a pass that ended with the verifier's
     correction): "auto" decides per pass whether the correction leads the next pass with the
-    drafts after it or is fed alone (engine.loop.LeadRule, planning with the options'
+    drafts after it or is fed alone (engine.costs.LeadRule, planning with the options'
     `pass_cost`, else `lead_cost`, the verifier's pass-cost curve fitted from this session's
     passes); True always leads; False keeps the older rule (the correction held back for the
     next step's free check), for measuring."""

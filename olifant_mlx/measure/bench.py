@@ -24,7 +24,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from olifant_mlx.drafters.adaptive import PassCost
+from olifant_mlx.drafters.costs import PassCost
 from olifant_mlx.engine import Chat, GenerationOptions, OptionsError, Session, reference
 from olifant_mlx.files import PRIVATE, atomic_writer, make_private, open_regular, open_regular_file, write_atomic
 from olifant_mlx.measure.metrics import rouge_l

@@ -15,7 +15,7 @@ import platform
 import time
 from pathlib import Path
 
-from olifant_mlx.drafters.adaptive import PassCost
+from olifant_mlx.drafters.costs import PassCost
 from olifant_mlx.files import cache_dir, read_regular, write_atomic
 from olifant_mlx.measure.bench import digest, verifier_identity
 

@@ -149,13 +149,39 @@ def live(args) -> int:
     over them. Printed and written as JSON to --out-dir/live-VERIFIER.json."""
     import os
 
-    from olifant_mlx.drafters import build_drafter, parse_spec
     from olifant_mlx.engine import GenerationOptions
     from olifant_mlx.files import write_atomic
-    from olifant_mlx.measure.bench import MlxLm, ModelRunner, alternating_rounds, read_prompts
-    from olifant_mlx.measure.corpora import TRAIN, task_corpus_files
-    from olifant_mlx.measure.curves import load_curve, measure_curve, save_curve, seeded_pass_cost
+    from olifant_mlx.measure.bench import ModelRunner, read_prompts
+    from olifant_mlx.measure.curves import load_curve, seeded_pass_cost
     from olifant_mlx.verifier import load_verifier
+
+    tasks, k, specs = _live_arguments(args)
+    prompts = {t: read_prompts(path)[: args.n_prompts] for t, path in tasks.items()}
+    curve = load_curve(args.curve) if args.curve else None
+    v = load_verifier(args.model)
+    if args.calibrate:
+        curve = _live_calibration(args, v, next(iter(prompts.values()))[0], k)
+    options = (GenerationOptions(pass_cost=seeded_pass_cost(curve), draft_cost=seeded_pass_cost(curve))
+               if curve else None)
+    runner = ModelRunner(v, options=options)
+    result = {"experiment": "live", "verifier": v.name, "k": k, "rounds": args.rounds,
+              "max_tokens": args.max_tokens, "curve": args.curve, "load_average_start": os.getloadavg()[0],
+              "tasks": {}}
+    for task, texts in prompts.items():
+        result["tasks"][task] = _live_task(args, runner, task, texts, specs, k, curve)
+    result["load_average_end"] = os.getloadavg()[0]
+    path = Path(args.out_dir) / f"live-{v.name}.json"
+    write_atomic(path, json.dumps(result, indent=1) + "\n", 0o644)
+    print(json.dumps({t: {r: x["summary"] for r, x in by.items()} for t, by in result["tasks"].items()}, indent=1))
+    print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def _live_arguments(args) -> tuple:
+    """The live experiment's ({task: prompt file}, k, {name: spec}), checked before the
+    verifier loads."""
+    from olifant_mlx.drafters import parse_spec
+    from olifant_mlx.measure.corpora import TRAIN
 
     if args.verifier != "model":
         raise ValueError(f"--experiment live times a real verifier: not with --verifier {args.verifier}")
@@ -169,59 +195,61 @@ def live(args) -> int:
                          f"(one of {', '.join(sorted(TRAIN))})")
     if not args.k or len(args.k) != 1:
         raise ValueError("--experiment live takes one -k")
-    k = args.k[0]
     specs = dict(s.split("=", 1) for s in args.strategy or ())
     if "plain" in specs or "mlx-lm" in specs:
         raise ValueError("--experiment live: 'plain' and 'mlx-lm' are its baselines, not --strategy names")
     for spec in specs.values():      # a misspelt drafter is named before the verifier loads
         parse_spec(spec, check_files=False)
-    prompts = {t: read_prompts(path)[: args.n_prompts] for t, path in tasks.items()}
-    curve = load_curve(args.curve) if args.curve else None
-    v = load_verifier(args.model)
-    tok = v.identity
-    if args.calibrate:
-        print(f"measuring {v.name}'s cost curve at contexts {args.contexts} ...", file=sys.stderr)
-        measured = measure_curve(v, next(iter(prompts.values()))[0], k + 1, args.contexts)
-        args.curve = str(save_curve(measured))
-        curve = load_curve(args.curve)
-        print(f"cost curve stored: {args.curve}", file=sys.stderr)
-    options = (GenerationOptions(pass_cost=seeded_pass_cost(curve), draft_cost=seeded_pass_cost(curve))
-               if curve else None)
-    runner = ModelRunner(v, options=options)
-    models = Path(args.out_dir) / "models"
-    result = {"experiment": "live", "verifier": v.name, "k": k, "rounds": args.rounds,
-              "max_tokens": args.max_tokens, "curve": args.curve, "load_average_start": os.getloadavg()[0],
-              "tasks": {}}
-    for task, texts in prompts.items():
-        files = task_corpus_files(task, tok, v.name, models / task, LIVE_TRAIN_TOKENS) if task in TRAIN else {}
-        resolved = live_strategies(specs, files, tok) if files else dict(specs)
-        for regime in args.regimes or ["kv"]:
-            kv = regime == "kv"
-            runners = [("plain", None, 0)] + ([("mlx-lm", MlxLm(), 0)] if kv and not args.no_mlx_lm else [])
-            runners += [(name, build_drafter(spec, tok), k) for name, spec in resolved.items()]
-            for _, drafter, kk in runners:           # first calls (compilation, the drafter's first lookups)
-                runner.run("Warm-up text.", drafter, kk, kv, 4)
-            runs = []
+    return tasks, args.k[0], specs
 
-            def seen(rnd, i, label, tokens, st, regime=regime, runs=runs, task=task):
-                runs.append({"round": rnd, "prompt": i, "label": label, "regime": regime,
-                             "seconds": st.seconds, "decode_s": st.decode_s, "tokens": len(tokens),
-                             "steps": st.steps, "forward_tokens": st.forward_tokens, "drafted": st.drafted,
-                             "accepted": st.accepted, "draft_s": st.draft_s,
-                             "pass_sizes": {str(size): c for size, c in sorted(st.pass_sizes.items())}})
-                print(f"{task} {regime} round {rnd + 1} prompt {i + 1}: {label} {st.seconds:.2f} s",
-                      file=sys.stderr, flush=True)
 
-            alternating_rounds(runner, texts, runners, args.rounds, args.max_tokens, kv, on_run=seen)
-            result["tasks"].setdefault(task, {})[regime] = {
-                "prompts": len(texts), "strategies": resolved, "outputs_identical": True,
-                "summary": live_summary(runs, curve, [label for label, _, _ in runners]), "runs": runs}
-    result["load_average_end"] = os.getloadavg()[0]
-    path = Path(args.out_dir) / f"live-{v.name}.json"
-    write_atomic(path, json.dumps(result, indent=1) + "\n", 0o644)
-    print(json.dumps({t: {r: x["summary"] for r, x in by.items()} for t, by in result["tasks"].items()}, indent=1))
-    print(f"wrote {path}", file=sys.stderr)
-    return 0
+def _live_calibration(args, verifier, text, k) -> dict:
+    """--calibrate: the verifier's cost curve measured and stored (args.curve names it)."""
+    from olifant_mlx.measure.curves import load_curve, measure_curve, save_curve
+
+    print(f"measuring {verifier.name}'s cost curve at contexts {args.contexts} ...", file=sys.stderr)
+    args.curve = str(save_curve(measure_curve(verifier, text, k + 1, args.contexts)))
+    print(f"cost curve stored: {args.curve}", file=sys.stderr)
+    return load_curve(args.curve)
+
+
+def _live_task(args, runner, task, texts, specs, k, curve) -> dict:
+    """One task's runs per regime: plain, mlx-lm (KV) and every strategy, warmed up, then in
+    alternating rounds; {regime: prompts, strategies, outputs_identical, summary, runs}."""
+    from olifant_mlx.drafters import build_drafter
+    from olifant_mlx.measure.bench import MlxLm, alternating_rounds
+    from olifant_mlx.measure.corpora import TRAIN, task_corpus_files
+
+    tok, name = runner.verifier.identity, runner.name
+    files = (task_corpus_files(task, tok, name, Path(args.out_dir) / "models" / task, LIVE_TRAIN_TOKENS)
+             if task in TRAIN else {})
+    resolved = live_strategies(specs, files, tok) if files else dict(specs)
+    out = {}
+    for regime in args.regimes or ["kv"]:
+        kv = regime == "kv"
+        runners = [("plain", None, 0)] + ([("mlx-lm", MlxLm(), 0)] if kv and not args.no_mlx_lm else [])
+        runners += [(label, build_drafter(spec, tok), k) for label, spec in resolved.items()]
+        for _, drafter, kk in runners:           # first calls (compilation, the drafter's first lookups)
+            runner.run("Warm-up text.", drafter, kk, kv, 4)
+        runs = []
+        alternating_rounds(runner, texts, runners, args.rounds, args.max_tokens, kv,
+                           on_run=_live_recorder(runs, task, regime))
+        out[regime] = {"prompts": len(texts), "strategies": resolved, "outputs_identical": True,
+                       "summary": live_summary(runs, curve, [label for label, _, _ in runners]), "runs": runs}
+    return out
+
+
+def _live_recorder(runs: list, task: str, regime: str):
+    """on_run for alternating_rounds: each generation's numbers appended to `runs`, a line on stderr."""
+    def seen(rnd, i, label, tokens, st):
+        runs.append({"round": rnd, "prompt": i, "label": label, "regime": regime,
+                     "seconds": st.seconds, "decode_s": st.decode_s, "tokens": len(tokens),
+                     "steps": st.steps, "forward_tokens": st.forward_tokens, "drafted": st.drafted,
+                     "accepted": st.accepted, "draft_s": st.draft_s,
+                     "pass_sizes": {str(size): c for size, c in sorted(st.pass_sizes.items())}})
+        print(f"{task} {regime} round {rnd + 1} prompt {i + 1}: {label} {st.seconds:.2f} s",
+              file=sys.stderr, flush=True)
+    return seen
 
 
 EXPERIMENTS = {
