@@ -1,6 +1,7 @@
 """The fast loop's budget (tests/conftest.py), which CI enforces (.ci/run): a run whose tests not
 marked slow take longer than $OLIFANT_FAST_LOOP_BUDGET_S fails, naming the slowest; time in slow
 tests does not count. Run on a two-test suite under this very conftest, in process."""
+import os
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,8 @@ def inner_run(pytester, monkeypatch, budget, *args):
     pytester.makeini("[pytest]\nmarkers =\n    slow: slow\n")
     pytester.makepyfile(test_inner=SUITE)
     monkeypatch.setenv("OLIFANT_FAST_LOOP_BUDGET_S", str(budget))
+    # the inner conftest points $OLIFANT_CACHE at the inner suite's cache: restored after the test
+    monkeypatch.setenv("OLIFANT_CACHE", os.environ["OLIFANT_CACHE"])
     return pytester.runpytest("-q", "-p", "no:cacheprovider", *args)
 
 
