@@ -93,7 +93,7 @@ def test_libraries_never_import_the_cli_or_the_ui():
         if m.startswith("olifant_mlx.drafters"):
             assert not any(t.startswith(("olifant_mlx.engine", "olifant_mlx.measure")) for t in ts), (m, ts)
         # the HTTP server stands on the Session alone (no decoding of its own; engine.options for
-        # the options' metadata its request fields are made from; engine.cache for the prefix
+        # the options' checks, bindings for their request fields; engine.cache for the prefix
         # cache it keeps across requests; `teardown` is its worker thread's clean end; `library`
         # to check a request's library name without listing the others), and only the serve
         # command uses it
@@ -101,7 +101,8 @@ def test_libraries_never_import_the_cli_or_the_ui():
             assert all(t == "olifant_mlx" or t.startswith(("olifant_mlx.server", "olifant_mlx.engine.session",
                                                             "olifant_mlx.engine.options", "olifant_mlx.engine.loop",
                                                             "olifant_mlx.engine.cache", "olifant_mlx.library",
-                                                            "olifant_mlx.drafters", "olifant_mlx.teardown"))
+                                                            "olifant_mlx.drafters", "olifant_mlx.teardown",
+                                                            "olifant_mlx.bindings"))
                        for t in ts), (m, ts)
         elif any(t.startswith("olifant_mlx.server") for t in ts):
             assert m.startswith("olifant_mlx.cli"), (m, ts)
