@@ -118,38 +118,63 @@ def test_a_bad_serve_flag_is_refused_before_any_model_loads(monkeypatch, tmp_pat
     assert "no-such-library" in capsys.readouterr().err
 
 
-@pytest.fixture
-def cache(tmp_path_factory):
-    from server_helpers import own_cache
-
-    yield from own_cache(tmp_path_factory)
-
-
-def test_serve_sources_reach_a_request_that_names_none(cache, tmp_path):
-    """A real server on loopback with serve's --sources and --min-source-tokens: a completion
-    that copies from the library reports its sources, though the request names no library."""
-    httpx = pytest.importorskip("httpx")
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """The tiny verifier, its greedy output and a library holding a stretch of it, on a cache
+    of the module's own."""
+    pytest.importorskip("httpx")
     pytest.importorskip("uvicorn")
-    from server_helpers import LIMITS, tiny_library, tiny_tokenizer
+    from server_helpers import own_cache, tiny_library
     from tiny_models import tiny_chat_verifier
 
-    from olifant_mlx import provenance
-    from olifant_mlx.drafters.registry import parse_spec
     from olifant_mlx.engine import Session
+
+    for _ in own_cache(tmp_path_factory):
+        verifier = tiny_chat_verifier()
+        output = Session(verifier, "none").generate("abcdefgh", GenerationOptions(max_tokens=40)).tokens
+        lib = tiny_library("servedlib", tmp_path_factory.mktemp("servedlib"), output[4:30])
+        yield verifier, output, lib
+
+
+def serve_with(verifier, flags, requests):
+    """A real server on loopback with the options of `serve FLAGS`; the answers to `requests`
+    (completion bodies)."""
+    import httpx
+    from server_helpers import LIMITS
+
+    from olifant_mlx.drafters.registry import parse_spec
     from olifant_mlx.server.app import start
     from olifant_mlx.server.config import DrafterChoice
 
-    verifier = tiny_chat_verifier()
-    output = Session(verifier, "none").generate("abcdefgh", GenerationOptions(max_tokens=40)).tokens
-    lib = tiny_library("servedlib", tmp_path, output[4:30])
-    defaults = options_from(build_parser("olifant").parse_args(
-        ["serve", "--sources", "servedlib", "--min-source-tokens", "8"]))
+    defaults = options_from(build_parser("olifant").parse_args(["serve", *flags]))
     run = start(verifier, DrafterChoice({"lookup": parse_spec("lookup")}, "lookup"), defaults, LIMITS)
     try:
         with httpx.Client(base_url=run.url, timeout=60) as c:
-            r = c.post("/v1/completions", json={"prompt": "abcdefgh", "max_tokens": 40})
+            return [c.post("/v1/completions", json=body) for body in requests]
     finally:
         run.stop()
+
+
+def test_serve_sources_reach_a_request_that_names_none(served):
+    """serve's --sources and --min-source-tokens: a completion that copies from the library
+    reports its sources, though the request names no library."""
+    from server_helpers import tiny_tokenizer
+
+    from olifant_mlx import provenance
+
+    verifier, output, lib = served
+    r, = serve_with(verifier, ["--sources", "servedlib", "--min-source-tokens", "8"],
+                    [{"prompt": "abcdefgh", "max_tokens": 40}])
     assert r.status_code == 200, r.text
     want = [s.as_dict() for s in provenance.find_sources(lib, output, min_tokens=8, tokenizer=tiny_tokenizer())]
     assert want and r.json()["sources"] == want
+
+
+def test_serve_max_verbatim_guards_the_requests_that_name_a_library(served):
+    """serve --max-verbatim without --sources starts (its warm-up names no library) and is the
+    guard of every request: one naming a library is stopped there, one without is told why."""
+    verifier, _output, _lib = served
+    stopped, refused = serve_with(verifier, ["--max-verbatim", "10", "--verbatim-action", "stop"], [
+        {"prompt": "abcdefgh", "max_tokens": 40, "sources": "servedlib"}, {"prompt": "abcdefgh", "max_tokens": 4}])
+    assert stopped.status_code == 200 and stopped.json()["choices"][0]["finish_reason"] == "content_filter"
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "max_verbatim"

@@ -407,7 +407,8 @@ def make_setup(verifier, choice, defaults, meter=None, warm_up: bool = True):
         drafters["none"] = NoDrafter()
         session.set_drafter(drafters[choice.default])
         if warm_up:
-            session.generate("Hello", defaults.replace(max_tokens=2, stop=()), drafters["none"])
+            plain = defaults.replace(max_tokens=2, stop=(), sources=None, max_verbatim=None, precedents=None)
+            session.generate("Hello", plain, drafters["none"])     # serve's guard needs a library
         label = meter.info.label if meter is not None else "not measured"
         info = ModelInfo(v.name, v.context_length, v.identity.vocab_size, bool(v.has_chat_template),
                          tuple(drafters), choice.default, label, tuple(libraries))
