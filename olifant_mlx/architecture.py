@@ -230,6 +230,7 @@ class Extension:
     table: str         # the entry, as the table's code names it
     entries: str       # a function of this module: (its file) -> {name: its own module or None}
     scope: tuple
+    tables: tuple = () # other files holding a row per entry (tests check they match): an edit each
 
 
 def called(path: Path, function: str) -> list:
@@ -288,7 +289,8 @@ def option_entries(path: Path) -> dict:
 
 
 EXTENSIONS = (
-    Extension("an option", "engine/options.py", "a field of `GenerationOptions`", "option_entries", ("",)),
+    Extension("an option", "engine/options.py", "a field of `GenerationOptions`", "option_entries", ("",),
+              ("bindings.py",)),
     Extension("a drafter", "drafters/registry.py", "a `DrafterKind` in `KINDS`", "drafter_entries",
               ("cli", "drafters", "engine", "measure", "server", "tui", "library.py", "provenance.py",
                "precedents.py", "catalog.py")),
@@ -364,16 +366,17 @@ def extension_count(ext: Extension) -> dict:
     own = {m for m in entries.values() if m}
     places = [(relative(f), fn) for f in scope_files(ext.scope) if relative(f) not in own
               for fn in matching_functions(f, set(entries))]
-    files = {ext.file} | {f for f, _ in places}
+    files = {ext.file, *ext.tables} | {f for f, _ in places}
     return {"entries": entries, "module": bool(own), "files": sorted(files), "places": places,
-            "edits": 1 + len(places)}
+            "edits": 1 + len(ext.tables) + len(places)}
 
 
 def extensions_table() -> str:
     rows = []
     for ext in EXTENSIONS:
         c = extension_count(ext)
-        where = ", ".join(f"`{f}` `{fn}`" for f, fn in c["places"]) or "—"
+        where = ", ".join([f"`{f}` (its row)" for f in ext.tables]
+                          + [f"`{f}` `{fn}`" for f, fn in c["places"]]) or "—"
         rows.append((ext.what, f"{ext.table} (`{ext.file}`)", "1" if c["module"] else "0",
                      str(len(c["files"])), str(c["edits"]), where))
     return table(("to add", "its entry", "new modules", "files edited", "edits",
@@ -429,7 +432,16 @@ def sizes_table() -> str:
 # ---- where k's default lives ---------------------------------------------------------------
 
 K_NAMES = ("k", "num_draft_tokens")
-K_FLAGS = ("-k", "--num-draft-tokens")
+
+
+def flag_dest(call: ast.Call) -> str | None:
+    """The destination of an `add_argument` call's flag, as argparse names it (its first long
+    spelling, else its first: `--gamma, -k` is gamma, the calculator's own draft length)."""
+    spellings = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+    if getattr(call.func, "attr", "") != "add_argument" or not spellings:
+        return None
+    longs = [f for f in spellings if f.startswith("--")]
+    return (longs or spellings)[0].lstrip("-").replace("-", "_")
 
 
 def number(node) -> bool:
@@ -458,9 +470,8 @@ def k_defaults_in(path: Path) -> list:
             if number(value):
                 found.append((field, "the field's default", value.value))
         elif isinstance(node, ast.Call):
-            flags = {a.value for a in node.args if isinstance(a, ast.Constant)}
             for k in node.keywords:
-                if k.arg == "default" and flags & set(K_FLAGS) and number(k.value):
+                if k.arg == "default" and flag_dest(node) in K_NAMES and number(k.value):
                     found.append((where, "-k default=", k.value.value))
                 elif k.arg in K_NAMES and number(k.value) and k.value.value > 0:
                     found.append((where, f"{k.arg}= passed", k.value.value))

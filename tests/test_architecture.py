@@ -58,7 +58,7 @@ def test_libraries_never_import_the_cli_or_the_ui():
             assert not any(t.startswith(("olifant_mlx.measure", "olifant_mlx.drafters.adaptive"))
                            for t in ts), (m, ts)
         # the HTTP server stands on the Session and its Request alone (no decoding of its own; engine.options for
-        # the options' metadata its request fields are made from; engine.cache for the prefix
+        # the options' checks, bindings for their request fields; engine.cache for the prefix
         # cache it keeps across requests; `teardown` is its worker thread's clean end; `library`
         # to check a request's library name without listing the others), and only the serve
         # command uses it
@@ -67,7 +67,8 @@ def test_libraries_never_import_the_cli_or_the_ui():
                                                             "olifant_mlx.engine.request",
                                                             "olifant_mlx.engine.options", "olifant_mlx.engine.loop",
                                                             "olifant_mlx.engine.cache", "olifant_mlx.library",
-                                                            "olifant_mlx.drafters", "olifant_mlx.teardown"))
+                                                            "olifant_mlx.drafters", "olifant_mlx.teardown",
+                                                            "olifant_mlx.bindings"))
                        for t in ts), (m, ts)
         elif any(t.startswith("olifant_mlx.server") for t in ts):
             assert m.startswith("olifant_mlx.cli"), (m, ts)
@@ -248,10 +249,11 @@ def test_the_extension_entries_are_the_registries():
     assert own and all(architecture.source_file(m).is_file() for m in own)
 
 
-@pytest.mark.parametrize("what", ["an option", "an energy backend", "a CLI command"])
-def test_adding_one_is_one_entry(what):
+@pytest.mark.parametrize("what, edits", [("an option", 2), ("an energy backend", 1), ("a CLI command", 1)])
+def test_adding_one_is_one_entry(what, edits):
+    """One entry in its registry (an option: its field and its row in the binding table)."""
     count = entries(what)
-    assert count["edits"] == 1 and len(count["files"]) == 1, count["places"]
+    assert count["edits"] == edits and len(count["files"]) == edits, count["places"]
 
 
 @ISSUE_39
@@ -294,7 +296,7 @@ def test_the_k_default_check_can_fail(tmp_path):
     f = tmp_path / "m.py"
     f.write_text("class O:\n    k: int = option(3, flag_default=8)\n\n"
                  "def f(k=8, *, num_draft_tokens=5):\n    g(k=0)\n    g(k=4)\n"
-                 "    p.add_argument('-k', type=int, default=8)\n")
+                 "    p.add_argument('-k', type=int, default=8)\n    p.add_argument('--gamma', '-k', default=4)\n")
     assert architecture.k_defaults_in(f) == [
         ("O.k", "flag_default=", 8), ("O.k", "the field's default", 3), ("f", "parameter k=", 8),
         ("f", "parameter num_draft_tokens=", 5), ("f", "k= passed", 4), ("f", "-k default=", 8)]

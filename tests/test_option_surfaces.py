@@ -1,7 +1,9 @@
 """One option, stated once: a field added to GenerationOptions (here a subclass standing in
-for the edited dataclass) is a command-line flag, a server request field and a TUI settings
-row with no other edit, and a bad value gives the same message from the same check on each
-surface, after the surface's own spelling of the option."""
+for the edited dataclass) and its row in the binding table (olifant_mlx.bindings) is a
+command-line flag, a server request field and a TUI settings row with no other edit, and a bad
+value gives the same message from the same check on each surface, after the surface's own
+spelling of the option. The table covers every field, each surface it names can spell the
+option, and k's default lives in one place."""
 import asyncio
 import json
 from dataclasses import dataclass
@@ -10,22 +12,29 @@ import pytest
 from tui_fakes import fake_app, static_text
 
 import olifant_mlx.engine.options as table
+from olifant_mlx import bindings
+from olifant_mlx.architecture import k_defaults, k_defaults_in
+from olifant_mlx.bindings import GENERATE, RANKS, SERVE, TUI, bind
 from olifant_mlx.engine.options import GenerationOptions, OptionsError, check_option, option
 
 
 @dataclass(frozen=True)
 class Wider(GenerationOptions):
-    widgets: int = option(2, what="widgets", low=1, high=9, flags=("--widgets",),
-                          help="widgets per pass (default 2)", server="widgets", tui="widgets",
-                          tui_section="sampling")
+    widgets: int = option(2, what="widgets", low=1, high=9)
+
+
+WIDGETS = bind(GENERATE, SERVE, TUI, RANKS, flags=("--widgets",), help="widgets per pass (default %(default)s)",
+               label="widgets", section="sampling")
 
 
 @pytest.fixture
 def wider(monkeypatch):
-    """The options table as it is once `widgets` is a field."""
+    """The options as they are once `widgets` is a field, and its row in the binding table."""
     monkeypatch.setattr(table, "GenerationOptions", Wider)
     monkeypatch.setattr(table, "_OPTIONS", {})
+    monkeypatch.setitem(bindings.BINDINGS, "widgets", WIDGETS)
     assert "widgets" in table.options()
+    assert bindings.table_problems(table.options()) == []
     with pytest.raises(OptionsError) as e:
         check_option("widgets", 0)
     return str(e.value)          # the one message a bad value gets
@@ -97,3 +106,34 @@ def test_a_new_field_is_a_settings_row(wider):
             assert app.query_one(SettingsTab).read().options.widgets == 5
 
     asyncio.run(go())
+
+
+def test_the_binding_table_is_the_options():
+    """A row per field, in order; every surface a row names can spell it (flags, a label)."""
+    assert bindings.table_problems(table.options()) == []
+
+
+def test_the_binding_table_check_can_fail():
+    broken = {"k": bind(GENERATE, "fax"), "seed": bind(TUI, after="k"), "top_k": bind(SERVE, flags=("--top-k",))}
+    assert bindings.table_problems(["k", "top_k", "seed"], broken) == [
+        "the table's rows are not the fields ['k', 'top_k', 'seed']",
+        "k: no surface ['fax']",
+        "k: a flag of ['generate'] needs its flags",
+        "seed: a settings row needs a label",
+        "seed: follows 'k', which has no settings row"]
+
+
+def test_ks_default_lives_in_one_place():
+    """GenerationOptions.k's default is the one literal; every surface (flags, the TUI's and the
+    server's defaults, the commands without options) reads it (olifant_mlx.architecture's scan)."""
+    places = [(f, where) for f, where, *_ in k_defaults()]
+    assert places == [("olifant_mlx/engine/options.py", "GenerationOptions.k")], places
+
+
+def test_the_k_default_scan_can_fail(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("def f(x, k=8):\n    pass\nK_ = 3\nclass A:\n    k: int = field(8)\n"
+                 "p.add_argument('-k', type=int, default=8)\np.add_argument('--gamma', '-k', default=4)\n"
+                 "def g(k=None, *, num_draft_tokens=5):\n    pass\n")
+    assert [what for _, what, _ in k_defaults_in(f)] == [
+        "parameter k=", "the field's default", "-k default=", "parameter num_draft_tokens="]

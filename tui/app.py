@@ -109,8 +109,8 @@ class OlifantApp(App):
     last_stats = Forward()
     last_window = Forward()
 
-    def __init__(self, model: str | None = None, draft: str = "auto", k: int = 8,
-                 max_tokens: int = 256, energy: str | None = None, prompt: str | None = None,
+    def __init__(self, model: str | None = None, draft: str = "auto", k: int = GenerationOptions.k,
+                 max_tokens: int = GenerationOptions.max_tokens, energy: str | None = None, prompt: str | None = None,
                  options: GenerationOptions | None = None, system_prompt: str | None = None,
                  template_kwargs: dict | None = None, mode: str = "chat",
                  conversations: str | None = None, theme: str | None = None, meter=None,

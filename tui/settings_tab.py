@@ -16,6 +16,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Checkbox, Input, Label, Select, Static, TabPane
 
+from olifant_mlx.bindings import BINDINGS, TUI, bound
 from olifant_mlx.drafters.registry import KINDS, DrafterSpec, parse_spec
 from olifant_mlx.engine import GenerationOptions
 from olifant_mlx.engine.options import options
@@ -90,28 +91,28 @@ def _number(value: str, what: str, optional: bool = False) -> float | None:
 
 
 def option_rows() -> dict:
-    """{section: [field name, ...]} of the options with a TUI row (`Option.tui`), in field
-    order but for a row placed after another (`tui_after`); sections in SECTIONS' order, then
-    any other, in field order."""
-    names = [n for n, o in options().items() if o.tui]
-    for name in [n for n in names if options()[n].tui_after]:
+    """{section: [field name, ...]} of the options with a settings row (olifant_mlx.bindings),
+    in the table's order but for a row placed after another (`after`); sections in SECTIONS'
+    order, then any other, in the table's order."""
+    names = bound(TUI)
+    for name in [n for n in names if BINDINGS[n].after]:
         names.remove(name)
-        names.insert(names.index(options()[name].tui_after) + 1, name)
+        names.insert(names.index(BINDINGS[name].after) + 1, name)
     rows = {section: [] for section in SECTIONS}
     for name in names:
-        rows.setdefault(options()[name].tui_section, []).append(name)
+        rows.setdefault(BINDINGS[name].section, []).append(name)
     return rows
 
 
 def row_id(name: str) -> str:
-    return options()[name].tui_id or "set-" + name.replace("_", "-")
+    return BINDINGS[name].row_id or "set-" + name.replace("_", "-")
 
 
 def option_widget(name: str, value):
     """An option's settings widget: a checkbox (flag), a select (choice) or an input."""
-    o = options()[name]
+    o, hint = options()[name], BINDINGS[name].hint
     if o.kind == "flag":
-        return Checkbox(o.tui_hint, value, id=row_id(name), compact=True)
+        return Checkbox(hint, value, id=row_id(name), compact=True)
     if o.kind == "choice":
         return Select([(str(c), c) for c in o.choices], value=Select.BLANK if value is None else value,
                       allow_blank=o.optional,
@@ -119,7 +120,7 @@ def option_widget(name: str, value):
     text = "" if value is None else f"{value:g}" if o.kind == "number" else \
         ", ".join(value) if o.kind == "texts" else str(value)
     integer = o.kind == "whole" and not o.optional
-    return Input(text, type="integer" if integer else "text", placeholder=o.tui_hint, id=row_id(name),
+    return Input(text, type="integer" if integer else "text", placeholder=hint, id=row_id(name),
                  compact=True)
 
 
@@ -173,7 +174,7 @@ class SettingsTab(TabPane):
                 if section != "generation":
                     yield Static(SECTIONS.get(section, section), classes="heading")
                 for name in names:
-                    yield from row(options()[name].tui, option_widget(name, getattr(o, name)))
+                    yield from row(BINDINGS[name].label, option_widget(name, getattr(o, name)))
             yield Static("conversations", classes="heading")
             yield from row("system prompt", Input(system, placeholder="none", id="set-system",
                                                   compact=True))

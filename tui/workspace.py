@@ -17,7 +17,7 @@ from olifant_mlx.tui.conversation import Conversation, Run, Turn
 from olifant_mlx.tui.messages import Loaded, Status
 from olifant_mlx.tui.workers import Job
 
-from olifant_mlx.engine import PrefixCache
+from olifant_mlx.engine import GenerationOptions, PrefixCache
 
 WORKSPACE = ("chat", "document")         # the two kinds of conversation
 
@@ -80,7 +80,7 @@ class Workspace:
     state the panes share and what changes it (a plain object: tests make one without an App)."""
 
     def __init__(self, model: str | None = None, *, system_prompt: str | None = None,
-                 template_kwargs: dict | None = None, k: int = 8, energy: str | None = None,
+                 template_kwargs: dict | None = None, k: int = GenerationOptions.k, energy: str | None = None,
                  meter=None, meter_clock=None, conversations: str | None = None,
                  session_factory=None, tokenizer_fn=None, train_fn=None):
         self.model_spec = model               # the verifier asked for at launch

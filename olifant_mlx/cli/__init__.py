@@ -114,7 +114,7 @@ def main(argv=None) -> int:
     try:
         return args.func(args)
     except OptionsError as e:      # a usage error, said with the flag that caused it
-        from olifant_mlx.engine.options import flag_of
+        from olifant_mlx.bindings import flag_of
 
         flag = flag_of(e.option)
         sys.stderr.write(f"error: {flag + ': ' if flag else ''}{e}\n")

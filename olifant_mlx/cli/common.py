@@ -8,11 +8,11 @@ import os
 import sys
 
 from olifant_mlx.drafters.registry import help_text
+from olifant_mlx.bindings import BINDINGS, GENERATE, bound
 from olifant_mlx.engine.options import default_of, options
 
 MODEL_HELP = ("verifier: alias (smollm2-135m, gemma3-270m, qwen2.5-coder-1.5b), GGUF file, MLX folder or hub id "
               "(default: Mistral-7B-v0.1 if cached, else smollm2-135m; $OLIFANT_MODEL)")
-DEFAULT_K = options()["k"].flag_default      # 8: the command line drafts more than the default options
 
 
 def draft_tokens(value: str) -> int:
@@ -75,35 +75,30 @@ def add_weights_arg(p) -> None:
 def flag_dest(name: str) -> str:
     """The argparse attribute an option's flag sets: the field's name where a flag spells it
     (-k, --temperature), else argparse's own (--no-kv-cache: no_kv_cache)."""
-    o = options()[name]
-    spelled = {f.lstrip("-").replace("-", "_") for f in o.flags}
-    return name if name in spelled else next(f for f in o.flags if f.startswith("--"))[2:].replace("-", "_")
+    flags = BINDINGS[name].flags
+    spelled = {f.lstrip("-").replace("-", "_") for f in flags}
+    return name if name in spelled else next(f for f in flags if f.startswith("--"))[2:].replace("-", "_")
 
 
 def add_option_args(p, names, **helps) -> None:
-    """The flags of these GenerationOptions fields, made from their `Option`s: spellings, type,
-    default, metavar and help (`helps`: a command's own help for a field). Values are converted
-    here and checked once, where the options are made (`options_from`)."""
+    """The flags of these GenerationOptions fields, made from their bindings (spellings, help,
+    metavar) and their `Option`s (type): the default is the field's, or the parser's own
+    (set_defaults); `helps`: a command's own help for a field. Values are converted here and
+    checked once, where the options are made (`options_from`)."""
     for name in names:
-        o, default = options()[name], option_default(name)
-        kw = dict(dest=flag_dest(name), help=helps.get(name, o.help))
+        o, b = options()[name], BINDINGS[name]
+        kw = dict(dest=flag_dest(name), help=helps.get(name, b.help))
         if o.kind == "flag":
             kw.update(action="store_true")
         elif o.kind == "texts":          # repeatable, and several values after one flag
-            kw.update(type=str, default=None, metavar=o.metavar, nargs="+", action="extend")
+            kw.update(type=str, default=None, metavar=b.metavar, nargs="+", action="extend")
         else:
             kw.update(type=type(o.choices[0]) if o.kind == "choice" else _FLAG_TYPES[o.kind],
-                      default=default, metavar=o.metavar)
-        p.add_argument(*o.flags, **{k: v for k, v in kw.items() if v is not None or k == "help"})
+                      default=default_of(name), metavar=b.metavar)
+        p.add_argument(*b.flags, **{k: v for k, v in kw.items() if v is not None or k == "help"})
 
 
 _FLAG_TYPES = {"whole": int, "number": float, "text": str, "texts": str}
-
-
-def option_default(name: str):
-    """The command line's default of an option: its flag_default, else the field's."""
-    o = options()[name]
-    return default_of(name) if o.flag_default is None else o.flag_default
 
 
 def add_generation_args(p, prompt: bool = True) -> None:
@@ -113,7 +108,7 @@ def add_generation_args(p, prompt: bool = True) -> None:
     p.add_argument("--draft", default="auto", help=draft_help())
     p.add_argument("--draft-model", metavar="MODEL",
                    help="a small mlx-lm draft model (mlx-lm's flag): the same as --draft neural:MODEL")
-    names = [name for name, o in options().items() if o.flags]
+    names = bound(GENERATE)
     before_prompt = names[:names.index("max_tokens")]          # -k .. --quantized-kv-start
     add_option_args(p, before_prompt)
     if prompt:
@@ -181,23 +176,18 @@ def add_prompt_cache_args(p) -> None:
                         "continues the cached one, whose tokens are not read again")
 
 
-def add_sampling_args(p, temp_help: str) -> None:
-    """--temp, --top-p, --min-p, --top-k (mlx-lm's spellings), as a command other than
-    generate says them (serve: a request's defaults)."""
-    add_option_args(p, ("temperature", "top_p", "min_p", "top_k"), temperature=temp_help)
-
-
 def options_from(args):
-    """GenerationOptions from the flags (validated: errors before any model loads)."""
+    """GenerationOptions from the flags (validated: errors before any model loads); an option
+    without a flag on this command keeps the field's default."""
     from olifant_mlx.engine.options import GenerationOptions
 
     values = {}
     for name, o in options().items():
-        dest = flag_dest(name) if o.flags else None
+        dest = flag_dest(name) if BINDINGS[name].flags else None
         if dest is None or not hasattr(args, dest):
             continue
         value = getattr(args, dest)
-        values[name] = (not value if o.negated else value) if o.kind == "flag" else \
+        values[name] = (not value if BINDINGS[name].negated else value) if o.kind == "flag" else \
             tuple(value or ()) if o.kind == "texts" else value
     return GenerationOptions(**values)
 

@@ -15,6 +15,7 @@ from olifant_mlx.cli.common import (MODEL_HELP, add_generation_args, add_mlx_lm_
                                     print_json, summary_lines, template_kwargs)
 from olifant_mlx.cli.output import answer_turn, document, output_format, write_output
 from olifant_mlx.cli.sharding import add_sharding_args, sharded_command
+from olifant_mlx.engine.options import default_of
 
 DEMO_PROMPT = (  # the warranty disclaimer of the MIT licence: legal boilerplate verifiers know
     "THE SOFTWARE IS PROVIDED \"AS IS\", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED, "
@@ -546,7 +547,8 @@ def add_demo(d):
     d.add_argument("--model", help="verifier (default smollm2-135m)")
     add_weights_arg(d)
     d.add_argument("--corpus", nargs="+", help="draft-model corpus (default: builtin:licenses)")
-    d.add_argument("-k", type=draft_tokens, default=8, help="draft tokens per step at most (default 8)")
+    d.add_argument("-k", type=draft_tokens, default=default_of("k"),
+                   help="draft tokens per step at most (default %(default)s)")
     d.add_argument("-m", "--max-tokens", type=int, default=80)
     d.add_argument("-p", "--prompt", help="prompt text (default: a licence clause)")
     d.add_argument("--rounds", type=rounds_count, default=3,

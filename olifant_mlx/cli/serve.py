@@ -10,14 +10,19 @@ import os
 import signal
 import sys
 
-from olifant_mlx.cli.common import (DEFAULT_K, MODEL_HELP, add_adapter_arg, add_option_args, add_sampling_args,
-                                    add_weights_arg, check_adapter_path, check_draft_model, draft_help, energy_help,
-                                    open_meter)
+from olifant_mlx.bindings import BINDINGS, SERVE, bound, request_field
+from olifant_mlx.cli.common import (MODEL_HELP, add_adapter_arg, add_option_args, add_weights_arg, check_adapter_path,
+                                    check_draft_model, check_library, check_precedents, draft_help, energy_help,
+                                    open_meter, options_from)
 from olifant_mlx.cli.train import byte_size
+from olifant_mlx.server.config import Limits
 
 KEY_ENV = "OLIFANT_API_KEY"
 EXTRA = "the server needs its extra: pip install 'olifant_mlx[server]'"
-MAX_TOKENS = 512    # -m: an answer's tokens when a request does not say (generate's default is 256)
+# serve's own help for an option's flag (the others: generate's, and the request field that overrides it)
+SERVE_HELPS = {"k": "draft tokens per pass unless a request says (default %(default)s)",
+               "max_tokens": "tokens per answer when a request does not say (default %(default)s)",
+               "temperature": "temperature when a request does not say (default 0: greedy)"}
 
 
 def require_stack() -> None:
@@ -36,12 +41,10 @@ def prepare(args):
     """Everything checked before the verifier loads. Returns (choice, defaults, limits, host,
     api_key, meter, socket)."""
     require_stack()
-    from olifant_mlx.engine import GenerationOptions
     from olifant_mlx.server.app import bind
-    from olifant_mlx.server.config import Limits, check_api_keys, check_bind, check_port, parse_drafters
+    from olifant_mlx.server.config import check_api_keys, check_bind, check_port, parse_drafters
 
-    defaults = GenerationOptions(k=args.k, max_tokens=args.max_tokens, temperature=args.temperature,
-                                 top_p=args.top_p, top_k=args.top_k, min_p=args.min_p)
+    defaults = options_from(args)        # serve's option flags: the requests' defaults
     limits = Limits(max_body_bytes=args.max_body_bytes, default_max_tokens=args.max_tokens,
                     max_tokens=args.max_tokens_limit, queue_size=args.queue_size,
                     timeout_s=args.timeout, prompt_cache_size=args.prompt_cache_size,
@@ -61,9 +64,29 @@ def prepare(args):
         if spec.model_file:
             for model in models:        # every served verifier drafts with every drafter
                 check_draft_model(spec.model_file, model)
+    check_libraries(defaults, args, models)
     meter = open_meter(args.energy)
     sock = bind(host, port)
     return choice, defaults, limits, host, api_key, meter, sock
+
+
+def check_libraries(defaults, args, models) -> None:
+    """The libraries serve's --sources and --precedents name, each checked against every
+    served verifier's tokenizer before any weights load."""
+    for name in {n for n in (defaults.sources, defaults.precedents) if n}:
+        for model in models:
+            check_library(name, model)
+    if defaults.precedents:
+        check_precedents(defaults, args)
+
+
+def serve_help(name: str) -> str | None:
+    """An option's serve flag's help: serve's own, else generate's and the request field that
+    overrides it."""
+    help = BINDINGS[name].help
+    if name in SERVE_HELPS or help is None:
+        return SERVE_HELPS.get(name)
+    return f"{help}; a request's default (its field \"{request_field(name)}\")"
 
 
 def cmd_serve(args) -> int:
@@ -160,9 +183,10 @@ def add_serve(s):
                         f"hub ids; all loaded at start, at most {MAX_MODELS} with --model); --model "
                         f"is the default")
     add_adapter_arg(s)
-    # -k and -m are the generation options' own flags (engine.options: spellings, type, checks),
-    # said as a request's defaults
-    add_option_args(s, ["k"], k=f"draft tokens per pass unless a request says (default {DEFAULT_K})")
+    # the generation options' flags (olifant_mlx.bindings: spellings; engine.options: type, checks),
+    # said as a request's defaults: -k here, -m with the limits, the others after them
+    placed = ["k", "max_tokens"]                 # the rest follow the server's own flags
+    add_option_args(s, ["k"], k=serve_help("k"))
     s.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1; any other needs --api-key)")
     s.add_argument("--port", type=int, default=8080, help="port (default 8080)")
@@ -174,24 +198,24 @@ def add_serve(s):
                    help="API keys, one a line (a client each, with its own prompt cache; '#' starts "
                         "a comment): with or instead of --api-key")
     s.add_argument("--energy", metavar="BACKEND", help=energy_help())
-    add_option_args(s, ["max_tokens"],
-                    max_tokens=f"tokens per answer when a request does not say (default {MAX_TOKENS})")
-    s.set_defaults(max_tokens=MAX_TOKENS)
-    s.add_argument("--max-tokens-limit", type=int, default=4096,
-                   help="the most tokens a request may ask for (default 4096)")
-    add_sampling_args(s, "temperature when a request does not say (default 0: greedy)")
-    s.add_argument("--queue-size", type=int, default=16,
-                   help="requests that may wait behind the running one; more get 429 (default 16)")
-    s.add_argument("--timeout", type=float, default=600.0,
+    add_option_args(s, ["max_tokens"], max_tokens=serve_help("max_tokens"))
+    s.set_defaults(max_tokens=Limits.default_max_tokens)
+    s.add_argument("--max-tokens-limit", type=int, default=Limits.max_tokens,
+                   help="the most tokens a request may ask for (default %(default)s)")
+    rest = [name for name in bound(SERVE) if name not in placed]
+    add_option_args(s, rest, **{name: serve_help(name) for name in rest})
+    s.add_argument("--queue-size", type=int, default=Limits.queue_size,
+                   help="requests that may wait behind the running one; more get 429 (default %(default)s)")
+    s.add_argument("--timeout", type=float, default=Limits.timeout_s,
                    help="seconds a request may take, queue included; a request may ask for "
                         "less with \"timeout\" (default 600)")
-    s.add_argument("--max-body-bytes", type=int, default=4 << 20,
+    s.add_argument("--max-body-bytes", type=int, default=Limits.max_body_bytes,
                    help="largest request body (default 4 MiB)")
-    s.add_argument("--prompt-cache-size", type=int, default=10, metavar="N",
+    s.add_argument("--prompt-cache-size", type=int, default=Limits.prompt_cache_size, metavar="N",
                    help="KV caches kept across requests, least recently used evicted first: a "
                         "request prefills only its prompt past the longest prefix it shares with one "
-                        "(default 10; 0 keeps none)")
-    s.add_argument("--prompt-cache-bytes", type=byte_size, default=1 << 30, metavar="SIZE",
+                        "(default %(default)s; 0 keeps none)")
+    s.add_argument("--prompt-cache-bytes", type=byte_size, default=Limits.prompt_cache_bytes, metavar="SIZE",
                    help="their memory in all, e.g. 512M (default 1G; 0: no bound but the count)")
     s.add_argument("--no-access-log", action="store_true",
                    help="no access log on stderr (it has method, path, status and time only)")

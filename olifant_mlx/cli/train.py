@@ -12,6 +12,7 @@ import sys
 import threading
 
 from olifant_mlx.cli.common import draft_tokens, mb, print_json, table
+from olifant_mlx.engine.options import default_of
 from olifant_mlx.machine import default_memory_limit
 
 DEFAULT_CORPUS = "builtin:licenses"
@@ -370,7 +371,7 @@ def add_info(i):
 def add_draft(d):
     d.add_argument("-m", "--model", required=True)
     d.add_argument("-p", "--prompt", required=True, help="text, or - for stdin")
-    d.add_argument("-k", type=draft_tokens, default=8)
+    d.add_argument("-k", type=draft_tokens, default=default_of("k"))
     d.add_argument("--tokenizer", help="default: the tokenizer the model file names")
     d.add_argument("--min-depth", type=int, default=0)
     d.add_argument("--min-share", type=float, default=0.0)

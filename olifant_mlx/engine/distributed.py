@@ -316,10 +316,10 @@ class Shard:
 
 def options_dict(options) -> dict:
     """GenerationOptions as JSON for the other ranks: the options sent to ranks (not the
-    history file, which stays on rank 0, nor the cost models, rank 0's)."""
-    from olifant_mlx.engine.options import options as described
+    history file, which stays on rank 0, nor the cost models, rank 0's: olifant_mlx.bindings)."""
+    from olifant_mlx.bindings import RANKS, bound
 
-    return {name: getattr(options, name) for name, o in described().items() if o.ranks}
+    return {name: getattr(options, name) for name in bound(RANKS)}
 
 
 class SharedDrafter(DrafterBase):

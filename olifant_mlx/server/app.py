@@ -475,7 +475,7 @@ def start(verifier, choice, defaults=None, limits: Limits | None = None, api_key
     from olifant_mlx.server.config import LOOPBACK, check_bind
     from olifant_mlx.server.queue import make_setup, prompt_cache
 
-    defaults = defaults or GenerationOptions(k=8, max_tokens=512)
+    defaults = defaults or GenerationOptions(max_tokens=(limits or Limits()).default_max_tokens)
     limits = limits or Limits()
     host = check_bind(host, api_key)
     sock = bind(host, port)

@@ -385,7 +385,8 @@ def make_setup(verifier, choice, defaults, meter=None, warm_up: bool = True):
         built["none"] = drafting(NoDrafter(), v.identity)
         session = session.with_drafter(built[choice.default])
         if warm_up:
-            session.generate("Hello", defaults.replace(max_tokens=2, stop=()), built["none"])
+            plain = defaults.replace(max_tokens=2, stop=(), sources=None, max_verbatim=None, precedents=None)
+            session.generate("Hello", plain, built["none"])     # serve's guard needs a library
         label = meter.info.label if meter is not None else "not measured"
         libraries = tuple((name, d.library) for name, d in built.items() if d.library is not None)
         info = ModelInfo(v.name, v.context_length, v.identity.vocab_size, bool(v.has_chat_template),

@@ -15,6 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, FiniteFloat, ValidationError, create_model
 
+from olifant_mlx.bindings import BINDINGS, REQUEST, bound, request_field
 from olifant_mlx.engine.options import check_option, options
 from olifant_mlx.engine.session import Chat, GenerationOptions, OptionsError
 from olifant_mlx.server.config import Limits
@@ -74,11 +75,19 @@ class Message(Strict):
 FIELD_TYPES = {"whole": int, "number": FiniteFloat, "flag": bool, "text": str, "texts": list[str]}
 
 
+def option_requests() -> dict:
+    """{option: its request field} of the options a request sets by a field of their own
+    (top_p, num_draft_tokens, ...: olifant_mlx.bindings); those OpenAI's bodies declare
+    themselves (max_tokens, seed, stop) are read with the body's other fields (`_plan`)."""
+    return {name: request_field(name) for name in bound(REQUEST) if request_field(name) not in Common.model_fields}
+
+
 def option_fields() -> dict:
-    """{request field: (type, None)} of every GenerationOptions field with a `server` field
-    (top_p, num_draft_tokens, ...): made from the options, so a new one is a request field."""
-    return {o.server: ((Literal[o.choices] if o.kind == "choice" else FIELD_TYPES[o.kind]) | None, None)
-            for o in options().values() if o.server}
+    """{request field: (type, None)} of option_requests(): made from the table, so a new
+    option that applies to serving is a request field."""
+    kinds = {field: options()[name] for name, field in option_requests().items()}
+    return {field: ((Literal[o.choices] if o.kind == "choice" else FIELD_TYPES[o.kind]) | None, None)
+            for field, o in kinds.items()}
 
 
 def with_option_fields(body: type[Strict]) -> type[Strict]:
@@ -310,7 +319,8 @@ def _plan(req, kind, prompt, max_tokens, max_param, info, defaults, limits, prom
     seed = req.seed
     if seed is None:        # OpenAI: no seed, a fresh draw each time (greedy ignores it)
         seed = secrets.randbits(62) if temperature > 0 else defaults.seed
-    changes.update(max_tokens=max_tokens or limits.default_max_tokens, seed=seed, stop=tuple(stops))
+    changes.update(max_tokens=max_tokens or limits.default_max_tokens, seed=seed,
+                   stop=defaults.stop if req.stop is None else tuple(stops))
     try:
         options = defaults.replace(**changes)
     except OptionsError as e:
@@ -327,15 +337,15 @@ def request_options(req) -> dict:
     """{option: value} of the option fields a request set, each checked as the options check
     it (within the server's own limit, `server_high`): ApiError(400) naming the field."""
     changes = {}
-    for name, o in options().items():
-        value = getattr(req, o.server) if o.server else None
+    for name, field in option_requests().items():
+        value, o = getattr(req, field), options()[name]
         if value is None:
             continue
         value = float(value) if o.kind == "number" else tuple(value) if o.kind == "texts" else value
         try:
-            check_option(name, value, o.server_high)
+            check_option(name, value, BINDINGS[name].server_high)
         except OptionsError as e:
-            raise ApiError(400, f"{o.server}: {e}", o.server, "invalid_value") from None
+            raise ApiError(400, f"{field}: {e}", field, "invalid_value") from None
         changes[name] = value
     return changes
 
