@@ -286,7 +286,6 @@ def test_the_size_check_can_fail(tmp_path):
     assert list(architecture.definitions(f)) == [("C", True, 63), ("C.m", False, 62), ("g", False, 2)]
 
 
-@ISSUE_39
 def test_ks_default_lives_in_one_place():
     places = architecture.k_defaults()
     assert len(places) == 1, places

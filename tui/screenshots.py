@@ -53,7 +53,7 @@ def to_png(svg: Path, png: Path) -> None:
 
 
 async def shoot(out: Path, size, draft_dir: Path, energy: str | None, max_tokens: int) -> list[Path]:
-    app = OlifantApp(model="smollm2-135m", draft="auto", k=8, max_tokens=max_tokens, energy=energy,
+    app = OlifantApp(model="smollm2-135m", draft="auto", max_tokens=max_tokens, energy=energy,
                      model_dirs=[draft_dir])
     shots = []
     tag = f"{size[0]}x{size[1]}"
@@ -135,7 +135,7 @@ async def shoot_sources(out: Path, size, max_tokens: int, precedents: bool = Fal
     from olifant_mlx.engine import GenerationOptions
 
     use = {"precedents": "licences"} if precedents else {"sources": "licences"}
-    options = GenerationOptions(k=8, max_tokens=max_tokens, **use)
+    options = GenerationOptions(max_tokens=max_tokens, **use)
     app = OlifantApp(model="smollm2-135m", draft="auto" if precedents else "library:licences", options=options,
                      energy="none", mode="document", model_dirs=[])
     tag, shots = f"{size[0]}x{size[1]}", []
