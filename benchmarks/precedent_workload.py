@@ -288,7 +288,9 @@ def cmd_tables(args) -> None:
         print(f"wrote {args.json}", file=sys.stderr)
 
 
-LIVE_SPECS = {"lookup": "lookup", "adaptive-hybrid": "adaptive:hybrid:{olifant}", "auto": "auto"}
+# prompt lookup: the best single drafter on the transcripts (the adaptive hybrid combines two and
+# auto is one over more sources); auto as `live` resolves it, beside the task's files and the library
+LIVE_SPECS = {"lookup": "lookup", "auto": "auto"}
 
 
 def cmd_live(args) -> None:
@@ -298,6 +300,8 @@ with the load averages."""
     from olifant_mlx.engine import Session
     from olifant_mlx.verifier import load_verifier
 
+    if len(args.n_prompts) not in (1, 3):
+        raise SystemExit("--n-prompts: one N, or three (legal, medical, fresh)")
     out = OUT / "live"
     out.mkdir(parents=True, exist_ok=True)
     scenario = {it["id"]: it["scenario"] for it in read_workload()}
@@ -309,7 +313,8 @@ with the load averages."""
     result = {"verifier": args.model, "k": args.k, "strategies": LIVE_SPECS, "machine": {"cpus": os.cpu_count()},
               "scenarios": before.get("scenarios", {}) if before.get("verifier") == args.model else {}}
     for name in args.scenarios:
-        mine = [chats[i] for i in chats if scenario[i] == name][: args.n_prompts]
+        n = dict(zip(SCENARIOS, args.n_prompts * 3 if len(args.n_prompts) == 1 else args.n_prompts))[name]
+        mine = [chats[i] for i in chats if scenario[i] == name][:n]
         lines = [json.dumps({"messages": list(c.messages)} if not isinstance(c, str) else {"prompt": c})
                  for c in mine]
         prompts = out / f"{name}.jsonl"
@@ -376,7 +381,8 @@ def main():
     lv = sub.add_parser("live")
     lv.add_argument("--model", default="qwen2.5-coder-1.5b")
     lv.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=SCENARIOS)
-    lv.add_argument("--n-prompts", type=int, default=4)
+    lv.add_argument("--n-prompts", type=int, nargs="+", default=[6, 3, 3], choices=range(1, 17), metavar="N",
+                    help="the first N prompts of legal, medical and fresh (one N: of each)")
     lv.add_argument("--rounds", type=int, default=2)
     lv.add_argument("--max-tokens", type=int, default=96)
     lv.add_argument("-k", type=int, default=8)
