@@ -125,7 +125,7 @@ class OlifantApp(App):
         current = self.workspace.current
         await self.chat_tab.show(current["chat"])
         if current["document"].text or current["document"].runs:
-            self.doc_tab.show(current["document"])
+            await self.doc_tab.open(current["document"])
         self.nav.show_current()
 
     def on_resize(self) -> None:

@@ -39,14 +39,11 @@ class DocumentTab(WritingPane):
     def on_mount(self) -> None:
         self.editor.move_cursor(self.editor.document.end)     # where typing continues the text
 
-    def show(self, conv) -> None:
+    async def open(self, conv, clear: bool = False) -> None:
+        """Show a document (chosen in the list, or the current one at start)."""
         self.editor.set_document(conv.text, [m for m in conv.marks if m[2] != "copied"])
         self.editor.set_copied([m for m in conv.marks if m[2] == "copied"])
         self.editor.move_cursor(self.editor.document.end)
-
-    async def open(self, conv, clear: bool = False) -> None:
-        """A document chosen in the list."""
-        self.show(conv)
 
     def stash(self) -> None:
         """Keep what the editor holds in the current document."""
@@ -85,10 +82,6 @@ class DocumentTab(WritingPane):
         self.editor.loading = on and self.running() is not None
 
     def text(self) -> str:
-        return self.editor.text
-
-    def compare_prompt(self) -> str:
-        """What Compare runs when nothing was generated yet: the editor's text."""
         return self.editor.text
 
     # ---- writing: continue, continue again ---------------------------------------------

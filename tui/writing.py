@@ -163,6 +163,11 @@ class WritingPane(TabPane):
         """What copy takes: the last answer, or the document."""
         raise NotImplementedError
 
+    def compare_prompt(self):
+        """What Compare runs when nothing was generated yet (the Chat tab: the chat and your
+        message; None, with a notification, when there is none)."""
+        return self.text()
+
     def action_copy(self) -> None:
         text = self.text()
         if not text:
