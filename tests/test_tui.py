@@ -59,7 +59,7 @@ def test_two_turn_conversation_regenerate_and_edit():
             assert app.focused is app.chat_tab.composer          # focus starts in the prompt
             await send(pilot, app, "Draft a confidentiality clause.")
             await send(pilot, app, "Shorter, please.")
-            conv = app.current["chat"]
+            conv = app.workspace.current["chat"]
             assert [t.role for t in conv.turns] == ["user", "assistant"] * 2
             assert conv.turns[1].content == conv.turns[3].content == fake_text(12)
             assert conv.turns[3].stats["tokens"] == 12 and conv.turns[3].drafter
@@ -75,7 +75,7 @@ def test_two_turn_conversation_regenerate_and_edit():
             # edit and resend: the first message is replaced, the answers after it rewritten
             app.chat_tab.view(0).focus()
             await pilot.press("ctrl+t")
-            assert app.editing == 0 and app.chat_tab.composer.text == "Draft a confidentiality clause."
+            assert app.workspace.editing == 0 and app.chat_tab.composer.text == "Draft a confidentiality clause."
             app.chat_tab.composer.text = "Draft an indemnity clause."
             await pilot.press("ctrl+g")
             await settle(pilot, app)
@@ -84,7 +84,7 @@ def test_two_turn_conversation_regenerate_and_edit():
             # esc cancels an edit
             await pilot.press("ctrl+t")
             await pilot.press("escape")
-            assert app.editing is None and app.chat_tab.composer.text == ""
+            assert app.workspace.editing is None and app.chat_tab.composer.text == ""
 
     run(go())
 
@@ -99,7 +99,7 @@ def test_chat_turns_keep_a_prompt_cache_and_compare_reads_afresh():
             await pilot.pause()
             await send(pilot, app, "Draft a confidentiality clause.")
             await send(pilot, app, "Shorter, please.")
-            assert FakeSession.caches[-2:] == [app.prompt_cache] * 2
+            assert FakeSession.caches[-2:] == [app.workspace.prompt_cache] * 2
             n = len(FakeSession.caches)
             await pilot.press("ctrl+b")
             await settle(pilot, app)
@@ -116,7 +116,7 @@ def test_answer_streams_with_provenance_and_markdown_toggle():
         async with app.run_test(size=SIZE) as pilot:
             await type_message(pilot, app, "hello")
             await pilot.press("ctrl+g")
-            await wait_for(pilot, lambda: len(app.current["chat"].turns[-1].content) > 100)
+            await wait_for(pilot, lambda: len(app.workspace.current["chat"].turns[-1].content) > 100)
             writing = app.chat_tab.view(1)
             assert writing.writing and writing.query(FlowText)      # live: marked text
             await pilot.press("escape")
@@ -125,8 +125,8 @@ def test_answer_streams_with_provenance_and_markdown_toggle():
             assert view.query("Markdown") and not view.query(FlowText)    # finished: Markdown
             await pilot.press("ctrl+f")                                  # toggled off: marks
             flow = app.chat_tab.view(1).query_one(FlowText)
-            assert flow.text == app.current["chat"].turns[1].content
-            kinds = {k for t in app.current["chat"].turns[1].segments for k in [t[1]]}
+            assert flow.text == app.workspace.current["chat"].turns[1].content
+            kinds = {k for t in app.workspace.current["chat"].turns[1].segments for k in [t[1]]}
             assert {"accepted", "correction", "bonus"} <= kinds
             # the marks do not rely on colour: each kind has its own weight or underline
             cues = {k: (s.bold, s.italic, s.underline) for k in ("accepted", "correction", "bonus")
@@ -164,7 +164,7 @@ def test_base_model_conversation_is_refused_with_a_hint(monkeypatch):
         async with app.run_test(size=SIZE) as pilot:
             await send(pilot, app, "hello")
             assert any("Document tab" in n.message for n in app._notifications)
-            assert [t.role for t in app.current["chat"].turns] == ["user"]   # no empty answer
+            assert [t.role for t in app.workspace.current["chat"].turns] == ["user"]   # no empty answer
 
     run(go())
 
@@ -187,7 +187,7 @@ def test_document_continuation_marks_regenerate_and_undo():
             marks = ed.marks_list
             assert marks and marks[0][0] == start and marks[-1][1] == len(ed.text)
             assert {k for *_, k in marks} >= {"accepted", "correction", "bonus"}
-            conv = app.current["document"]
+            conv = app.workspace.current["document"]
             assert conv.runs[-1].start == start and conv.runs[-1].stats["tokens"] == 15
             assert "passes saved" in static_text(app, "#doc-status")
             # the marks follow your edits: typing at the start moves them along
@@ -298,7 +298,7 @@ def test_saved_conversations_are_opt_in_0600_and_reloaded(tmp_path):
         app = fake_app(max_tokens=9, conversations=str(path))
         async with app.run_test(size=SIZE) as pilot:
             await pilot.pause()
-            conv = app.current["chat"]
+            conv = app.workspace.current["chat"]
             assert conv.turns[0].content == "first matter" and conv.turns[1].content == fake_text(9)
             assert len(app.chat_tab.views()) == 2
             assert any("first matter" in str(o.prompt) for o in app.query_one("#conv-list").options)
@@ -320,10 +320,10 @@ def test_conversation_list_switches_between_conversations():
         app = fake_app(max_tokens=6)
         async with app.run_test(size=(160, 48)) as pilot:
             await send(pilot, app, "first")
-            first = app.current["chat"]
+            first = app.workspace.current["chat"]
             await pilot.press("ctrl+n")
             await send(pilot, app, "second")
-            assert app.current["chat"] is not first and len(app.chat_tab.views()) == 2
+            assert app.workspace.current["chat"] is not first and len(app.chat_tab.views()) == 2
             options = app.query_one("#conv-list")
             assert options.option_count >= 3          # two chats and the document
             index = next(i for i in range(options.option_count) if options.get_option_at_index(i).id == first.id)
@@ -331,12 +331,12 @@ def test_conversation_list_switches_between_conversations():
             options.focus()
             await pilot.press("enter")
             await pilot.pause()
-            assert app.current["chat"] is first
+            assert app.workspace.current["chat"] is first
             assert app.chat_tab.view(0).turn.content == "first"
             # the list highlights the conversation or document of the tab in use
             await pilot.press("f3")
             await pilot.pause()
-            assert options.get_option_at_index(options.highlighted).id == app.current["document"].id
+            assert options.get_option_at_index(options.highlighted).id == app.workspace.current["document"].id
             await pilot.press("f2")
             await pilot.pause()
             assert options.get_option_at_index(options.highlighted).id == first.id
@@ -353,8 +353,9 @@ def test_changing_the_drafter_never_reloads_the_verifier():
         app = fake_app(max_tokens=6)
         async with app.run_test(size=SIZE) as pilot:
             await send(pilot, app, "one")
-            assert app.loads == FakeVerifier.loads == 1
-            assert str(app.session.requested) == "auto" and app.session.spec.text.startswith("adaptive:hybrid")
+            assert app.workspace.loads == FakeVerifier.loads == 1
+            session = app.workspace.session
+            assert str(session.requested) == "auto" and session.spec.text.startswith("adaptive:hybrid")
             # as a person does: F7, Tab to the drafter list, open it, "ng" for ngram, Tab to its
             # argument, 3, Tab to the draft length, space to turn adaptive off
             await pilot.press("f7", "tab", "enter", "n", "g", "enter", "tab", "3", "tab", "space")
@@ -364,13 +365,14 @@ def test_changing_the_drafter_never_reloads_the_verifier():
             await pilot.pause()
             assert app.tabs.active == "chat"
             await send(pilot, app, "two")
-            assert app.session.spec.text == "ngram:3" and app.session.drafter.name.startswith("ngram")
+            session = app.workspace.session
+            assert session.spec.text == "ngram:3" and session.drafter.name.startswith("ngram")
             await pilot.press("f7")
             app.query_one("#set-adaptive").focus()
             await pilot.press("space", "f2")
             await send(pilot, app, "three")
-            assert app.session.spec.text == "adaptive:ngram:3"
-            assert app.loads == FakeVerifier.loads == 1          # one verifier, three drafters
+            assert app.workspace.session.spec.text == "adaptive:ngram:3"
+            assert app.workspace.loads == FakeVerifier.loads == 1          # one verifier, three drafters
             assert "adaptive:ngram:3" in static_text(app, "#live-session")
 
     run(go())
@@ -384,16 +386,20 @@ def test_settings_are_validated_before_anything_runs():
             app.query_one("#set-top-p").value = "1.5"
             await pilot.pause()
             assert "top-p must be in (0, 1]" in static_text(app, "#set-check")
+            assert "top-p must be in (0, 1]" in static_text(app, "#set-top-p-error")     # beside it
+            assert app.query_one("#set-top-p-error").display and not app.query_one("#set-model-error").display
             n = FakeSession.streams
             await type_message(pilot, app, "hi")
             await pilot.press("ctrl+g")
             await pilot.pause()
-            assert FakeSession.streams == n and not app.generating
+            assert FakeSession.streams == n and not app.workspace.generating
             assert any("top-p" in m.message for m in app._notifications)
             app.query_one("#set-top-p").value = "0.9"
             app.query_one("#set-drafter").value = "olifant"
             await pilot.pause()
             assert "olifant needs an argument" in static_text(app, "#set-check")
+            assert not app.query_one("#set-top-p-error").display
+            assert "olifant needs an argument" in static_text(app, "#set-draft-arg-error")
             app.query_one("#set-drafter").value = "lookup"
             app.query_one("#set-history-on").value = True
             app.query_one("#set-history").value = "/tmp/h.bin"
@@ -428,7 +434,7 @@ def test_incompatible_draft_model_is_marked_and_refused(tmp_path):
             assert FakeSession.streams == n                  # refused before any generation ...
             assert FakeVerifier.loads == 0                   # ... and before loading the verifier
             assert any("trained for tokenizer 'other-tok'" in m.message for m in app._notifications)
-            assert [t.role for t in app.current["chat"].turns] == ["user"]
+            assert [t.role for t in app.workspace.current["chat"].turns] == ["user"]
             # the Models list refuses it too, and takes the one that fits: with keys, the
             # arrows to its row, Tab to "Use as drafter", Enter
             async def use(path):
@@ -448,7 +454,7 @@ def test_incompatible_draft_model_is_marked_and_refused(tmp_path):
             assert app.query_one("#set-draft-arg").value == str(good)
             await pilot.press("f2", "ctrl+r")                  # answer the waiting message
             await settle(pilot, app)
-            assert FakeSession.streams == n + 1 and app.session.spec.text == f"olifant:{good}"
+            assert FakeSession.streams == n + 1 and app.workspace.session.spec.text == f"olifant:{good}"
 
     run(go())
 
@@ -480,8 +486,8 @@ def test_tui_drafts_with_rest_and_ngram_cache_files(kind, tmp_path):
             n = FakeSession.streams
             await send(pilot, app, "hello")
             assert FakeSession.streams == n + 1, [m.message for m in app._notifications]
-            assert app.session.spec.text == f"{kind}:{good}"
-            assert app.session.drafter.name.startswith(kind.split("-")[0])
+            assert app.workspace.session.spec.text == f"{kind}:{good}"
+            assert app.workspace.session.drafter.name.startswith(kind.split("-")[0])
             assert not any(m.severity == "error" for m in app._notifications)
         app = fake_app(max_tokens=6, draft=f"{kind}:{bad}")
         async with app.run_test(size=SIZE) as pilot:
@@ -502,13 +508,13 @@ def test_replay_energy_live_numbers_and_power_chart(shared):
                        meter_clock=lambda: time.monotonic_ns() * 20, delay=0.02)
         async with app.run_test(size=SIZE) as pilot:
             await send(pilot, app, "hello")
-            assert app.last_stats.tokens == 40
+            assert app.workspace.last_stats.tokens == 40
             stats = static_text(app, "#stats")
             assert "tokens                40" in stats and "passes saved" in stats
-            assert f"passes saved    {40 - app.last_stats.steps:8d}" in stats
+            assert f"passes saved    {40 - app.workspace.last_stats.steps:8d}" in stats
             energy = static_text(app, "#energy")
             assert "J/100 tok" in energy and "replay" in energy, energy
-            assert app.last_window.total_j > 0
+            assert app.workspace.last_window.total_j > 0
             assert " J" in static_text(app, "#chat-status")
             assert app.query(".power")
 
@@ -523,19 +529,19 @@ def test_power_skips_readings_where_no_counter_advanced(shared):
         app = fake_app(energy=replay_spec(shared), meter_clock=lambda: now[0])
         async with app.run_test(size=SIZE) as pilot:
             await pilot.pause()
-            domain = app.meter.info.domains[0]
-            app.generating = True                        # as while a generation runs
-            app.meter.power()                            # the baseline, at 0 s
+            domain = app.workspace.meter.info.domains[0]
+            app.workspace.generating = True                        # as while a generation runs
+            app.workspace.meter.power()                            # the baseline, at 0 s
             now[0] = 1_500_000_000                       # past the trace's step at 1 s
-            app._tick_power()
+            app.live.tick()
             label = str(app.query_one(f"#power-label-{domain}").content)
             assert f"{domain}   0.00 W" not in label and app.live.series[domain]
             points = len(app.live.series[domain])
             now[0] = 1_900_000_000                       # no step since: nothing to show
-            app._tick_power()
+            app.live.tick()
             assert str(app.query_one(f"#power-label-{domain}").content) == label
             assert len(app.live.series[domain]) == points
-            app.generating = False
+            app.workspace.generating = False
 
     run(go())
 
@@ -546,7 +552,7 @@ def test_none_meter_says_not_measured():
         async with app.run_test(size=SIZE) as pilot:
             await send(pilot, app, "hello")
             assert "not measured" in static_text(app, "#energy")
-            assert app.last_window.total_j is None
+            assert app.workspace.last_window.total_j is None
 
     run(go())
 
@@ -557,12 +563,12 @@ def test_escape_stops_generation():
         async with app.run_test(size=SIZE) as pilot:
             await type_message(pilot, app, "hello")
             await pilot.press("ctrl+g")
-            await wait_for(pilot, lambda: app.current["chat"].turns[-1].content)
+            await wait_for(pilot, lambda: app.workspace.current["chat"].turns[-1].content)
             await pilot.press("escape")
             await settle(pilot, app, timeout=10)
             assert "stopped" in static_text(app, "#chat-status")
-            assert app.last_stats.tokens < 100000
-            assert app.current["chat"].turns[-1].finish_reason == "stopped"
+            assert app.workspace.last_stats.tokens < 100000
+            assert app.workspace.current["chat"].turns[-1].finish_reason == "stopped"
 
     run(go())
 
@@ -578,7 +584,7 @@ def test_errors_are_notifications_not_tracebacks():
             await send(pilot, app, "hello")
             messages = [n.message for n in app._notifications]
             assert any("no such verifier" in m for m in messages), messages
-            assert not app.meter.info.measured                             # fell back to none
+            assert not app.workspace.meter.info.measured                             # fell back to none
             assert "generation failed" in static_text(app, "#chat-status")
             assert app.is_running
 
@@ -760,23 +766,23 @@ def test_real_two_turn_conversation_drafted_equals_plain(real_draft, smol, monke
             assert app.focused is app.chat_tab.composer
             await pilot.press(*"Write one sentence about software warranties.", "ctrl+g")
             await settle(pilot, app, 300)
-            assert app.session.spec.text == f"adaptive:hybrid:{model_path}"
+            assert app.workspace.session.spec.text == f"adaptive:hybrid:{model_path}"
             # Settings: drafter list, "o" for olifant, its argument the same model
             await pilot.press("f7", "tab", "enter", "o", "enter", "tab", "ctrl+a", *str(model_path))
             await pilot.pause()
             assert f"drafter adaptive:olifant:{model_path}" in static_text(app, "#set-check")
             await pilot.press("f2", *"Now say it more formally.", "ctrl+g")
             await settle(pilot, app, 300)
-            assert app.session.spec.text == f"adaptive:olifant:{model_path}"
-            conv = app.current["chat"]
+            assert app.workspace.session.spec.text == f"adaptive:olifant:{model_path}"
+            conv = app.workspace.current["chat"]
             assert [t.role for t in conv.turns] == ["user", "assistant"] * 2
             assert conv.turns[2].content == "Now say it more formally."
             assert all(t.content for t in conv.turns), conv.turns
             assert all(t.stats["drafted"] > 0 for t in conv.turns[1::2])
-            assert len(loads) == 1 and app.loads == 1           # one verifier, two drafters
-            plain = Session(app.session.verifier, "none")      # the same verifier, no reload
+            assert len(loads) == 1 and app.workspace.loads == 1           # one verifier, two drafters
+            plain = Session(app.workspace.session.verifier, "none")      # the same verifier, no reload
             for i in (1, 3):
-                expected = plain.generate(conv.chat(i), app.session.options.replace(k=0, max_tokens=16))
+                expected = plain.generate(conv.chat(i), app.workspace.session.options.replace(k=0, max_tokens=16))
                 assert conv.turns[i].content == expected.text, i
 
     run(go())
@@ -805,12 +811,12 @@ def test_real_document_continuation_and_compare(real_draft, smol, monkeypatch):
             assert "failed" not in static_text(app, "#doc-status"), static_text(app, "#doc-status")
             continuation = ed.text[CUT:]
             assert continuation.strip() and ed.marks_list
-            s = app.last_stats
+            s = app.workspace.last_stats
             assert s.tokens > 0 and s.accepted > 0
             # joined to the text as the verifier reads them together (the first space kept)
-            v = app.session.verifier
-            out = list(app.session.stream(MIT[:CUT], app.session.options.replace(max_tokens=16, k=0),
-                                          continuation=True))
+            session = app.workspace.session
+            v = session.verifier
+            out = list(session.stream(MIT[:CUT], session.options.replace(max_tokens=16, k=0), continuation=True))
             tokens = [t for r in out for t in r.tokens]
             ids = [t for t in v.encode(MIT[:CUT]) if t != v.bos_id]
             assert "".join(r.text for r in out) == continuation

@@ -153,10 +153,10 @@ def test_keys_work_whatever_has_focus():
             await pilot.press("f3", "f6")
             app.query_one("#model-table").focus()
             await pilot.pause()
-            n = len(app.current["document"].runs)
+            n = len(app.workspace.current["document"].runs)
             await pilot.press("ctrl+g")
             await settle(pilot, app)
-            assert app.tabs.active == "document" and len(app.current["document"].runs) == n + 1
+            assert app.tabs.active == "document" and len(app.workspace.current["document"].runs) == n + 1
             # the footer shows the keys that fit; F1 lists them all
             footer = {k.key for k in app.query(FooterKey)}
             assert {"ctrl+g", "ctrl+r", "ctrl+n", "ctrl+s", "ctrl+o", "f1", "ctrl+q"} <= footer

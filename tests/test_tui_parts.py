@@ -14,7 +14,7 @@ from olifant_mlx.tui import store
 from olifant_mlx.tui.conversation import (Conversation, ConversationError, Run, Turn, export_text,
                                           format_for)
 from olifant_mlx.tui.flow import add_marks, changed_span, shift_marks, wrap_starts
-from olifant_mlx.tui.settings_tab import compose_spec, drafters, split_spec
+from olifant_mlx.tui.settings_tab import SettingsModel, compose_spec, drafters, split_spec
 
 # ---- wrapping ---------------------------------------------------------------------------
 
@@ -169,6 +169,31 @@ def test_drafter_specs_of_the_settings_form():
     assert compose_spec("ngram", "", "fixed") == "ngram"
     assert compose_spec("auto", "ignored", "fixed") == "auto"
     assert compose_spec("adaptive", "lookup", "adaptive") == "adaptive:lookup"
+
+
+def test_the_settings_model_checks_each_field_as_it_is_set():
+    """Each field is checked when it is set (its error named by the field); what a run reads
+    is the Settings made then, the same object until a field changes."""
+    from olifant_mlx.drafters.registry import parse_spec
+    from olifant_mlx.engine import GenerationOptions
+
+    m = SettingsModel.start(None, "ngram:3", GenerationOptions(k=3, max_tokens=8))
+    s = m.settings
+    assert s.draft.text == "ngram:3" and s.options.k == 3 and s.model is None and m.error is None
+    m.set("top_p", lambda: 1.5)
+    assert m.settings is None and m.error.name == "top_p" and "top-p must be in (0, 1]" in str(m.error)
+    m.set("temperature", lambda: float("x"))                       # a second field wrong
+    assert m.error.name == "temperature" and set(m.errors) == {"top_p", "temperature"}   # the form's order
+    m.set("top_p", lambda: 0.9)
+    m.set("temperature", lambda: 0.5)
+    assert m.settings.options.top_p == 0.9 and m.settings.options.temperature == 0.5
+    m.set("history", lambda: "/tmp/h.bin")                         # read only by a hybrid drafter
+    assert m.settings is None and m.error.name == "history" and "hybrid" in str(m.error)
+    m.set("draft", lambda: parse_spec("adaptive:ngram:3"))
+    assert m.error.name == "history"
+    m.set("history", lambda: None)
+    settings = m.settings
+    assert settings.draft.text == "adaptive:ngram:3" and m.settings is settings     # read, not made again
 
 
 # ---- the Session: a continuation keeps its first space ---------------------------------------

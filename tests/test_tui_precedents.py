@@ -106,7 +106,7 @@ def test_precedents_are_listed_pinned_first_unpinned_and_exported(firm, tmp_path
             await ask(pilot, app, "rent")
             block = last_user(PromptedSession.prompts_given[-1])
             assert block.index("[1] nda.txt") < block.index("lease.txt") < block.index("Request:")
-            given = app.current["chat"].turns[-1].precedents
+            given = app.workspace.current["chat"].turns[-1].precedents
             assert given[0]["path"] == "nda.txt" and given[0]["pinned"]
             assert any(p["path"] == "lease.txt" and not p["pinned"] for p in given)
             await pilot.press("ctrl+j")
@@ -118,7 +118,7 @@ def test_precedents_are_listed_pinned_first_unpinned_and_exported(firm, tmp_path
             assert app.workspace.pins.items == [] and not any(r[2] for r in listed(app))
             await pilot.press("f2")
             await ask(pilot, app, "the landlord repairs the roof")
-            assert not any(p["pinned"] for p in app.current["chat"].turns[-1].precedents)
+            assert not any(p["pinned"] for p in app.workspace.current["chat"].turns[-1].precedents)
             # the export: a Precedents appendix with each answer's passages
             await pilot.press("ctrl+s")
             await pilot.pause()
@@ -148,7 +148,7 @@ def test_a_continued_document_lists_its_precedents(firm):
             await pilot.press("ctrl+j")
             await pilot.pause()
             assert str(listed(app)[0][1]).startswith("lease.txt")
-            assert app.current["document"].runs[-1].precedents[0]["path"] == "lease.txt"
+            assert app.workspace.current["document"].runs[-1].precedents[0]["path"] == "lease.txt"
 
     asyncio.run(go())
 

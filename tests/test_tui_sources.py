@@ -82,9 +82,9 @@ def test_a_copied_span_is_marked_listed_and_its_passage_shown(precedents):
         async with app.run_test(size=(120, 36)) as pilot:
             app.chat_tab.composer.text = "give the warranties"
             await pilot.press("ctrl+g")
-            await wait_for(pilot, lambda: app.current["chat"].turns[-1].stats)   # the answer ended
+            await wait_for(pilot, lambda: app.workspace.current["chat"].turns[-1].stats)   # the answer ended
             await settle(pilot, app)
-            turn = app.current["chat"].turns[-1]
+            turn = app.workspace.current["chat"].turns[-1]
             assert turn.content.startswith(COPIED)
             assert turn.sources[0]["chars"] == [0, len(COPIED)] and turn.sources[0]["library"] == "precedents"
             assert "1 copied" in str(app.chat_tab.view(1).query_one(".msg-head").render())
@@ -120,13 +120,13 @@ def test_the_document_keeps_its_copied_mark_through_edits(precedents):
         async with app.run_test(size=(120, 36)) as pilot:
             await pilot.pause(0.2)          # the app shows its document first (after a refresh)
             await pilot.press("ctrl+g")
-            await wait_for(pilot, lambda: app.current["document"].runs)     # the continuation ended
+            await wait_for(pilot, lambda: app.workspace.current["document"].runs)     # the continuation ended
             await settle(pilot, app)
             ed = app.doc_tab.editor
             assert COPIED in ed.text, repr(ed.text)
             start = ed.text.index(COPIED)
             assert ed.copied == [(start, start + len(COPIED))]
-            conv = app.current["document"]
+            conv = app.workspace.current["document"]
             assert conv.runs[-1].sources and (start, start + len(COPIED), "copied") in conv.marks
             ed.move_cursor((0, 0))
             await pilot.press("X", "Y")                        # typing before it moves the mark
@@ -151,7 +151,7 @@ def test_the_word_export_from_the_dialog_marks_the_copy(precedents, tmp_path):
         async with app.run_test(size=(120, 36)) as pilot:
             await pilot.pause(0.2)
             await pilot.press("ctrl+g")
-            await wait_for(pilot, lambda: app.current["document"].runs)
+            await wait_for(pilot, lambda: app.workspace.current["document"].runs)
             await settle(pilot, app)
             await pilot.press("ctrl+s")
             await pilot.pause()

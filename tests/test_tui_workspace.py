@@ -1,7 +1,8 @@
 """The TUI's workspace as one service the App owns (issue 25): the Session, the meter, the
 conversations and their store, the tokenizer, the jobs and the last run's numbers live on a
-plain object (tui/workspace.py) that runs here without an App; the generation workers
-(tui/workers.py) are plain functions posting to the `post` they are given."""
+plain object (tui/workspace.py) that runs here without an App, and the App forwards none of it
+(issue 39); the generation workers (tui/workers.py) are plain functions posting to the `post`
+they are given, and what a chat answer keeps is tui/chat_tab.py's plain functions."""
 import asyncio
 import inspect
 import os
@@ -15,7 +16,7 @@ from tui_fakes import FAKE_IDENTITY, FakeSession, fake_app, fake_session, fake_t
 
 from olifant_mlx.drafters.registry import parse_spec
 from olifant_mlx.engine import GenerationOptions
-from olifant_mlx.tui import workers
+from olifant_mlx.tui import chat_tab, workers
 from olifant_mlx.tui.app import OlifantApp
 from olifant_mlx.tui.messages import Chunk, Done, Loaded, Status
 from olifant_mlx.tui.settings_tab import Settings
@@ -39,13 +40,14 @@ def test_the_app_owns_the_workspace_and_inherits_no_part_of_it():
     assert not issubclass(Workspace, DOMNode) and Workspace.__bases__ == (object,)
     for cls in (OlifantApp, Workspace):
         lines = len(inspect.getsourcelines(cls)[0])
-        assert lines <= 300, f"{cls.__name__} has {lines} lines"   # every class: test_tui_panes.py
+        assert lines <= 250, f"{cls.__name__} has {lines} lines"   # every class: test_tui_panes.py
     app = fake_app()                                   # made, not run: the state is the service's
     ws = app.workspace
-    assert isinstance(ws, Workspace) and app.session is None and app.loads == 0
-    app.generating = True                              # the App's names read and set the service's
-    assert ws.generating and app.current is ws.current and app.prompt_cache is ws.prompt_cache
-    assert app.meter is ws.meter and app.editing is ws.editing is None
+    assert isinstance(ws, Workspace) and ws.session is None and ws.loads == 0 and ws.editing is None
+    for name in ("session", "current", "editing", "generating", "meter", "loads", "prompt_cache",
+                 "last_stats", "last_window", "generation", "results"):
+        assert not hasattr(app, name), name            # no attribute of the App's forwards to it
+    assert not any(type(v).__name__ == "Forward" for c in OlifantApp.__mro__ for v in vars(c).values())
 
 
 def test_conversations_and_their_store_without_the_app(tmp_path):
@@ -53,7 +55,7 @@ def test_conversations_and_their_store_without_the_app(tmp_path):
     ws = workspace(conversations=path, system_prompt="be brief")
     assert ws.open() is None                           # no file yet: nothing to read
     assert set(ws.current) == {"chat", "document"} and ws.current["chat"].system_prompt == "be brief"
-    conv = ws.ask("hello", "be brief")
+    conv = chat_tab.ask(ws, "hello", "be brief")
     assert [t.content for t in conv.turns] == ["hello"] and ws.save_store() is None
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600 and ws.store_line() == f"kept in {path}"
     again = workspace(conversations=path)
@@ -61,7 +63,7 @@ def test_conversations_and_their_store_without_the_app(tmp_path):
     assert [t.content for t in again.current["chat"].turns] == ["hello"]
     assert again.current["chat"] in again.listed()
     ws.editing = 0                                     # an edited message replaces the old one
-    assert [t.content for t in ws.ask("hi", None).turns] == ["hi"] and ws.editing is None
+    assert [t.content for t in chat_tab.ask(ws, "hi", None).turns] == ["hi"] and ws.editing is None
     error = ws.use_store(str(tmp_path))                # a folder is no conversations file
     assert error and ws.store_line().startswith("not saved: ")
     assert ws.use_store(None) is None and ws.store_line() == "kept in memory only"
@@ -78,11 +80,13 @@ def test_one_verifier_and_the_drafters_switched_without_the_app():
 
 
 def test_a_chat_answer_written_by_the_worker_function_without_the_app():
+    """The worker function posts; what the Chat tab keeps of it (tui/chat_tab.py's plain
+    functions) is kept without the App."""
     ws, posted = workspace(), []
     ws.open()
-    conv = ws.ask("hello", None)
+    conv = chat_tab.ask(ws, "hello", None)
     s = settings(k=3, max_tokens=8)
-    job = ws.answer(conv, s)
+    job = chat_tab.answer(ws, conv, s)
     ws.start(job)
     assert ws.generating and ws.last_k == 3 and ws.last_prompt == ("chat", job.prompt)
     workers.generate(ws, job, posted.append, lambda: False)     # on its own thread, and back
@@ -90,13 +94,13 @@ def test_a_chat_answer_written_by_the_worker_function_without_the_app():
     done = posted[-1]
     assert chunks and isinstance(done, Done), posted
     for m in chunks:
-        ws.chunk(ws.jobs[abs(m.run)], m)
+        chat_tab.keep_chunk(ws.jobs[abs(m.run)], m)
     assert conv.turns[-1].content == fake_text(8)
-    ws.done(ws.end(done.run), done)
+    chat_tab.keep_done(ws, ws.end(done.run), done)
     assert not ws.generating and ws.last_stats.tokens == 8 and conv.turns[-1].finish_reason == done.finish_reason
     assert FakeSession.caches[-1] is ws.prompt_cache             # chat turns reuse the KV cache
-    failing = ws.answer(conv, s)
-    assert ws.failed(failing) and conv.turns[-1].role == "assistant" and conv.turns[-1].content
+    failing = chat_tab.answer(ws, conv, s)
+    assert chat_tab.drop_failed(failing) and conv.turns[-1].role == "assistant" and conv.turns[-1].content
 
 
 def test_live_power_without_the_app():

@@ -147,7 +147,7 @@ async def wait_for(pilot, cond, timeout=60.0):
 async def settle(pilot, app, timeout=60.0):
     """Until the generation in flight (if any) is over and its messages handled."""
     await pilot.pause()
-    await wait_for(pilot, lambda: not app.generating, timeout)
+    await wait_for(pilot, lambda: not app.workspace.generating, timeout)
     await pilot.pause()
 
 

@@ -3,13 +3,14 @@
 Two ways to work: a conversation (Chat tab: an instruct verifier's chat template, several
 turns, regenerate, edit and resend) and a document (Document tab: the text continued as it
 is, in the editor). Beside them: plain vs speculative, the calculator, the draft models, and
-one Settings tab. The tabs come from a registry (tui/panes.py), each its own module; the App
-keeps the layout, the keys, the @on handlers and the routing of the workers' messages, and owns
-the one workspace service the panes share (`app.workspace`, tui/workspace.py: the Session,
-meter, conversations and store, tokenizer, jobs), with two helpers of its own that act on it
-(tui/generation.py: ctrl+g and its kin, the workers started; tui/results.py: their messages
-shown). MLX work (loading the verifier, generating, training) runs in thread workers, which
-never touch widgets and post batched messages. Changing the drafter never
+one Settings tab. The tabs come from a registry (tui/panes.py), each its own module, and each
+tab that generates owns its work (tui/writing.py): it starts its runs on its own thread
+worker and handles what they post. The App composes the tabs and keeps what is app-wide: the
+layout and the keys (a workspace key goes to the tab it is for), the one workspace service
+the tabs share (`app.workspace`, tui/workspace.py: the Session, meter, conversations and
+store, tokenizer, jobs), and what a run shows beyond its tab (the live numbers, the session
+line, the Sources and Precedents tabs, the conversation list). MLX work runs in thread
+workers, which never touch widgets and post batched messages. Changing the drafter never
 reloads the verifier. Nothing typed or generated is written to disk unless asked: an export
 (ctrl+s, to a path you choose), or the opt-in history and saved-conversations files.
 """
@@ -20,77 +21,43 @@ from olifant_mlx.tui.compare_tab import CompareTab
 from olifant_mlx.tui.conversations_panel import ConversationList
 from olifant_mlx.tui.document_tab import DEFAULT_DOCUMENT, DocumentTab
 from olifant_mlx.tui.flow import MARK_MODES
-from olifant_mlx.tui.generation import Generation
+from olifant_mlx.tui.layout import Body, KeyFooter
 from olifant_mlx.tui.live_panel import LivePanel
+from olifant_mlx.tui.messages import Loaded
+from olifant_mlx.tui.models_tab import ModelsTab
 from olifant_mlx.tui.panes import PANES
-from olifant_mlx.tui.messages import Chunk, CompareDone, Done, Failed, Loaded, Status, TokenizerKnown
-from olifant_mlx.tui.results import Results
+from olifant_mlx.tui.precedents_pane import PrecedentsTab
+from olifant_mlx.tui.sources_pane import SourcesTab
 from olifant_mlx.tui.workspace import WORKSPACE, Workspace
+from olifant_mlx.tui.writing import WritingPane
 from textual import on
 from textual.actions import SkipAction
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal
-from textual.widgets import Footer, Header, Input, TabbedContent, TextArea
+from textual.widgets import Header, Input, TabbedContent, TextArea
 
 from olifant_mlx.engine import GenerationOptions
 
 DEFAULT_PROMPT = DEFAULT_DOCUMENT            # the screenshot script's training text starts so
 TABS = tuple(p.id for p in PANES)
-PANEL_W = 34            # a side panel's width (30 columns inside)
-BOTH_PANELS_FROM = 140   # columns from which the list and the numbers show by default
-LIVE_FROM = 110          # ... and the numbers alone
-DRAWERS_BELOW = 110      # narrower: a side panel opens over the text, one at a time
-
-
-class KeyFooter(Footer):
-    """The footer, keeping to the keys that fit: the workspace's keys always, then the view
-    keys, then the panels and the palette (F1 lists every key whatever the width)."""
-    TIERS = ((150, ()), (120, ("toggle_panel", "command_palette")),
-             (0, ("toggle_panel", "command_palette", "compare", "toggle_markdown", "cycle_marks")))
-
-    def hidden(self) -> tuple:
-        width = self.app.size.width
-        return next(h for w, h in self.TIERS if width >= w)
-
-    def compose(self) -> ComposeResult:
-        hidden = self.hidden()
-        for w in super().compose():
-            if getattr(w, "action", "").rpartition(".")[2].partition("(")[0] not in hidden:
-                yield w
-
-
-class Forward:
-    """An App attribute that is the workspace's (read, and set): app.session is
-    app.workspace.session. Kept for the tests and scripts that read them on the App."""
-
-    def __set_name__(self, owner, name: str) -> None:
-        self.name = name
-
-    def __get__(self, app, owner=None):
-        return self if app is None else getattr(app.workspace, self.name)
-
-    def __set__(self, app, value) -> None:
-        setattr(app.workspace, self.name, value)
-
-
 class OlifantApp(App):
-    """The App: the tabs of a pane registry, the layout, the keys, the @on handlers (Textual
-    registers @on only on its own classes) and the workers' messages routed to `results`; the
-    state the panes share is the workspace service's (`self.workspace`, tui/workspace.py)."""
+    """The App: the tabs of a pane registry, the layout, the keys (each workspace key sent to
+    the tab it is for: `action_writer`), the workspace service (`self.workspace`) and what a
+    run shows beyond its tab: the live numbers (`self.live`), the conversation list
+    (`self.nav`), the Sources and Precedents tabs (`show_copied`)."""
     TITLE = "olifant_mlx"
     SUB_TITLE = "private on-device drafting"
     CSS_PATH = "app.tcss"
     BINDINGS = [
-        Binding("ctrl+g", "send", "Write", priority=True),
+        Binding("ctrl+g", "writer('send')", "Write", priority=True),
         Binding("escape", "stop", "Stop", priority=True),
-        Binding("ctrl+r", "regenerate", "Again", priority=True),
-        Binding("ctrl+t", "edit_last", "Edit", priority=True),
+        Binding("ctrl+r", "writer('regenerate')", "Again", priority=True),
+        Binding("ctrl+t", "writer('edit_last')", "Edit", priority=True),
         Binding("ctrl+n", "new", "New", priority=True),
-        Binding("ctrl+s", "export", "Export", priority=True),
-        Binding("ctrl+o", "copy", "Copy", priority=True),
-        Binding("ctrl+b", "compare", "Compare", priority=True),
-        Binding("ctrl+f", "toggle_markdown", "Markdown", priority=True),
+        Binding("ctrl+s", "writer('export')", "Export", priority=True),
+        Binding("ctrl+o", "writer('copy')", "Copy", priority=True),
+        Binding("ctrl+b", "writer('compare')", "Compare", priority=True),
+        Binding("ctrl+f", "writer('toggle_markdown')", "Markdown", priority=True),
         Binding("f1", "show_keys", "Keys", priority=True),
         Binding("ctrl+q", "quit", "Quit", priority=True),      # Textual's own, shown in the footer
         Binding("f8", "toggle_panel('nav')", "List", priority=True),
@@ -98,16 +65,6 @@ class OlifantApp(App):
         Binding("f10", "cycle_marks", "Marks", priority=True),
         Binding("ctrl+a", "select_all", "Select all", show=False, priority=True),
     ]
-
-    session = Forward()
-    current = Forward()
-    editing = Forward()
-    generating = Forward()
-    meter = Forward()
-    loads = Forward()
-    prompt_cache = Forward()
-    last_stats = Forward()
-    last_window = Forward()
 
     def __init__(self, model: str | None = None, draft: str = "auto", k: int = GenerationOptions.k,
                  max_tokens: int = GenerationOptions.max_tokens, energy: str | None = None, prompt: str | None = None,
@@ -128,20 +85,17 @@ class OlifantApp(App):
                                    meter_clock=meter_clock, conversations=conversations,
                                    session_factory=session_factory, tokenizer_fn=tokenizer_fn,
                                    train_fn=train_fn)
-        self.generation = Generation(self)           # ctrl+g and its kin (tui/generation.py)
-        self.results = Results(self)                 # the workers' messages shown (tui/results.py)
         self.mode = mode if mode in WORKSPACE else "chat"      # the last workspace tab used
         self.initial_prompt = prompt
         self.initial_theme = theme
         self.model_dirs = model_dirs
         self.marks = "styled"
-        self.panels = {"nav": None, "live": None}    # None: by the width; True/False: yours
 
     # ---- layout --------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
         yield Header()
-        with Horizontal(id="body"):
+        with Body():
             yield ConversationList()
             with TabbedContent(initial=self.mode, id="tabs"):
                 for pane in self.registry.values():
@@ -155,77 +109,37 @@ class OlifantApp(App):
         self.chat_tab = self.query_one(ChatTab)
         self.doc_tab = self.query_one(DocumentTab)
         self.live = self.query_one(LivePanel)
+        self.nav = self.query_one(ConversationList)
         self.tabs = self.query_one("#tabs", TabbedContent)
-        self._tab_labels()
+        self.body = self.query_one(Body)
+        self.body.label_tabs(self.tabs, self.size.width)
         ws = self.workspace
-        warning = ws.open_meter()
-        if warning:
-            self.notify(warning, severity="warning")
-        self.live.show_meter(ws.meter.info)
         error = ws.open()
         if error:
             self.notify(error, severity="error", timeout=10)
         ws.current["document"].text = self.doc_tab.editor.text
         self.call_after_refresh(self._show_current)
-        self.set_interval(0.5, self._tick_power)
-        self.generation.load_tokenizer(ws.model_spec)
         self.call_after_refresh(self._focus_tab, self.mode)
-
-    def _tick_power(self) -> None:
-        tick = self.workspace.power_tick()
-        if tick is not None:
-            watts, line = tick
-            if watts:
-                self.live.add_power(watts)
-            if line:
-                self.live.show_energy(line)
 
     async def _show_current(self) -> None:
         current = self.workspace.current
         await self.chat_tab.show(current["chat"])
         if current["document"].text or current["document"].runs:
-            self.doc_tab.show(current["document"])
-        self.results.show_list()
+            await self.doc_tab.open(current["document"])
+        self.nav.show_current()
 
     def on_resize(self) -> None:
         self._layout()
-        self._tab_labels()
+        if hasattr(self, "body"):
+            self.body.label_tabs(self.tabs, self.size.width)
         footer = self.query_one(KeyFooter)
         if footer.hidden() != getattr(self, "_footer_hidden", None):
             self._footer_hidden = footer.hidden()
             self.refresh_bindings()              # the footer recomposes with the keys that fit
 
-    def _tab_labels(self) -> None:
-        """The tabs' labels with their keys ("F2 Chat") when they all fit beside the side
-        panels, else their names alone (F1 and the footer still say the keys)."""
-        if not hasattr(self, "tabs"):
-            return
-        if not hasattr(self, "full_labels"):
-            self.full_labels = {p: str(self.tabs.get_tab(p).label) for p in self.registry}
-        width = self.size.width      # beside the side panels this width shows (whichever tab)
-        room = width - PANEL_W * ((width >= BOTH_PANELS_FROM) + (width >= LIVE_FROM))
-        fits = sum(len(label) + 2 for label in self.full_labels.values()) <= room
-        for pane, label in self.full_labels.items():
-            self.tabs.get_tab(pane).label = label if fits else label.split(" ", 1)[-1]
-
     def _layout(self) -> None:
-        """Show the side panels that fit: both from BOTH_PANELS_FROM columns, the numbers from
-        LIVE_FROM, none below (F8, F9 open them, as a drawer over the text, one at a time, so
-        the editor and the tabs keep the whole width); the list only beside a conversation or
-        document, the numbers also beside plain vs speculative."""
-        width = self.size.width
-        tab = self.tabs.active if hasattr(self, "tabs") else self.mode
-        auto = {"nav": width >= BOTH_PANELS_FROM, "live": width >= LIVE_FROM}
-        show = {p: auto[p] if self.panels[p] is None else self.panels[p] for p in auto}
-        pane = self.registry.get(tab)
-        show["nav"] &= pane is not None and pane.nav
-        show["live"] &= pane is not None and pane.numbers
-        drawers = width < DRAWERS_BELOW
-        if drawers and show["nav"] and show["live"]:
-            show["nav" if self.panels["live"] else "live"] = False
-        nav, live = self.query_one(ConversationList), self.query_one(LivePanel)
-        nav.display, live.display = show["nav"], show["live"]
-        self.query_one("#body").set_class(drawers, "-drawers")
+        if hasattr(self, "body"):
+            self.body.show_panels(self.size.width, self.registry.get(self.tabs.active))
 
     def get_system_commands(self, screen):
         # privacy: Textual's "Screenshot" command writes the screen (prompts, output) to disk
@@ -235,6 +149,8 @@ class OlifantApp(App):
 
     def check_action(self, action: str, parameters) -> bool | None:
         tab = self.tabs.active if hasattr(self, "tabs") else self.mode
+        if action == "writer":
+            action = parameters[0]
         if action == "stop":          # hidden (and esc left to the widgets) when nothing to stop
             return self.workspace.generating or self.workspace.editing is not None or self._modal()
         if action in ("edit_last", "toggle_markdown"):
@@ -277,16 +193,13 @@ class OlifantApp(App):
         if tab in WORKSPACE and tab != self.mode:
             self.mode = tab
             if self.workspace.current:
-                self.results.show_list()     # the list highlights this tab's conversation
+                self.nav.show_current()      # the list highlights this tab's conversation
         self._layout()                # (the focus moving into the tab refreshes the footer)
 
     def action_toggle_panel(self, panel: str) -> None:
         if self._modal():
             raise SkipAction()
-        shown = self.query_one(ConversationList if panel == "nav" else LivePanel).display
-        self.panels[panel] = not shown
-        if not shown and self.size.width < DRAWERS_BELOW:
-            self.panels["live" if panel == "nav" else "nav"] = False
+        self.body.toggle(panel, self.size.width)
         self._layout()
 
     def action_select_all(self) -> None:
@@ -307,69 +220,61 @@ class OlifantApp(App):
 
     # ---- view keys ------------------------------------------------------------------
 
-    async def action_toggle_markdown(self) -> None:
-        if self._modal():
-            raise SkipAction()
-        on_ = not self.chat_tab.markdown
-        await self.chat_tab.set_markdown(on_)
-        self.notify("answers shown as Markdown" if on_ else
-                    "answers shown as text with their provenance marks", timeout=3)
-
     def action_cycle_marks(self) -> None:
         if self._modal():
             raise SkipAction()
         self.marks = MARK_MODES[(MARK_MODES.index(self.marks) + 1) % len(MARK_MODES)]
-        self.chat_tab.set_marks(self.marks)
-        self.doc_tab.set_marks(self.marks)
-        self.query_one(CompareTab).set_marks(self.marks)
+        for tab in (self.chat_tab, self.doc_tab, self.query_one(CompareTab)):
+            tab.set_marks(self.marks)
 
-    # ---- the workspace's actions (tui/generation.py) ---------------------------------
+    # ---- the workspace's keys: each to the tab it is for ---------------------------------
 
-    async def action_send(self) -> None:
-        await self.generation.send()
+    def writer(self, kind: str | None = None) -> WritingPane:
+        """The tab that writes in the workspace's `kind` of conversation (the last one used)."""
+        return self.query_one(f"#{kind or self.mode}", WritingPane)
 
-    async def action_regenerate(self) -> None:
-        await self.generation.regenerate()
-
-    def action_edit_last(self) -> None:
-        self.generation.edit_last()
-
-    def action_compare(self) -> None:
-        self.generation.compare()
+    async def action_writer(self, action: str) -> None:
+        """A workspace key's action, run by the tab it is for: ctrl+b's by the Compare tab,
+        ctrl+g's there too when it shows, the others' by the Chat or Document tab last used
+        (ctrl+g from another tab goes back to it)."""
+        if self._modal():
+            raise SkipAction()
+        tab = self.query_one(CompareTab) if action == "compare" else self.writer()
+        if action == "send" and self.tabs.active == "compare":
+            tab, action = self.query_one(CompareTab), "compare"
+        elif action == "send" and self.tabs.active != self.mode:
+            self.action_tab(self.mode)
+        await self.run_action(action, tab)
 
     def action_stop(self) -> None:
-        self.generation.stop()
+        """esc: the dialog closed, else the run in flight stopped, else the edit cancelled."""
+        if self._modal():
+            self.screen.dismiss(None)
+            return
+        if self.workspace.generating:
+            for tab in self.query(WritingPane):
+                tab.stop()
+            return
+        if not self.chat_tab.cancel_edit():
+            raise SkipAction()
 
     async def action_new(self) -> None:
         if self._modal():
             raise SkipAction()
         await self.query_one(ConversationList).new(self.mode)
 
-    def action_export(self) -> None:
-        self.generation.export()
-
-    def action_copy(self) -> None:
-        self.generation.copy()
-
-    # ---- the workers' messages (tui/results.py) --------------------------------------
-
-    def on_status(self, m: Status) -> None:
-        self.results.on_status(m)
+    # ---- app-wide: the session, the store, what a run shows beyond its tab ----------------
 
     def on_loaded(self, m: Loaded) -> None:
-        self.results.on_loaded(m)
+        """A verifier loaded (a tab's run posted it): the Models tab marks what fits it."""
+        self.workspace.identity = m.identity
+        for tab in self.query(ModelsTab):
+            tab.set_identity(m.identity)
+        self.notify(f"verifier {m.name} loaded", timeout=3)
 
-    def on_tokenizer_known(self, m: TokenizerKnown) -> None:
-        self.results.on_tokenizer_known(m)
-
-    def on_chunk(self, m: Chunk) -> None:
-        self.results.on_chunk(m)
-
-    async def on_done(self, m: Done) -> None:
-        await self.results.on_done(m)
-
-    async def on_compare_done(self, m: CompareDone) -> None:
-        await self.results.on_compare_done(m)
-
-    async def on_failed(self, m: Failed) -> None:
-        await self.results.on_failed(m)
+    def show_copied(self) -> None:
+        """The Sources and Precedents tabs show the current conversation's (or document's)."""
+        for tab in self.query(SourcesTab):            # none when the registry has no Sources tab
+            tab.show_current()
+        for tab in self.query(PrecedentsTab):
+            tab.show_current()

@@ -2,19 +2,86 @@
 
 The transcript is one scrolling column of messages; the answer being written flows into its
 message as it is drafted, marked by provenance. Finished answers are rendered as Markdown
-when that is on (ctrl+f), else they keep their marks. You write in the editor below.
+when that is on (ctrl+f), else they keep their marks. You write in the editor below. The tab
+writes its own answers: ctrl+g sends your message, ctrl+r writes the last answer again,
+ctrl+t edits a message of yours; each answer runs on the tab's own worker (tui/writing.py) and
+the tab handles what it posts (`on_chunk`, `on_done`, `on_failed`). What an answer keeps in
+its conversation is the plain functions below (a test runs them without an App).
 """
 from __future__ import annotations
 
+import dataclasses
+
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
-from textual.widgets import Markdown, Static, TabPane, TextArea
+from textual.widgets import Markdown, Static, TextArea
 
+from olifant_mlx.tui import render
+from olifant_mlx.tui.conversation import Conversation, Turn
 from olifant_mlx.tui.copied import ranges
 from olifant_mlx.tui.flow import FlowText, Legend
+from olifant_mlx.tui.messages import Chunk, Done, Failed
+from olifant_mlx.tui.workers import Job
+from olifant_mlx.tui.writing import WritingPane, setting_up
 
 EMPTY = ("Write a message below and press ctrl+g. The verifier answers through its chat template; "
          "ctrl+r regenerates the last answer, ctrl+t edits your last message and sends it again.")
+
+
+# ---- what an answer keeps in its conversation (no widgets) ---------------------------------
+
+def ask(ws, text: str, system_prompt: str | None) -> Conversation:
+    """Your message added to the workspace `ws`'s current chat (in place of the one being
+    edited, and the answers after it)."""
+    conv = ws.current["chat"]
+    if ws.editing is not None:
+        del conv.turns[ws.editing:]
+        ws.editing = None
+    conv.system_prompt = system_prompt
+    conv.turns.append(Turn("user", text))
+    conv.touch()
+    return conv
+
+
+def answer(ws, conv: Conversation, s, seed: int | None = None) -> Job:
+    """A new answer (empty yet) to the chat's last message, and the job that writes it (with
+    `seed` in place of the settings' own, when given)."""
+    if seed is not None:
+        s = dataclasses.replace(s, options=s.options.replace(seed=seed))
+    o = s.options
+    conv.turns.append(Turn("assistant", "", drafter=render.short_spec(s.draft.text),
+                           seed=o.seed if o.temperature > 0 else None))
+    index = len(conv.turns) - 1
+    return ws.job("chat", conv, s, conv.chat(index, ws.template_kwargs), index)
+
+
+def keep_chunk(job: Job, m: Chunk) -> None:
+    """A Chunk's text and copied spans kept with its answer."""
+    turn = job.conv.turns[job.index]
+    turn.content += "".join(t for t, _ in m.segments)
+    turn.segments += m.segments
+    turn.sources += m.sources
+
+
+def keep_done(ws, job: Job, m: Done) -> None:
+    """A finished answer (a Done) kept in its conversation with its numbers."""
+    turn = job.conv.turns[job.index]
+    turn.content = m.text
+    for name, value in ws.record(job, m).items():
+        setattr(turn, name, value)
+    turn.precedents = job.precedents
+    job.conv.touch()
+
+
+def drop_failed(job: Job) -> bool:
+    """An answer that failed: dropped when it has no text yet (True), else kept and marked an
+    error."""
+    turn = job.conv.turns[job.index]
+    if not turn.content:
+        del job.conv.turns[job.index:]
+        return True
+    turn.finish_reason = "error"
+    return False
 
 
 class MessageView(Vertical):
@@ -99,7 +166,9 @@ class MessageView(Vertical):
             head.update(self.header())
 
 
-class ChatTab(TabPane):
+class ChatTab(WritingPane):
+    copies = "the last answer"
+
     def __init__(self, prompt: str = ""):
         super().__init__("F2 Chat", id="chat")
         self.prompt = prompt
@@ -137,6 +206,12 @@ class ChatTab(TabPane):
             v.set_marks(self.marks)
         self.transcript.scroll_end(animate=False)
 
+    async def open(self, conv, clear: bool = False) -> None:
+        """A conversation chosen in the list (`clear`: a new one, the editor emptied)."""
+        await self.show(conv)
+        if clear:
+            self.composer.clear()
+
     async def add(self, index: int, turn, writing: bool = False) -> MessageView:
         for w in self.query("#chat-empty"):
             await w.remove()
@@ -173,6 +248,12 @@ class ChatTab(TabPane):
             await v.set_markdown(on)
             v.set_marks(self.marks)
 
+    async def action_toggle_markdown(self) -> None:
+        on = not self.markdown
+        await self.set_markdown(on)
+        self.notify("answers shown as Markdown" if on else
+                    "answers shown as text with their provenance marks", timeout=3)
+
     def set_marks(self, mode: str) -> None:
         self.marks = mode
         self.query_one(Legend).set_marks(mode)
@@ -186,3 +267,133 @@ class ChatTab(TabPane):
 
     def status(self, text: str) -> None:
         self.query_one("#chat-status", Static).update(text)
+
+    def show_loading(self, on: bool) -> None:
+        job = self.running()
+        view = self.view(job.index if job is not None else -1)
+        if view is not None:
+            view.loading = on
+
+    def text(self) -> str:
+        return self.ws.current["chat"].last_answer()
+
+    # ---- writing: send, regenerate, edit and resend -----------------------------------
+
+    @setting_up
+    async def action_send(self) -> None:
+        s = self.settings()
+        if s is None:
+            return
+        text = self.composer.text.strip()
+        if not text:
+            self.notify("write a message first", severity="warning")
+            return
+        if self.ws.editing is not None:
+            await self.drop_from(self.ws.editing)
+            self.supersede_from(None)
+        conv = ask(self.ws, text, s.system_prompt)
+        self.composer.clear()
+        await self.add(len(conv.turns) - 1, conv.turns[-1])
+        await self._answer(conv, s)
+
+    async def _answer(self, conv: Conversation, s, seed: int | None = None) -> None:
+        job = answer(self.ws, conv, s, seed)
+        await self.add(job.index, conv.turns[job.index], writing=True)
+        self.start(job)
+
+    @setting_up
+    async def action_regenerate(self) -> None:
+        """The last answer again (with sampling, the next seed)."""
+        s = self.settings()
+        if s is None:
+            return
+        conv, seed = self.ws.current["chat"], None
+        if conv.turns and conv.turns[-1].role == "assistant":
+            last = conv.turns.pop()
+            await self.drop_from(len(conv.turns))
+            if s.options.temperature > 0:
+                seed = (last.seed if last.seed is not None else s.options.seed) + 1
+        if not conv.turns or conv.turns[-1].role != "user":
+            self.notify("no message to answer yet", severity="warning")
+            return
+        await self._answer(conv, s, seed)
+
+    def action_edit_last(self) -> None:
+        """Put your last message (or the one of yours that has focus) back in the editor; the
+        next ctrl+g sends it in its place, and the answers after it are written again."""
+        if self.ws.generating:
+            self.notify("stop the generation first (esc)", severity="warning")
+            return
+        conv, focused = self.ws.current["chat"], self.app.focused
+        if isinstance(focused, MessageView) and focused.turn.role == "user":
+            index = focused.index
+        else:
+            index = next((i for i in range(len(conv.turns) - 1, -1, -1) if conv.turns[i].role == "user"), None)
+        if index is None:
+            self.notify("no message of yours to edit yet", severity="warning")
+            return
+        self.ws.editing = index
+        self.composer.text = conv.turns[index].content
+        self.supersede_from(index)
+        self.status("editing your message: ctrl+g sends it in place of the old one "
+                    "(the answers after it are written again); esc cancels")
+        self.app.set_focus(self.composer)
+        self.composer.move_cursor(self.composer.document.end)
+        self.app.refresh_bindings()
+
+    def cancel_edit(self) -> bool:
+        """esc while editing a message: the edit cancelled; False when there is none."""
+        if self.ws.editing is None:
+            return False
+        self.ws.editing = None
+        self.supersede_from(None)
+        self.composer.clear()
+        self.status("edit cancelled")
+        self.app.refresh_bindings()
+        return True
+
+    def compare_prompt(self):
+        """What Compare runs when nothing was generated yet: the chat and your message."""
+        text = self.composer.text.strip()
+        if not text:
+            self.notify("write a message (or generate once) first", severity="warning")
+            return None
+        return self.ws.current["chat"].chat(None, self.ws.template_kwargs).then("user", text)
+
+    # ---- what the answer's worker posts ------------------------------------------------
+
+    def on_chunk(self, m: Chunk) -> None:
+        job = self.took(m)
+        if job is None:
+            return
+        keep_chunk(job, m)
+        view = self.view(job.index)
+        if view is not None:
+            view.loading = False
+        self.append(job.index, m.segments)
+        if m.sources:
+            self.show_copied(job.index)
+        self.writing(m)
+
+    async def on_done(self, m: Done) -> None:
+        job = self.ended(m)
+        if job is None:
+            return
+        keep_done(self.ws, job, m)
+        view = self.view(job.index)
+        if view is not None:
+            view.loading = False
+            await view.finish(self.markdown)
+        at_once = not m.text and m.finish_reason == "eos"
+        self.finished(job, m, " · the verifier ended its answer at once" if at_once else "")
+
+    async def on_failed(self, m: Failed) -> None:
+        job = self.ended(m)
+        if job is not None:
+            view = self.view(job.index)
+            if drop_failed(job):           # refused or failed before any text: no answer
+                await self.drop_from(job.index)
+            elif view is not None:
+                view.loading = False
+                await view.finish(self.markdown)
+        self.failed(m, job)

@@ -1,17 +1,25 @@
-"""The Plain-vs-speculative tab: the same prompt twice, outputs side by side, the speedup."""
+"""The Plain-vs-speculative tab: the same prompt twice, outputs side by side, the speedup.
+
+ctrl+b (or its button) runs the last prompt of the Chat or Document tab (or what its editor
+holds) plain, then speculative, then measured rounds, on the tab's own worker
+(tui/workers.py: compare); the tab handles what it posts (`on_chunk`, `on_compare_done`,
+`on_failed`)."""
 from __future__ import annotations
 
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
-from textual.widgets import Button, Static, TabPane
+from textual.widgets import Button, Static
 
+from olifant_mlx.tui import render, workers
 from olifant_mlx.tui.flow import FlowText, Legend
+from olifant_mlx.tui.messages import Chunk, CompareDone, Failed
+from olifant_mlx.tui.writing import WritingPane
 
 STACK_BELOW = 72        # narrower than this, the two outputs are stacked
 
 
-class CompareTab(TabPane):
+class CompareTab(WritingPane):
     def __init__(self):
         super().__init__("F4 Compare", id="compare")
 
@@ -41,6 +49,41 @@ class CompareTab(TabPane):
             w.set_marks(mode)
         self.query_one(Legend).set_marks(mode)
 
+    def status(self, text: str) -> None:
+        self.query_one("#compare-result", Static).update(text)
+
     @on(Button.Pressed, "#compare-go")
-    def _go(self) -> None:
-        self.app.action_compare()       # the same as ctrl+b (tui/generation.py)
+    def action_compare(self) -> None:
+        """The last prompt (or what the Chat or Document editor holds), plain, then speculative."""
+        s = self.settings()
+        if s is None:
+            return
+        prompt = self.ws.last_prompt
+        prompt = prompt[1] if prompt is not None else self.app.writer().compare_prompt()
+        if prompt is None:
+            return
+        self.app.action_tab("compare")
+        self.clear()
+        self.status("running plain, then speculative, then measuring ...")
+        self.start(self.ws.job("compare", None, s, prompt), workers.compare)
+
+    # ---- what the worker posts ----------------------------------------------------------
+
+    def on_chunk(self, m: Chunk) -> None:
+        job = self.took(m)
+        if job is None:
+            return
+        self.query_one("#compare-plain" if m.run < 0 else "#compare-spec", FlowText).append(m.segments)
+        self.writing(m)
+
+    def on_compare_done(self, m: CompareDone) -> None:
+        self.ws.end(getattr(self.running(), "id", None))
+        (_, ps, pw), (_, ss, sw) = m.plain, m.spec
+        self.status(render.compare_text(ps, ss, pw.total_j if pw else None, sw.total_j if sw else None,
+                                        m.same, m.measured, m.rates))
+        self.ws.last_stats = ss
+        self.app.refresh_bindings()
+        self.app.live.show_session(self.ws.session, self.ws.last_k)
+
+    def on_failed(self, m: Failed) -> None:
+        self.failed(m, self.ended(m))

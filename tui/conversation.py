@@ -145,65 +145,25 @@ class Conversation:
     @classmethod
     def from_dict(cls, d) -> Conversation:
         """A conversation from saved data, every field checked (ConversationError)."""
-        def need(cond, what):
-            if not cond:
-                raise ConversationError(what)
-
-        need(isinstance(d, dict), "a conversation must be an object")
+        _need(isinstance(d, dict), "a conversation must be an object")
         kind = d.get("kind")
-        need(kind in KINDS, f"conversation kind must be chat or document, got {kind!r}")
-        need(isinstance(d.get("id"), str) and 0 < len(d["id"]) <= 64, "conversation id missing")
-        need(isinstance(d.get("title", ""), str), "title must be text")
+        _need(kind in KINDS, f"conversation kind must be chat or document, got {kind!r}")
+        _need(isinstance(d.get("id"), str) and 0 < len(d["id"]) <= 64, "conversation id missing")
+        _need(isinstance(d.get("title", ""), str), "title must be text")
         for key in ("created", "updated"):
-            need(isinstance(d.get(key, 0), (int, float)) and not isinstance(d.get(key, 0), bool),
-                 f"{key} must be a number")
+            _need(isinstance(d.get(key, 0), (int, float)) and not isinstance(d.get(key, 0), bool),
+                  f"{key} must be a number")
         c = cls(kind=kind, title=d.get("title", ""), id=d["id"], created=d.get("created", time.time()),
                 updated=d.get("updated", time.time()))
         if kind == "chat":
             sp = d.get("system_prompt")
-            need(sp is None or isinstance(sp, str), "system_prompt must be text")
+            _need(sp is None or isinstance(sp, str), "system_prompt must be text")
             c.system_prompt = sp
             msgs = d.get("messages", [])
-            need(isinstance(msgs, list), "messages must be a list")
-            for m in msgs:
-                need(isinstance(m, dict) and m.get("role") in ("user", "assistant")
-                     and isinstance(m.get("content"), str), f"bad message {str(m)[:60]!r}")
-                t = Turn(m["role"], m["content"])
-                if t.role == "assistant":
-                    segs = m.get("segments") or []
-                    need(isinstance(segs, list) and all(
-                        isinstance(s, list) and len(s) == 2 and isinstance(s[0], str)
-                        and s[1] in PROVENANCE for s in segs), "bad answer segments")
-                    need("".join(s[0] for s in segs) in ("", t.content),
-                         "answer segments do not make up its text")
-                    t.segments = [(s[0], s[1]) for s in segs]
-                    t.stats, t.energy = _opt_dict(m, "stats"), _opt_dict(m, "energy")
-                    t.finish_reason = _opt_str(m, "finish_reason")
-                    t.verifier, t.drafter = _opt_str(m, "verifier"), _opt_str(m, "drafter")
-                    seed = m.get("seed")
-                    need(seed is None or (isinstance(seed, int) and not isinstance(seed, bool)),
-                         "seed must be a whole number")
-                    t.seed = seed
-                    t.sources, t.precedents = _sources(m), _precedents(m)
-                c.turns.append(t)
+            _need(isinstance(msgs, list), "messages must be a list")
+            c.turns = [_turn(m) for m in msgs]
         else:
-            need(isinstance(d.get("text"), str), "a document needs its text")
-            c.text = d["text"]
-            n = len(c.text)
-            marks = d.get("marks", [])
-            need(isinstance(marks, list) and all(
-                isinstance(m, list) and len(m) == 3 and all(isinstance(x, int) for x in m[:2])
-                and 0 <= m[0] < m[1] <= n and m[2] in PROVENANCE + (COPIED,) for m in marks),
-                 "bad document marks")
-            c.marks = [(m[0], m[1], m[2]) for m in marks]
-            runs = d.get("continuations", [])
-            need(isinstance(runs, list), "continuations must be a list")
-            for r in runs:
-                need(isinstance(r, dict) and isinstance(r.get("start"), int) and isinstance(r.get("end"), int)
-                     and 0 <= r["start"] <= r["end"] <= n, "bad continuation")
-                c.runs.append(Run(r["start"], r["end"], _opt_dict(r, "stats"), _opt_dict(r, "energy"),
-                                  _opt_str(r, "finish_reason"), _opt_str(r, "verifier"),
-                                  _opt_str(r, "drafter"), _sources(r), _precedents(r)))
+            _document(c, d)
         return c
 
     def sources(self) -> list:
@@ -222,6 +182,54 @@ class Conversation:
         given = [t for t in self.turns if t.role == "assistant"] if self.kind == "chat" else self.runs
         what = "answer" if self.kind == "chat" else "continuation"
         return [(f"{what} {i}", g.precedents) for i, g in enumerate(given, 1) if g.precedents]
+
+
+def _need(cond, what):
+    if not cond:
+        raise ConversationError(what)
+
+
+def _turn(m) -> Turn:
+    """A saved message, checked."""
+    _need(isinstance(m, dict) and m.get("role") in ("user", "assistant")
+          and isinstance(m.get("content"), str), f"bad message {str(m)[:60]!r}")
+    t = Turn(m["role"], m["content"])
+    if t.role != "assistant":
+        return t
+    segs = m.get("segments") or []
+    _need(isinstance(segs, list) and all(
+        isinstance(s, list) and len(s) == 2 and isinstance(s[0], str)
+        and s[1] in PROVENANCE for s in segs), "bad answer segments")
+    _need("".join(s[0] for s in segs) in ("", t.content), "answer segments do not make up its text")
+    t.segments = [(s[0], s[1]) for s in segs]
+    t.stats, t.energy = _opt_dict(m, "stats"), _opt_dict(m, "energy")
+    t.finish_reason = _opt_str(m, "finish_reason")
+    t.verifier, t.drafter = _opt_str(m, "verifier"), _opt_str(m, "drafter")
+    seed = m.get("seed")
+    _need(seed is None or (isinstance(seed, int) and not isinstance(seed, bool)), "seed must be a whole number")
+    t.seed = seed
+    t.sources, t.precedents = _sources(m), _precedents(m)
+    return t
+
+
+def _document(c: Conversation, d: dict) -> None:
+    """A saved document's text, marks and continuations, checked, into `c`."""
+    _need(isinstance(d.get("text"), str), "a document needs its text")
+    c.text = d["text"]
+    n = len(c.text)
+    marks = d.get("marks", [])
+    _need(isinstance(marks, list) and all(
+        isinstance(m, list) and len(m) == 3 and all(isinstance(x, int) for x in m[:2])
+        and 0 <= m[0] < m[1] <= n and m[2] in PROVENANCE + (COPIED,) for m in marks), "bad document marks")
+    c.marks = [(m[0], m[1], m[2]) for m in marks]
+    runs = d.get("continuations", [])
+    _need(isinstance(runs, list), "continuations must be a list")
+    for r in runs:
+        _need(isinstance(r, dict) and isinstance(r.get("start"), int) and isinstance(r.get("end"), int)
+              and 0 <= r["start"] <= r["end"] <= n, "bad continuation")
+        c.runs.append(Run(r["start"], r["end"], _opt_dict(r, "stats"), _opt_dict(r, "energy"),
+                          _opt_str(r, "finish_reason"), _opt_str(r, "verifier"),
+                          _opt_str(r, "drafter"), _sources(r), _precedents(r)))
 
 
 def _opt_dict(d, key):

@@ -34,6 +34,22 @@ class ConversationList(Vertical):
     def show_store(self, text: str) -> None:
         self.query_one("#conv-store", Static).update(text)
 
+    def show_current(self) -> None:
+        """The workspace's conversations, the current tab's highlighted, and where they are kept."""
+        ws, mode = self.app.workspace, self.app.mode
+        self.show(ws.listed(), ws.current[mode].id if mode in ws.current else None)
+        self.show_store(ws.store_line())
+
+    def use_store(self, path: str | None) -> None:
+        """Keep the conversations in `path` (None: in memory only) from now on (Settings)."""
+        ws = self.app.workspace
+        if path == ws.store_path:
+            return
+        error = ws.use_store(path)
+        if error:
+            self.notify(error, severity="error", timeout=10)
+        self.show_current()
+
     @on(OptionList.OptionSelected, "#conv-list")
     async def _chosen(self, event: OptionList.OptionSelected) -> None:
         event.stop()
@@ -53,7 +69,7 @@ class ConversationList(Vertical):
         if ws.generating:
             self.app.notify("stop the generation first (esc)", severity="warning")
             return
-        self.app.generation.stash_document()
+        self.app.writer("document").stash()
         await self._open(ws.new(kind), clear=True)
 
     async def choose(self, conv_id: str) -> None:
@@ -67,16 +83,10 @@ class ConversationList(Vertical):
         if ws.generating:
             app.notify("stop the generation first (esc)", severity="warning")
             return
-        app.generation.stash_document()
+        app.writer("document").stash()
         await self._open(ws.choose(conv))
 
     async def _open(self, conv, clear: bool = False) -> None:
-        app = self.app
-        if conv.kind == "chat":
-            await app.chat_tab.show(conv)
-            if clear:
-                app.chat_tab.composer.clear()
-        else:
-            app.doc_tab.show(conv)
-        app.action_tab(conv.kind)
-        app.results.show_list()
+        await self.app.writer(conv.kind).open(conv, clear)
+        self.app.action_tab(conv.kind)
+        self.show_current()

@@ -1,4 +1,7 @@
-"""The live-numbers panel: what is drafting, the statistics as they change, energy and power."""
+"""The live-numbers panel: what is drafting, the statistics as they change, energy and power.
+It opens the workspace's meter and reads the live power itself (every half second while a
+run is in flight); the tabs' runs hand it their numbers through the App (`app.show_chunk`,
+`app.show_end`)."""
 from __future__ import annotations
 
 from textual.app import ComposeResult
@@ -26,9 +29,41 @@ class LivePanel(VerticalScroll):
         yield Static("", id="energy")
         yield Vertical(id="power")
 
-    def show_session(self, verifier: str, requested: str, resolved: str | None, k: int) -> None:
+    def on_mount(self) -> None:
+        ws = self.app.workspace
+        warning = ws.open_meter()
+        if warning:
+            self.notify(warning, severity="warning")
+        self.show_meter(ws.meter.info)
+        self.set_interval(0.5, self.tick)
+
+    def tick(self) -> None:
+        """The live power, while a run is in flight (tui/workspace.py: power_tick)."""
+        tick = self.app.workspace.power_tick()
+        if tick is not None:
+            watts, line = tick
+            if watts:
+                self.add_power(watts)
+            if line:
+                self.show_energy(line)
+
+    def show_session(self, session, k: int) -> None:
+        """The verifier, the drafter asked for (and what it resolved to) and k, here and in the
+        header."""
+        if session is None:
+            return
+        requested = render.short_spec(str(getattr(session.requested, "text", session.requested)))
+        resolved = render.short_spec(session.spec.text if session.spec is not None else session.drafter.name)
         drafter = requested if not resolved or resolved == requested else f"{requested} → {resolved}"
-        self.query_one("#live-session", Static).update(f"verifier {verifier}\ndrafter {drafter}\nk {k}")
+        self.query_one("#live-session", Static).update(f"verifier {session.verifier.name}\ndrafter {drafter}\nk {k}")
+        self.app.sub_title = f"{session.verifier.name} · {resolved} · k {k}"
+
+    def show_end(self, stats, window, elapsed: float) -> None:
+        """A finished run's numbers, its energy and the session that wrote it."""
+        ws = self.app.workspace
+        self.show_stats(stats, elapsed)
+        self.show_energy(render.energy_text(window, stats.tokens, ws.meter.info.label if ws.meter else "not measured"))
+        self.show_session(ws.session, ws.last_k)
 
     def show_stats(self, stats, elapsed: float | None = None) -> None:
         self.query_one("#stats", Static).update(render.stats_text(stats, elapsed))

@@ -1,4 +1,6 @@
-"""Messages from the workers to the UI thread (workers never touch widgets)."""
+"""What the workers of tui/workers.py post to the tab that started them (workers never touch
+widgets): status, chunks of text, the finished run, Compare's result, failures, the tokenizer.
+Each tab handles them itself (tui/writing.py); a tab's other messages are defined beside it."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -8,7 +10,7 @@ from textual.message import Message
 
 @dataclass
 class Chunk(Message):
-    run: int                  # which generation (App.runs)
+    run: int                  # which generation (the job's id; Compare's plain run: -id)
     segments: list            # [(text, provenance)]
     stats: object             # a copy of the running Stats
     elapsed: float
@@ -62,15 +64,3 @@ class TokenizerKnown(Message):
     """The verifier's tokenizer (loaded alone, without weights) for marking draft models."""
     model: str | None
     identity: object
-
-
-@dataclass
-class TrainDone(Message):
-    summary: dict = field(default_factory=dict)
-
-
-@dataclass
-class TrainProgress(Message):
-    phase: str = ""
-    done: int = 0
-    total: int | None = None

@@ -1,17 +1,23 @@
 """The Models tab: the draft models and precedent libraries on this machine
 (olifant_mlx.catalog, olifant_mlx.library), each with the tokenizer it was made for and whether
 that is the verifier's; training one with the verifier's tokenizer. A model or library made for
-another tokenizer is marked here and refused before anything is generated with it."""
+another tokenizer is marked here and refused before anything is generated with it. The tab
+runs its own workers (the verifier's tokenizer alone, to mark what fits; training) and handles
+what they post; the messages of training are defined here, beside it."""
 from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
-from olifant_mlx.tui.messages import Failed, TrainDone, TrainProgress
+from olifant_mlx.tui import workers
+from olifant_mlx.tui.messages import Failed, TokenizerKnown
 from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal
+from textual.message import Message
 from textual.widgets import Button, DataTable, Input, Label, ProgressBar, Static, TabPane
 
 from olifant_mlx.teardown import on_own_thread
@@ -35,6 +41,17 @@ def fit_text(entry, identity) -> str:
 class ModelsTab(TabPane):
     """The draft-model list and the training form; it trains on its own worker, with the
     workspace's tokenizer and trainer (self.app.workspace: tokenizer(), train_fn)."""
+
+    @dataclass
+    class Trained(Message):
+        summary: dict = field(default_factory=dict)
+
+    @dataclass
+    class Progress(Message):
+        phase: str = ""
+        done: int = 0
+        total: int | None = None
+
     def __init__(self, model_dirs):
         super().__init__("F6 Models", id="models")
         self.model_dirs = model_dirs
@@ -65,6 +82,14 @@ class ModelsTab(TabPane):
         self.query_one("#model-table", DataTable).add_columns(
             "model", "trained for", "fits the verifier", "instances", "size", "folder")
         self.refresh_models()
+        ws = self.app.workspace        # the verifier's tokenizer alone, to mark what fits
+        self.run_worker(partial(workers.tokenizer, ws, ws.model_spec, self.post_message),
+                        name="tokenizer", group="tokenizer", thread=True, exit_on_error=False)
+
+    def on_tokenizer_known(self, m: TokenizerKnown) -> None:
+        ws = self.app.workspace
+        if ws.identity is None and m.model == ws.model_spec:
+            self.set_identity(m.identity)
 
     def set_identity(self, identity) -> None:
         self.identity = identity
@@ -144,7 +169,9 @@ class ModelsTab(TabPane):
             self.notify("give a corpus path and an output name", severity="error")
             return
         out = self.output_path(name)
-        model = self.app.query_one("#set-model", Input).value.strip() or None
+        from olifant_mlx.tui.settings_tab import SettingsTab
+
+        model = self.app.query_one(SettingsTab).model.values["model"]
         self.query_one("#train-progress").display = True
         self.query_one("#train-status", Static).update(f"training {out.name} from {corpus} ...")
         self._train_worker(corpus, out, model)
@@ -165,22 +192,22 @@ class ModelsTab(TabPane):
                 now = time.monotonic()
                 if now - last[0] >= 0.1 or (total and done >= total):   # at most ~10 a second
                     last[0] = now
-                    self.post_message(TrainProgress(phase, done, total))
+                    self.post_message(self.Progress(phase, done, total))
 
             from olifant_mlx.draftmodel.documents import reporting
 
             with reporting() as files:       # a folder's files: each read or skipped, and why
                 summary = train([corpus], tokenizer, str(out), show_progress=False, on_progress=progress)
-            self.post_message(TrainDone(dict(summary, out=str(out), files=files.as_dict())))
-        except Exception as e:      # bubbles on to the App, which notifies
+            self.post_message(self.Trained(dict(summary, out=str(out), files=files.as_dict())))
+        except Exception as e:      # shown here, never as a traceback
             self.post_message(Failed("training", f"{type(e).__name__}: {e}"))
 
-    def on_train_progress(self, m: TrainProgress) -> None:
+    def on_models_tab_progress(self, m: ModelsTab.Progress) -> None:
         bar = self.query_one("#train-progress", ProgressBar)
         bar.update(total=m.total, progress=m.done)
         self.query_one("#train-status", Static).update(f"training: {m.phase}")
 
-    def on_train_done(self, m: TrainDone) -> None:
+    def on_models_tab_trained(self, m: ModelsTab.Trained) -> None:
         self.query_one("#train-progress").display = False
         s = m.summary
         files = s.get("files") or {}
@@ -194,6 +221,6 @@ class ModelsTab(TabPane):
         self.refresh_models()
 
     def on_failed(self, m: Failed) -> None:
-        if m.where == "training":
-            self.query_one("#train-progress").display = False
-            self.query_one("#train-status", Static).update(f"training failed: {m.error}")
+        self.query_one("#train-progress").display = False
+        self.query_one("#train-status", Static).update(f"training failed: {m.error}")
+        self.notify(m.error, title="training failed", severity="error", timeout=8)

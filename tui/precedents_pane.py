@@ -14,6 +14,8 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static, TabPane
 
+from olifant_mlx.tui.workspace import precedents
+
 PIN = "● pinned"
 EMPTY = ("No precedents yet. Name a precedents library in Settings (F7: precedents library) and "
          "write: the passages of the library that best match the conversation or the document so "
@@ -91,8 +93,14 @@ class PrecedentsTab(TabPane):
                     f"unpinned {p.get('path')}", timeout=4)
         self.show(self.passages)
 
+    def show_current(self) -> None:
+        """What the current answer (or continuation) of the tab last used was given."""
+        given = precedents(self.app.workspace, self.app.mode)
+        if given is not None:
+            self.show(given)
+
     def on_show(self) -> None:
-        self.app.results.show_precedents()      # the conversation (or document) now current
+        self.show_current()      # the conversation (or document) now current
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if event.data_table.id == "precedents-table":

@@ -52,79 +52,85 @@ def to_png(svg: Path, png: Path) -> None:
         cairosvg.svg2png(url=str(svg), write_to=str(tmp))
 
 
+class Camera:
+    """The app under a pilot, waited on as a person would, and its screen saved as SVGs."""
+
+    def __init__(self, app, pilot, out: Path):
+        self.app, self.pilot, self.out, self.shots = app, pilot, out, []
+
+    async def until(self, cond, timeout=600):
+        t0 = time.monotonic()
+        while not cond() and time.monotonic() - t0 < timeout:
+            await self.pilot.pause(0.1)
+
+    def save(self, name: str) -> None:
+        self.app.set_focus(None)
+        svg = self.out / f"tui-{name}.svg"
+        write_atomic(svg, self.app.export_screenshot(title=f"olifant_mlx tui: {name}"), mode=PUBLIC)
+        self.shots.append(svg)
+
+    def progress(self) -> int:
+        """Characters written so far by the generation in flight."""
+        job = next(iter(self.app.workspace.jobs.values()), None)
+        if job is None:
+            return 0
+        if job.kind == "chat":
+            return len(job.conv.turns[job.index].content)
+        return len(self.app.doc_tab.editor.text) - job.index
+
+    async def written(self, chars: int) -> None:
+        """Until the text in progress has `chars` characters (or is finished)."""
+        await self.until(lambda: not self.app.workspace.generating or self.progress() >= chars)
+        await self.pilot.pause(0.3)
+
+    async def start(self, *keys) -> None:
+        await self.pilot.press(*keys)
+        await self.until(lambda: self.app.workspace.generating, timeout=30)
+        if not self.app.workspace.generating:
+            raise RuntimeError("the generation did not start: "
+                               + "; ".join(n.message for n in self.app._notifications))
+
+    async def finish(self) -> None:
+        await self.until(lambda: not self.app.workspace.generating)
+        await self.pilot.pause(0.3)
+
+
 async def shoot(out: Path, size, draft_dir: Path, energy: str | None, max_tokens: int) -> list[Path]:
     app = OlifantApp(model="smollm2-135m", draft="auto", max_tokens=max_tokens, energy=energy,
                      model_dirs=[draft_dir])
-    shots = []
     tag = f"{size[0]}x{size[1]}"
     async with app.run_test(size=size) as pilot:
-
-        async def until(cond, timeout=600):
-            t0 = time.monotonic()
-            while not cond() and time.monotonic() - t0 < timeout:
-                await pilot.pause(0.1)
-
-        def save(name):
-            app.set_focus(None)
-            svg = out / f"tui-{name}.svg"
-            write_atomic(svg, app.export_screenshot(title=f"olifant_mlx tui: {name}"), mode=PUBLIC)
-            shots.append(svg)
-
-        def progress() -> int:
-            """Characters written so far by the generation in flight."""
-            job = next(iter(app.workspace.jobs.values()), None)
-            if job is None:
-                return 0
-            if job.kind == "chat":
-                return len(job.conv.turns[job.index].content)
-            return len(app.doc_tab.editor.text) - job.index
-
-        async def written(chars):
-            """Until the text in progress has `chars` characters (or is finished)."""
-            await until(lambda: not app.workspace.generating or progress() >= chars)
-            await pilot.pause(0.3)
-
-        async def start(*keys):
-            await pilot.press(*keys)
-            await until(lambda: app.workspace.generating, timeout=30)
-            if not app.workspace.generating:
-                raise RuntimeError("the generation did not start: "
-                                   + "; ".join(n.message for n in app._notifications))
-
-        async def finish():
-            await until(lambda: not app.workspace.generating)
-            await pilot.pause(0.3)
-
+        cam = Camera(app, pilot, out)
         # a conversation: the first answer finished (Markdown), the second caught being drafted
         for i, question in enumerate(QUESTIONS):
             app.chat_tab.composer.text = question
-            await start("ctrl+g")
+            await cam.start("ctrl+g")
             if i == 0:
-                await finish()
-        await written(160 if size[0] > 100 else 70)
-        save(f"chat-{tag}")
-        await finish()
+                await cam.finish()
+        await cam.written(160 if size[0] > 100 else 70)
+        cam.save(f"chat-{tag}")
+        await cam.finish()
         # a document being continued, with its provenance marks in the editor
-        await start("f3", "ctrl+g")
-        await written(200 if size[0] > 100 else 110)
-        save(f"document-{tag}")
-        await finish()
+        await cam.start("f3", "ctrl+g")
+        await cam.written(200 if size[0] > 100 else 110)
+        cam.save(f"document-{tag}")
+        await cam.finish()
         if size == (80, 24):
             await pilot.press("f7")
             await pilot.pause(0.3)
-            save("settings-80x24")
+            cam.save("settings-80x24")
         else:
-            await start("ctrl+b")
-            await finish()
-            save("compare")
+            await cam.start("ctrl+b")
+            await cam.finish()
+            cam.save("compare")
             await pilot.press("f5")
             await pilot.click("#calc-measured")
             await pilot.pause(0.3)
-            save("calculator")
+            cam.save("calculator")
             await pilot.press("f6")
             await pilot.pause(0.3)
-            save("models")
-    return shots
+            cam.save("models")
+    return cam.shots
 
 
 async def shoot_sources(out: Path, size, max_tokens: int, precedents: bool = False) -> list[Path]:

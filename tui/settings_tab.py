@@ -1,15 +1,16 @@
 """The Settings tab: every setting in one panel, validated where the library validates it.
 
 The drafter list is the registry's (`describe()`), `auto` first and preselected; a drafter is
-used with a fixed k or with an adaptive draft length (k is then the maximum). The options
-become a `GenerationOptions` (its validation, its messages) and the drafter a `DrafterSpec`
-(`parse_spec`) every time they are read, so a bad value is reported before anything runs.
-Changing a setting touches nothing until the next generation; changing the drafter then
-switches the drafter (`Session.set_drafter`), never the verifier.
+used with a fixed k or with an adaptive draft length (k is then the maximum). What the form
+holds is a model (`SettingsModel`): each field's value is set, and checked, when its widget
+changes (the option's own check, `GenerationOptions`'; the drafter's, `parse_spec`), a bad
+one shown beside its field and on the last line; a run reads the model's `Settings` as they
+are (`read`), nothing parsed then. Changing a setting touches nothing until the next
+generation; changing the drafter then switches the drafter, never the verifier.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from textual import on
 from textual.app import ComposeResult
@@ -17,7 +18,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Checkbox, Input, Label, Select, Static, TabPane
 
 from olifant_mlx.bindings import BINDINGS, TUI, bound
-from olifant_mlx.drafters.registry import KINDS, DrafterSpec, parse_spec
+from olifant_mlx.drafters.registry import KINDS, DrafterSpec, parse_spec, uses_history
 from olifant_mlx.engine import GenerationOptions
 from olifant_mlx.engine.options import options
 
@@ -67,6 +68,70 @@ class Settings:
     options: GenerationOptions
     system_prompt: str | None
     conversations: str | None      # the opt-in saved-conversations file
+
+
+class FieldError(ValueError):
+    """What is wrong with the settings, and the field it is wrong in (None: several)."""
+
+    def __init__(self, name: str | None, message: str):
+        super().__init__(message)
+        self.name = name
+
+
+@dataclass
+class SettingsModel:
+    """The Settings tab's values by field ("model", "draft", each option row's name, "system",
+    "history", "store"), each set and checked when its widget changes (`set`), and the
+    `Settings` they make now, or the first error, in the order of the form (`settings`,
+    `error`). Plain data: a test makes one without an App."""
+    base: GenerationOptions
+    values: dict
+    errors: dict = field(default_factory=dict)     # field -> what is wrong with its value
+    settings: Settings | None = None
+    error: FieldError | None = None
+
+    @classmethod
+    def start(cls, model, draft: str, options: GenerationOptions, system_prompt=None, conversations=None):
+        values = {"model": model or None, "system": system_prompt or None, "history": options.history,
+                  "store": conversations or None,
+                  **{n: getattr(options, n) for names in option_rows().values() for n in names}}
+        m = cls(options, values)
+        m.set("draft", lambda: parse_spec(draft))
+        return m
+
+    def set(self, name: str, value) -> None:
+        """Field `name` now the value `value()` makes, or wrong (its ValueError kept); an
+        option's value checked by the options' own check. The settings made again."""
+        self.errors.pop(name, None)
+        try:
+            v = value()
+            if name in self.base.__dataclass_fields__:
+                self.base.replace(**{name: v})
+            self.values[name] = v
+        except ValueError as e:
+            self.errors[name] = str(e)
+        try:
+            self.settings, self.error = self.make(), None
+        except FieldError as e:
+            self.settings, self.error = None, e
+
+    def order(self) -> list[str]:
+        return ["model", "draft", "history", "store", *self.base.__dataclass_fields__, "system"]
+
+    def make(self) -> Settings:
+        wrong = next((n for n in self.order() if n in self.errors), None)
+        if wrong is not None:
+            raise FieldError(wrong, self.errors[wrong])
+        v = self.values
+        options = {n: v[n] for n in self.base.__dataclass_fields__ if n in v and n != "history"}
+        try:
+            opts = self.base.replace(**options, history=v["history"])
+        except ValueError as e:
+            raise FieldError(None, str(e)) from None
+        if v["history"] and not uses_history(v["draft"]):
+            raise FieldError("history", "the session history is read only by a hybrid drafter: choose "
+                                        "auto, hybrid, or an adaptive hybrid")
+        return Settings(v["model"], v["draft"], opts, v["system"], v["store"])
 
 
 def _whole(value: str, what: str, optional: bool = False):
@@ -143,11 +208,21 @@ def read_option(name: str, widget):
 
 
 class SettingsTab(TabPane):
+    """The form, and the model it edits (`self.model`, a SettingsModel)."""
+    FIXED = {"set-model": "model", "set-system": "system", "set-drafter": "draft", "set-draft-arg": "draft",
+             "set-adaptive": "draft", "set-history-on": "history", "set-history": "history",
+             "set-store-on": "store", "set-store": "store"}
+    SHOWN = {"model": "set-model", "draft": "set-draft-arg", "system": "set-system", "history": "set-history",
+             "store": "set-store"}     # the field beside which a setting's error shows
+
     def __init__(self, model: str | None, draft: str, options: GenerationOptions,
                  system_prompt: str | None = None, conversations: str | None = None):
         super().__init__("F7 Settings", id="settings")
         self.base = options
         self.initial = (model or "", draft, system_prompt or "", conversations or "")
+        self.model = SettingsModel.start(model, compose_spec(*split_spec(draft)), options, system_prompt,
+                                         conversations)
+        self.fields = {**self.FIXED, **{row_id(n): n for names in option_rows().values() for n in names}}
 
     def compose(self) -> ComposeResult:
         model, draft, system, store = self.initial
@@ -158,6 +233,7 @@ class SettingsTab(TabPane):
             with Horizontal(classes="row"):
                 yield Label(label, classes="key")
                 yield widget
+            yield Static("", id=f"{widget.id}-error", classes="field-error")
 
         with VerticalScroll(id="settings-form"):
             yield Static("generation", classes="heading")
@@ -192,40 +268,59 @@ class SettingsTab(TabPane):
     def on_mount(self) -> None:
         self._drafter_changed()
 
-    # ---- reading ----
+    def read(self) -> Settings:
+        """The settings the next run uses, as the model holds them (ValueError: what is wrong)."""
+        if self.model.settings is None:
+            raise self.model.error
+        return self.model.settings
 
-    def value(self, ident: str) -> str:
-        return self.query_one(f"#{ident}", Input).value
+    # ---- a widget changed: its field set in the model ----
+
+    def text(self, ident: str) -> str:
+        return self.query_one(f"#{ident}", Input).value.strip()
 
     def spec_text(self) -> str:
         adaptive = self.query_one("#set-adaptive", Checkbox).value
-        return compose_spec(self.query_one("#set-drafter", Select).value, self.value("set-draft-arg"),
+        return compose_spec(self.query_one("#set-drafter", Select).value, self.text("set-draft-arg"),
                             "adaptive" if adaptive else "fixed")
 
-    def read(self) -> Settings:
-        """The settings, validated (ValueError naming the setting)."""
-        model = self.value("set-model").strip() or None
-        draft = parse_spec(self.spec_text())
-        history = None
-        if self.query_one("#set-history-on", Checkbox).value:
-            history = self.value("set-history").strip()
-            if not history:
-                raise ValueError("history is on: give the path of the history file")
-        store = None
-        if self.query_one("#set-store-on", Checkbox).value:
-            store = self.value("set-store").strip()
-            if not store:
-                raise ValueError("keeping conversations is on: give the path of the file")
-        values = {name: read_option(name, self.query_one(f"#{row_id(name)}"))
-                  for names in option_rows().values() for name in names}
-        options = self.base.replace(**values, history=history)
-        from olifant_mlx.drafters import uses_history
+    def file(self, ident: str, error: str) -> str | None:
+        """An opt-in file's path: None when it is off; ValueError `error` when on without one."""
+        if not self.query_one(f"#{ident}-on", Checkbox).value:
+            return None
+        if not self.text(ident):
+            raise ValueError(error)
+        return self.text(ident)
 
-        if history and not uses_history(draft):
-            raise ValueError("the session history is read only by a hybrid drafter: choose auto, "
-                             "hybrid, or an adaptive hybrid")
-        system = self.value("set-system").strip() or None
-        return Settings(model, draft, options, system, store)
+    def value(self, name: str, widget):
+        """What field `name` holds now, read from its widget (ValueError naming it)."""
+        if name == "draft":
+            return parse_spec(self.spec_text())
+        if name == "history":
+            return self.file("set-history", "history is on: give the path of the history file")
+        if name == "store":
+            return self.file("set-store", "keeping conversations is on: give the path of the file")
+        if name in ("model", "system"):
+            return widget.value.strip() or None
+        return read_option(name, widget)
+
+    @on(Input.Changed)
+    @on(Checkbox.Changed)
+    @on(Select.Changed)
+    def _changed(self, event) -> None:
+        widget = event.control
+        name = self.fields.get(widget.id)
+        if name is None:
+            return
+        self.model.set(name, lambda: self.value(name, widget))
+        self.show_check()
+        if widget.id == "set-store-on":          # keeping conversations starts (or stops) at once
+            self._use_store()
+
+    @on(Input.Submitted, "#set-store")
+    def _use_store(self) -> None:
+        if self.model.settings is not None:
+            self.app.nav.use_store(self.model.settings.conversations)
 
     # ---- writing (from other panes) ----
 
@@ -252,29 +347,24 @@ class SettingsTab(TabPane):
             length.value = True
         length.disabled = bool(known) and (known.own_length or not known.drafts)
         self.query_one("#set-draft-about", Static).update(f"{usage}: {summary}")
-        self.check()
+        self.show_check()
 
-    @on(Checkbox.Changed, "#set-store-on")
-    @on(Input.Submitted, "#set-store")
-    def _store_setting(self) -> None:
-        """Keeping conversations in a file starts (or stops) at once, not at the next run."""
-        try:
-            s = self.read()
-        except ValueError:
-            return
-        self.app.generation.use_store(s.conversations)
-
-    @on(Input.Changed)
-    @on(Checkbox.Changed)
-    def check(self) -> None:
+    def show_check(self) -> None:
+        """Each field's error beside it, and the next generation's settings (or the first
+        error) on the last line."""
+        m = self.model
+        beside = {self.SHOWN.get(n) or row_id(n): e for n, e in m.errors.items()}
+        if m.error is not None and m.error.name is not None:
+            beside[self.SHOWN.get(m.error.name) or row_id(m.error.name)] = str(m.error)
+        for line in self.query(".field-error"):
+            error = beside.get(line.id.removesuffix("-error"))
+            line.update(f"✗ {error}" if error else "")
+            line.set_class(bool(error), "-shown")
         out = self.query_one("#set-check", Static)
-        try:
-            s = self.read()
-        except ValueError as e:
-            out.update(f"✗ {e}")
-            out.set_class(True, "-error")
+        out.set_class(m.settings is None, "-error")
+        if m.settings is None:
+            out.update(f"✗ {m.error}")
             return
-        out.set_class(False, "-error")
-        out.update(f"✓ next generation: drafter {s.draft.text}, k={s.options.k}, "
-                   f"{s.options.max_tokens} tokens at most, "
-                   f"{'greedy' if s.options.temperature == 0 else f'temperature {s.options.temperature:g}'}")
+        o = m.settings.options
+        out.update(f"✓ next generation: drafter {m.settings.draft.text}, k={o.k}, {o.max_tokens} tokens at most, "
+                   f"{'greedy' if o.temperature == 0 else f'temperature {o.temperature:g}'}")

@@ -118,8 +118,15 @@ class SourcesTab(TabPane):
         except (OSError, ValueError) as e:       # a library removed or rebuilt since
             out.update(f"the source passage cannot be read: {e}")
 
+    def show_current(self) -> None:
+        """The copied spans of the current conversation (or document) of the tab last used."""
+        ws = self.app.workspace
+        sources = ws.sources(self.app.mode)
+        if sources is not None:
+            self.show(sources, ws.decode())
+
     def on_show(self) -> None:
-        self.app.results.show_sources()      # the conversation (or document) now current
+        self.show_current()      # the conversation (or document) now current
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self.show_passage(event.cursor_row)

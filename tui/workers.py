@@ -1,6 +1,6 @@
 """What the generation workers run: a chat answer or a document continuation, Compare (plain,
-then speculative, then measured rounds), the tokenizer alone. The App starts each on a Textual
-thread worker (tui/generation.py); each call runs on its own thread
+then speculative, then measured rounds), the tokenizer alone. The tab that asks starts each on
+its own Textual thread worker (tui/writing.py, models_tab.py); each call runs on its own thread
 (olifant_mlx.teardown.on_own_thread), never touches widgets, and posts batched messages through
 the `post` it is given. Each plans its engine Request (engine.request.plan) over the Session the
 workspace gives it (tui/workspace.py), with the drafter the settings choose. Plain functions: a

@@ -3,8 +3,9 @@
 tokenizer for checking draft models, the generations in flight (jobs) and what the last one
 measured. A plain object, neither App nor widget: it touches no widget and posts nothing
 itself. What runs on a worker thread (`session_for`, tui/workers.py) reports through the `post`
-it is given; what goes wrong on the UI thread comes back as text for the App to show. A pane
-reaches it as `self.app.workspace`; the App (tui/app.py) shows what it holds.
+it is given; what goes wrong on the UI thread comes back as text. A pane reaches it as
+`self.app.workspace`; what a kind of run keeps (a chat's answer, a document's continuation) is
+its pane's (tui/chat_tab.py, tui/document_tab.py).
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import itertools
 import threading
 
 from olifant_mlx.tui import render, store
-from olifant_mlx.tui.conversation import Conversation, Run, Turn
+from olifant_mlx.tui.conversation import Conversation
 from olifant_mlx.tui.messages import Loaded, Status
 from olifant_mlx.tui.workers import Job
 
@@ -220,12 +221,6 @@ class Workspace:
             return f"not saved: {self.store_error}"
         return f"kept in {self.store_path}" if self.store_path else "kept in memory only"
 
-    def keep_document(self, text: str, marks) -> None:
-        """What the document editor holds, kept in the current document."""
-        conv = self.current.get("document")
-        if conv is not None:
-            conv.text, conv.marks = text, marks
-
     # ---- the session (worker threads) ------------------------------------------------
 
     def tokenizer(self, model):
@@ -284,29 +279,6 @@ class Workspace:
 
     # ---- jobs: the generations in flight and what they leave ---------------------------
 
-    def ask(self, text: str, system_prompt: str | None) -> Conversation:
-        """Your message added to the current chat (in place of the one being edited, and the
-        answers after it)."""
-        conv = self.current["chat"]
-        if self.editing is not None:
-            del conv.turns[self.editing:]
-            self.editing = None
-        conv.system_prompt = system_prompt
-        conv.turns.append(Turn("user", text))
-        conv.touch()
-        return conv
-
-    def answer(self, conv: Conversation, s, seed: int | None = None) -> Job:
-        """A new answer (empty yet) to the chat's last message, and the job that writes it
-        (with `seed` in place of the settings' own, when given)."""
-        if seed is not None:
-            s = dataclasses.replace(s, options=s.options.replace(seed=seed))
-        o = s.options
-        conv.turns.append(Turn("assistant", "", drafter=render.short_spec(s.draft.text),
-                               seed=o.seed if o.temperature > 0 else None))
-        index = len(conv.turns) - 1
-        return self.job("chat", conv, s, conv.chat(index, self.template_kwargs), index)
-
     def job(self, kind: str, conv, s, prompt, index: int = 0) -> Job:
         return Job(next(self._ids), kind, conv, s, prompt, index)
 
@@ -314,7 +286,7 @@ class Workspace:
         self.jobs[job.id] = job
         self.generating = True
         self.last_k = job.settings.options.k
-        if job.kind != "compare":
+        if job.conv is not None:             # a chat answer or a continuation (not Compare)
             self.last_prompt = (job.kind, job.prompt)
         if self.meter is not None and self.meter.info.measured:
             self.meter.power()               # reset the live-power baseline
@@ -325,47 +297,15 @@ class Workspace:
         self.generating = bool(self.jobs)
         return job
 
-    def chunk(self, job: Job, m) -> None:
-        """A Chunk's text and copied spans kept with its answer (a document's, with its job)."""
-        job.precedents = job.precedents if m.precedents is None else m.precedents
-        if job.kind == "chat":
-            turn = job.conv.turns[job.index]
-            turn.content += "".join(t for t, _ in m.segments)
-            turn.segments += m.segments
-            turn.sources += m.sources
-        elif job.kind == "document":
-            job.sources += m.sources
-
-    def done(self, job: Job, m, document=None) -> None:
-        """A finished run (a Done) kept in its conversation with its numbers; `document`: the
-        editor's (text, marks) after a continuation."""
+    def record(self, job: Job, m) -> dict:
+        """A finished run's (a Done's) numbers, kept as the last ones, and what its answer or
+        continuation keeps of them: stats, energy, finish_reason, verifier, drafter."""
         self.last_stats, self.last_window = m.stats, m.window
-        stats = m.stats.as_dict()
         energy = m.window.as_dict(m.stats.tokens) if m.window is not None and m.window.total_j is not None else None
-        verifier = self.session.verifier.name if self.session is not None else None
-        drafter = self.session.spec.text if self.session is not None and self.session.spec else job.settings.draft.text
-        drafter = render.short_spec(drafter)
-        conv = job.conv
-        if job.kind == "chat":
-            turn = conv.turns[job.index]
-            turn.content = m.text
-            turn.stats, turn.energy, turn.finish_reason = stats, energy, m.finish_reason
-            turn.verifier, turn.drafter, turn.precedents = verifier, drafter, job.precedents
-        else:
-            conv.text, conv.marks = document
-            conv.runs.append(Run(job.index, len(conv.text), stats, energy, m.finish_reason, verifier, drafter,
-                                 job.sources, job.precedents))
-        conv.touch()
-
-    def failed(self, job: Job) -> bool:
-        """A chat answer that failed: dropped when it has no text yet (True), else kept and
-        marked an error."""
-        turn = job.conv.turns[job.index]
-        if not turn.content:
-            del job.conv.turns[job.index:]
-            return True
-        turn.finish_reason = "error"
-        return False
+        s = self.session
+        drafter = s.spec.text if s is not None and s.spec else job.settings.draft.text
+        return {"stats": m.stats.as_dict(), "energy": energy, "finish_reason": m.finish_reason,
+                "verifier": s.verifier.name if s is not None else None, "drafter": render.short_spec(drafter)}
 
     def sources(self, kind: str) -> list | None:
         """The copied spans of the current conversation (or document) of `kind`, with those of
@@ -373,5 +313,5 @@ class Workspace:
         conv = self.current.get(kind)
         if conv is None:
             return None
-        running = [s for j in self.jobs.values() if j.conv is conv and j.kind == "document" for s in j.sources]
+        running = [s for j in self.jobs.values() if j.conv is conv for s in j.sources]
         return conv.sources() + running
