@@ -226,7 +226,7 @@ def _key(prompt) -> str:
 
 def cmd_transcripts(args) -> None:
     from olifant_mlx.engine import Session
-    from olifant_mlx.measure.transcripts import make_transcripts, write_transcript_set
+    from olifant_mlx.measure.transcripts import make_transcripts, read_transcript_set, write_transcript_set
     from olifant_mlx.verifier import load_verifier
 
     verifier = load_verifier(args.model)
@@ -241,7 +241,10 @@ def cmd_transcripts(args) -> None:
     for key in ts:
         tasks.setdefault(scenario[ids[key]], []).append(key)
     path = ROOT / "docs" / "transcripts" / f"workload-{args.model}.json"
-    write_transcript_set(path, ts, tasks)
+    kept = [t for t in read_transcript_set(path) if t.get("task") not in args.scenarios] if path.is_file() else []
+    for t in kept:                  # the scenarios not asked for this time stay as they were
+        tasks.setdefault(t["task"], []).append(t["prompt"])
+    write_transcript_set(path, {t["prompt"]: {k: v for k, v in t.items() if k != "task"} for t in kept} | ts, tasks)
     print(f"wrote {path}", file=sys.stderr)
 
 
