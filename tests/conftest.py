@@ -4,6 +4,7 @@ Fixtures are shared here (helpers in tests/tiny_models.py, server_helpers.py, tr
 gguf_models.py): a test module never imports another test module (test_architecture checks it).
 The real offline verifiers are loaded once per test session (`smol`, `gemma`)."""
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -20,6 +21,11 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT") and "OPENBLAS_NUM_THREADS" not in
     os.environ["OPENBLAS_NUM_THREADS"] = str(max(1, cpus() // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
 
 import olifant_mlx.mlx_setup  # noqa: E402, F401  (OpenBLAS before anything imports MLX)
+
+# A run started in the background by a non-interactive shell (`cmd &`, nohup) inherits SIGINT
+# ignored, and so would every process the tests start: the Ctrl-C tests need it delivered.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 from suite_cache import suite_cache  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
