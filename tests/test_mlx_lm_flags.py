@@ -122,7 +122,8 @@ def mlx_lm_text(path, prompt_ids, adapter_path=None):
     import mlx_lm
 
     model, tok = mlx_lm.load(path, adapter_path=adapter_path)
-    out = [r.token for r in mlx_lm.stream_generate(model, tok, prompt_ids, max_tokens=N)]
+    # the last response of a generation that met an end token carries that token: not text
+    out = [r.token for r in mlx_lm.stream_generate(model, tok, prompt_ids, max_tokens=N) if r.finish_reason != "stop"]
     before = tok.decode(prompt_ids)
     whole = tok.decode(list(prompt_ids) + out)
     assert whole.startswith(before)
@@ -176,8 +177,8 @@ def make_adapter(path, folder):
               "lora_parameters": {"rank": 4, "scale": 20.0, "dropout": 0.0}}
     model, _ = mlx_lm.load(path)
     model.freeze()
+    mx.random.seed(7)           # before the LoRA layers too: their A matrices are drawn at random
     linear_to_lora_layers(model, config["num_layers"], config["lora_parameters"])
-    mx.random.seed(7)
     weights = {}
     for name, w in tree_flatten(model.trainable_parameters()):
         weights[name] = mx.random.normal(w.shape) * 0.05 if name.endswith("lora_b") else w
