@@ -34,11 +34,11 @@ async def tui():
         await pilot.press("ctrl+g")                 # continue the document
         for _ in range(1200):
             await pilot.pause(0.1)
-            if not app.generating:
+            if not app.workspace.generating:
                 break
         text = app.doc_tab.editor.text
         assert text.startswith(prompt) and text[len(prompt):].strip(), "the TUI generated nothing"
-        assert app.last_stats.tokens == 8
+        assert app.workspace.last_stats.tokens == 8
         for key in ("f2", "f4", "f5", "f6", "f7", "f3"):
             await pilot.press(key)
 
