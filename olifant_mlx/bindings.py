@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from olifant_mlx.precedents import DEFAULT_BUDGET
+
 GENERATE, SERVE, REQUEST, TUI, RANKS = "generate", "serve", "request", "tui", "ranks"
 SURFACES = (GENERATE, SERVE, REQUEST, TUI, RANKS)
 
@@ -115,9 +117,9 @@ BINDINGS = {
                                  "prompt first (repeatable)"),
     "precedent_tokens": bind(GENERATE, SERVE, TUI, flags=("--precedent-tokens",), metavar="N",
                              label="precedent tokens", section="precedents",
-                             hint="blank: 1024, context permitting",
-                             help="tokens of precedents at most (default 1024, or what the verifier's context "
-                                  "leaves beside the prompt and the answer)"),
+                             hint=f"blank: {DEFAULT_BUDGET}, context permitting",
+                             help=f"tokens of precedents at most (default {DEFAULT_BUDGET}, or what the verifier's "
+                                  "context leaves beside the prompt and the answer)"),
     "lead": bind(RANKS),
     "pass_cost": bind(),              # cost models: each rank fits its own
     "draft_cost": bind(),

@@ -3,7 +3,7 @@ documents the user pins, put into the prompt ahead of the instruction with their
 so that the verifier adapts them and the drafters copy from them (docs/precedents.md).
 
     used = gather(tokenizer, "Draft the confidentiality clause ...", library="contracts",
-                  pinned=("nda-2019.docx",), budget=1024, matter="acme")
+                  pinned=("nda-2019.docx",), budget=512, matter="acme")
     prompt = with_block(Chat.of("Draft the confidentiality clause ..."), used)
     used.passages, used.tokens      # what went in, numbered from 1 as the prompt labels them
     provenance_index(used, tokenizer)   # the copied spans' document, page and paragraph
@@ -21,7 +21,8 @@ import numpy as np
 from olifant_mlx.engine.options import OptionsError
 from olifant_mlx.passages import PassageError, Passage, search
 
-DEFAULT_BUDGET = 1024      # tokens of precedents when --precedent-tokens is not given (context permitting)
+DEFAULT_BUDGET = 512       # tokens of precedents when --precedent-tokens is not given (context permitting):
+# two passages; more cost prefill and distract the model from the one it copies (docs/precedents.md#the-budget)
 CANDIDATES = 24            # passages retrieved before the budget is filled
 MIN_SHARE = 0.3            # a retrieved passage scoring under this share of the best one stays out
 LABEL_TOKENS = 16          # what a passage's label and blank lines cost, about, in the budget
