@@ -119,7 +119,8 @@ BINDINGS = {
                              label="precedent tokens", section="precedents",
                              hint=f"blank: {DEFAULT_BUDGET}, context permitting",
                              help=f"tokens of precedents at most (default {DEFAULT_BUDGET}, or what the verifier's "
-                                  "context leaves beside the prompt and the answer)"),
+                                  "context leaves beside the prompt and the answer; the default grows to hold "
+                                  "the best passage whole)"),
     "lead": bind(RANKS),
     "pass_cost": bind(),              # cost models: each rank fits its own
     "draft_cost": bind(),

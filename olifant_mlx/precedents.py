@@ -74,9 +74,11 @@ def query_of(prompt) -> str:
 
 
 def gather(tokenizer, query: str, library: str | None = None, pinned=(), budget: int = DEFAULT_BUDGET,
-           matter: str | None = None) -> Precedents:
+           matter: str | None = None, room: int | None = None) -> Precedents:
     """The pinned documents' passages (in order), then the library's best passages for `query`
-    (the matter wall applied), while they fit `budget` tokens."""
+    (the matter wall applied), while they fit `budget` tokens. `room`: the budget is the default,
+    not the user's, and may grow up to `room` tokens to hold the first passage (the first pinned,
+    else the best) whole — a document of long paragraphs still drafts without a flag."""
     from olifant_mlx import library as libraries
 
     lib = None
@@ -101,21 +103,26 @@ def gather(tokenizer, query: str, library: str | None = None, pinned=(), budget:
             else:
                 raise OptionsError(f"--precedents {library}: {e}", "precedents") from None
         found = [p for p in found if p.score >= MIN_SHARE * found[0].score]
-    chosen, left_out = _fill(pins, found, budget)
+    if room is not None and pins + found:
+        budget = max(budget, min((pins + found)[0].tokens + LABEL_TOKENS, room))
+    chosen, left_out = _fill(pins, found, budget, given=room is None)
     block = _block(chosen, chat=True)
     return Precedents(tuple(chosen), block, len(tokenizer.encode(block)) if chosen else 0, budget,
                       library, left_out)
 
 
-def _fill(pins: list, found: list, budget: int):
+def _fill(pins: list, found: list, budget: int, given: bool = True):
     """(the passages that fit, pinned first then by rank, how many pinned ones did not fit);
     a retrieved passage that overlaps one already chosen from its document stays out.
-    OptionsError when not even the smallest one fits."""
+    OptionsError when not even the smallest one fits (`given`: the budget is the user's)."""
     candidates = pins + found
     if candidates and min(p.tokens for p in candidates) + LABEL_TOKENS > budget:
         need = min(p.tokens for p in candidates) + LABEL_TOKENS
-        raise OptionsError(f"--precedent-tokens {budget:,} holds no passage: the smallest one that matched "
-                           f"needs {need:,} tokens with its label", "precedent_tokens")
+        what = (f"--precedent-tokens {budget:,}" if given else
+                f"the {budget:,} tokens the verifier's context leaves for precedents")
+        raise OptionsError(f"{what} holds no passage: the smallest one that matched needs {need:,} tokens "
+                           "with its label" + ("" if given else ": ask for fewer tokens (--max-tokens)"),
+                           "precedent_tokens")
     chosen, taken, used, left_out = [], {}, 0, 0
     for p in candidates:
         spans = taken.setdefault((p.library, p.path), [])

@@ -157,6 +157,24 @@ def test_the_copied_spans_are_traced_to_the_passages_given(built, smollm2):
     assert (place.path, place.paragraph, place.document) == ("acme/nda.docx", nda.paragraph, nda.document)
 
 
+def test_the_default_budget_grows_to_hold_the_best_passage_whole(built, smollm2):
+    """A document of long paragraphs drafts without a flag: under the default budget (room
+    given) the best passage goes in whole, up to what the context leaves; a budget the user
+    gave is kept, and too little context is an error naming --max-tokens."""
+    query = "confidential auditors"
+    best = precedents.gather(smollm2, query, library="firm", budget=4000).passages
+    first = max(best, key=lambda p: p.score)
+    small = first.tokens // 2                   # a default budget the best passage does not fit
+    grown = precedents.gather(smollm2, query, library="firm", budget=small, room=4000)
+    assert [p.path for p in grown.passages] == [first.path] and grown.passages[0].text == first.text
+    assert grown.budget == first.tokens + precedents.LABEL_TOKENS
+    with pytest.raises(OptionsError, match=f"--precedent-tokens {small} holds no passage"):
+        precedents.gather(smollm2, query, library="firm", budget=small)
+    with pytest.raises(OptionsError, match="the 20 tokens the verifier's context leaves .* holds no passage"
+                                           ".*--max-tokens"):
+        precedents.gather(smollm2, query, library="firm", budget=20, room=20)
+
+
 def test_bad_precedents_get_clear_errors(built, smollm2, tmp_path, capsys, monkeypatch):
     lib, folder = built
     with pytest.raises(passages.PassageError, match="no words to search for"):

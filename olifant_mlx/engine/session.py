@@ -268,12 +268,13 @@ class Session:
     def with_precedents(self, prompt, opts: GenerationOptions):
         """(the prompt with its precedents, the precedents.Precedents), or (prompt, None) when
         the options ask for none. The request is the query; the budget is options'
-        precedent_tokens, else what the verifier's context leaves (at most DEFAULT_BUDGET)."""
+        precedent_tokens, else what the verifier's context leaves (at most DEFAULT_BUDGET, or the
+        first passage whole when it is longer and the context leaves room for it)."""
         if not (opts.precedents or opts.precedent_files):
             return prompt, None
         from olifant_mlx import precedents
 
-        budget = opts.precedent_tokens
+        budget, room = opts.precedent_tokens, None
         if budget is None:
             limit, n = self.verifier.context_length, len(self.encode(prompt))
             room = limit - n - opts.max_tokens - 32 if limit else precedents.DEFAULT_BUDGET
@@ -283,7 +284,7 @@ class Session:
                                    f"ask for fewer tokens (--max-tokens)", n, opts.max_tokens)
             budget = min(precedents.DEFAULT_BUDGET, room)
         used = precedents.gather(self.verifier.identity, precedents.query_of(prompt), opts.precedents,
-                                 opts.precedent_files, budget, opts.matter)
+                                 opts.precedent_files, budget, opts.matter, room)
         return precedents.with_block(prompt, used), used
 
     def prompt_for(self, text: str, system_prompt: str | None = None,
