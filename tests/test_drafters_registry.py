@@ -50,7 +50,7 @@ def test_specs_parse_and_build(model_file):
     h = build_drafter(f"hybrid:{model_file}", Ident())
     assert (h.olifant.min_depth, h.olifant.min_share) == (0, 0.0) and h.sources == []
     assert set(KINDS) == {"auto", "none", "olifant", "ngram", "ngram-words", "lookup", "neural", "hybrid",
-                          "adaptive", "rest", "ngram-cache", "library"}
+                          "adaptive", "rest", "ngram-cache", "library", "prediction"}
     alone = build_drafter("hybrid")                      # no draft model: the session's text only
     assert alone.olifant is None and alone.draft([5, 6, 7, 5, 6], 2) == [7, 5]
 

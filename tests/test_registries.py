@@ -102,9 +102,9 @@ def select_options(tab) -> list:
 def test_the_built_in_kinds_properties_are_their_entries():
     """What used to be lists of names (non-sources, history readers, aliases) is now fields;
     these are the same kinds as before."""
-    assert {n for n, k in KINDS.items() if not k.source} == {"auto", "none", "hybrid", "adaptive"}
-    assert {n for n, k in KINDS.items() if k.history} == {"hybrid", "auto", "library"}
-    assert {n for n, k in KINDS.items() if k.own_length} == {"auto", "adaptive"}
+    assert {n for n, k in KINDS.items() if not k.source} == {"auto", "none", "hybrid", "adaptive", "prediction"}
+    assert {n for n, k in KINDS.items() if k.history} == {"hybrid", "auto", "library", "prediction"}
+    assert {n for n, k in KINDS.items() if k.own_length} == {"auto", "adaptive", "prediction"}
     assert [n for n, k in KINDS.items() if not k.drafts] == ["none"]
     assert registry.ALIASES == {"plain": "none", "": "none"}
     assert {n: k.default for n, k in KINDS.items() if k.arg == "int"} == {"ngram": 4, "ngram-words": 4, "lookup": 3}

@@ -5,7 +5,7 @@ import numpy as np
 from mlx.utils import tree_map
 
 from olifant_mlx.drafters import (AdaptiveDrafter, HybridDrafter, LookupDrafter, NeuralDrafter, NgramDrafter,
-                                  NoDrafter, OlifantDrafter, WordNgramDrafter)
+                                  NoDrafter, OlifantDrafter, WordNgramDrafter, build_drafter, predicting)
 from olifant_mlx.draftmodel.igtree import Builder
 from olifant_mlx.engine import generate
 from olifant_mlx.engine.reference import TextDetokenizer
@@ -61,6 +61,7 @@ def drafters(model, olifant):
     yield AdaptiveDrafter(OlifantDrafter(olifant))
     yield AdaptiveDrafter(HybridDrafter(OlifantDrafter(olifant)))
     yield AdaptiveDrafter(NgramDrafter(), prior=0.9)
+    yield predicting(build_drafter("prediction"), list(range(1, 40)))
 
 
 class Tok:

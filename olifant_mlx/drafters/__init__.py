@@ -15,11 +15,13 @@ from olifant_mlx.drafters.lookup import LookupDrafter, agreement, copy_signals
 from olifant_mlx.drafters.neural import NeuralDrafter
 from olifant_mlx.drafters.ngram import NgramDrafter, WordNgramDrafter
 from olifant_mlx.drafters.olifant import OlifantDrafter
+from olifant_mlx.drafters.prediction import PredictionSource, prediction_counts, predicting
 from olifant_mlx.drafters.registry import (KINDS, DrafterKind, DrafterSpec, DrafterSpecError, build_drafter,
                                            describe, help_text, parse_spec, register, uses_history)
 
 __all__ = ["AdaptiveDrafter", "HybridDrafter", "LookupDrafter", "NeuralDrafter", "NgramDrafter",
-           "OlifantDrafter", "WordNgramDrafter", "agreement", "copy_signals",
+           "OlifantDrafter", "PredictionSource", "WordNgramDrafter", "agreement", "copy_signals",
            "EMPTY", "KINDS", "Draft", "Drafter", "DrafterBase", "DrafterKind", "DrafterSpec",
            "DrafterSpecError", "NoDrafter", "Signal", "as_drafter", "build_drafter", "describe",
-           "help_text", "parse_spec", "position_signals", "register", "resolve_auto", "uses_history"]
+           "help_text", "parse_spec", "position_signals", "predicting", "prediction_counts", "register",
+           "resolve_auto", "uses_history"]

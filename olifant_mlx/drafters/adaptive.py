@@ -37,6 +37,7 @@ after `wait` plain passes, doubling the wait (up to `max_wait`) each time a prob
 """
 from __future__ import annotations
 
+import copy
 import time
 
 from olifant_mlx.drafters.base import Draft, DrafterBase, Signal
@@ -261,6 +262,19 @@ class AdaptiveDrafter(DrafterBase):
         self.guard = PlainGuard() if guard is None else guard or None
         self.consulted = False            # this pass asked the inner drafter
         self.learn_s = 0.0                # the last observe's own time: drafting's cost too
+
+    def around(self, inner):
+        """A drafter like this one over `inner`, for one request: it starts from this one's
+        estimates and cost fit (the verifier is the same) and writes neither back; its guard
+        starts afresh (what paid before may not be what this request drafts from)."""
+        other = copy.copy(self)
+        other.inner, other.name = inner, f"adaptive-{inner.name}"
+        other.learner = copy.deepcopy(self.learner)
+        other.acceptance = other.learner.acceptance
+        other.cost = copy.deepcopy(self.cost)
+        other.guard = PlainGuard() if self.guard is not None else None
+        other.pass_times = PassTimes()
+        return other
 
     @property
     def planning(self):

@@ -12,6 +12,8 @@ expected tokens per verifier second, and its length too.
 """
 from __future__ import annotations
 
+import copy
+
 from olifant_mlx.drafters.adaptive import CandidateLearner
 from olifant_mlx.drafters.base import EMPTY, Draft, DrafterBase, as_drafter
 from olifant_mlx.drafters.lookup import LookupDrafter
@@ -38,6 +40,14 @@ class HybridDrafter(DrafterBase):
         self.short_lookup = LookupDrafter(max_ngram=min_match - 1, min_ngram=1, repeat=True)
         self.name = name
         self.learner = CandidateLearner(prior, half_life)
+
+    def with_source(self, source):
+        """This hybrid with `source` among its sources (in place of one of the same name), for
+        one request: the draft model, history and other sources shared, the estimates copied."""
+        other = copy.copy(self)
+        other.sources = [s for s in self.sources if s.name != source.name] + [source]
+        other.learner = copy.deepcopy(self.learner)
+        return other
 
     def start(self, prompt):
         for s in self.sources:

@@ -265,6 +265,10 @@ for _kind in (
     DrafterKind("ngram-cache", "file", "llama.cpp's static n-gram cache (llama-lookup's "
                                        "corpus tier, from build-rest --ngram-cache)",
                 "retrieval:ngram_cache_from_spec", magic=NGRAM_MAGIC),
+    DrafterKind("prediction", "", "the request's prediction (the text being revised, OpenAI's predicted "
+                                  "outputs), its place kept and found again after a change, and the "
+                                  "session's own text: the adaptive hybrid over both", "prediction",
+                source=False, history=True, own_length=True),
     DrafterKind("library", "name", "a precedent library (`library build`): the adaptive hybrid over "
                                    "its IGTree, its suffix index and the session's text",
                 "auto:library_from_spec", history=True),

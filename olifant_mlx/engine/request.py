@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from olifant_mlx.drafters.auto import resolve_auto
 from olifant_mlx.drafters.base import Drafter, NoDrafter, as_drafter
+from olifant_mlx.drafters.prediction import predicting
 from olifant_mlx.drafters.registry import DrafterSpec, build_drafter, parse_spec, uses_history
 from olifant_mlx.engine.options import GenerationOptions, OptionsError
 
@@ -113,6 +114,7 @@ class Request:
     precedents: object = None       # a precedents.Precedents, or None: none asked for
     cache: object = None            # an engine.cache PromptCache / PrefixCache, or None
     continuation: bool = False
+    prediction: tuple = ()          # ids the answer is expected to mostly repeat (drafters.prediction)
 
     @property
     def drafter(self) -> Drafter:
@@ -142,13 +144,16 @@ def without_drafting(request: Request) -> Request:
 
 
 def plan(session, prompt, options: GenerationOptions | None = None, drafter=None, cache=None,
-         continuation: bool | None = None, fit_max_tokens: bool = False) -> Request:
+         continuation: bool | None = None, fit_max_tokens: bool = False, prediction=None) -> Request:
     """The Request for `prompt` (text, token ids or a Chat) on `session`: its default options
     and drafter unless given (`drafter`: a spec, a drafter object or a Drafting). The options'
     precedents are gathered and put into the prompt, which is encoded once and checked against
     the context (ContextError; `fit_max_tokens`: max_tokens is first cut to the room left); the
     lead rule plans with the session's pass cost unless the options give one. The provenance
-    library is opened and checked (OptionsError). `continuation` None: True for a text prompt."""
+    library is opened and checked (OptionsError). `continuation` None: True for a text prompt.
+    `prediction` (text or ids: what the answer is expected to mostly repeat) is drafted from by
+    a drafter built on the hybrid (auto, prediction, library:NAME, hybrid, adaptive:hybrid; others
+    ignore it) and must fit the context beside the prompt (ContextError)."""
     opts = options or session.options
     drafted = session.drafting if drafter is None else drafting(drafter, session.verifier.identity,
                                                                  session.history)
@@ -163,10 +168,30 @@ def plan(session, prompt, options: GenerationOptions | None = None, drafter=None
         changes["pass_cost"] = session.lead_cost    # the verifier's speed outlives one generation
     opts = opts.replace(**changes) if changes else opts
     ids = session.fit_context(ids, opts)
+    predicted = prediction_ids(session, prediction, len(ids))
+    if predicted:
+        drafted = Drafting(drafted.requested, drafted.spec, predicting(drafted.drafter, predicted))
     library = sources_library(opts, drafted)
     return Request(tuple(ids), opts, drafted, session.eos_ids(opts), library,
                    provenance_index(session.verifier, opts, library, used), used, cache,
-                   continuation and not isinstance(given, Chat))
+                   continuation and not isinstance(given, Chat), predicted)
+
+
+def prediction_ids(session, prediction, prompt_tokens: int) -> tuple:
+    """A request's prediction as ids (text encoded as the verifier writes it, without special
+    tokens); a ContextError when it does not fit the context beside the prompt's tokens."""
+    if prediction is None:
+        return ()
+    if isinstance(prediction, str):
+        ids = session.verifier.identity.encode(prediction) if prediction else []
+    else:
+        ids = [int(t) for t in prediction]
+    limit = session.verifier.context_length
+    if limit and prompt_tokens + len(ids) > limit:
+        raise ContextError(f"the prediction is {len(ids):,} tokens, and with the prompt's {prompt_tokens:,} that "
+                           f"is more than {session.verifier.name}'s context holds ({limit:,}): shorten it",
+                           prompt_tokens, len(ids))
+    return tuple(ids)
 
 
 def provenance_index(verifier, opts: GenerationOptions, library: str | None, used=None):

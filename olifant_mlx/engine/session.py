@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from olifant_mlx.drafters.costs import PassCost
+from olifant_mlx.drafters.prediction import prediction_counts
 from olifant_mlx.engine.loop import generate_steps, model_vocab_size
 from olifant_mlx.engine.options import GenerationOptions, OptionsError
 from olifant_mlx.engine.request import Chat, ContextError, Request, drafting, plan, sources_library
@@ -327,7 +328,7 @@ class Session:
     def stream(self, prompt, options: GenerationOptions | None = None, drafter=None,
                should_stop: Callable[[], bool] | None = None,
                on_prefill: Callable[[int, int], None] | None = None,
-               continuation: bool | None = None, cache=None) -> Iterator[Response]:
+               continuation: bool | None = None, cache=None, prediction=None) -> Iterator[Response]:
         """Run a Request (engine.request.plan), or plan one first from a prompt (text, ids or
         a Chat) with `options`, `drafter` (the session's unless given), `cache` and
         `continuation` as `plan` takes them: one Response per verifier pass. `should_stop()` is
@@ -336,13 +337,15 @@ class Session:
         starts from the cache of an earlier generation with this session and prefills only the
         prompt's tokens past the prefix they share; the output is the same. `continuation`
         (None: True for a text prompt): the output is appended to the prompt's text, so it
-        keeps the space before its first word, which a streaming detokenizer drops."""
+        keeps the space before its first word, which a streaming detokenizer drops. `prediction`
+        (text or ids): what the answer is expected to mostly repeat, drafted from (plan); the
+        last Response's stats then count its accepted and rejected tokens (`prediction`)."""
         if isinstance(prompt, Request):
-            if (options, drafter, continuation, cache) != (None, None, None, None):
-                raise TypeError("a Request carries its options, drafter, continuation and cache")
+            if (options, drafter, continuation, cache, prediction) != (None,) * 5:
+                raise TypeError("a Request carries its options, drafter, continuation, cache and prediction")
             request = prompt
         else:
-            request = plan(self, prompt, options, drafter, cache, continuation)
+            request = plan(self, prompt, options, drafter, cache, continuation, prediction=prediction)
         responses = self._stream(request, should_stop, on_prefill)
         return responses if self.shard is None else self._to_the_end(responses)
 
@@ -381,7 +384,7 @@ class Session:
             segments, reason = text.end(segments, reason, stats)
             energy = None
             if reason is not None:
-                energy = self._finish(ids, text.tokens, stats, request.drafter, start)
+                energy = self._finish(ids, text.tokens, stats, request.drafter, start, request.prediction)
                 found += guard.close()
             yield Response("".join(s for s, _ in segments), segments, list(step.emitted), step,
                            stats, reason, energy, found, trip, used)
@@ -390,8 +393,8 @@ class Session:
                 return
         # max_tokens == 0: no pass at all
         stats.stop_reason = "max_tokens"
-        yield Response("", [], [], None, stats, "max_tokens", self._finish(ids, [], stats, request.drafter, start),
-                       precedents=used)
+        yield Response("", [], [], None, stats, "max_tokens",
+                       self._finish(ids, [], stats, request.drafter, start, request.prediction), precedents=used)
 
     def _steps(self, ids, drafter, opts, stats, on_prefill, eos_ids, cache=None):
         """The engine loop for one generation (a Step per verifier pass); a sharded verifier
@@ -401,9 +404,13 @@ class Session:
                               stats=stats, on_prefill=on_prefill, vocab_size=self.vocab_size,
                               shared=self.shard, prompt_cache=cache if self.shard is None else None)
 
-    def _finish(self, ids, tokens, stats, drafter, start):
-        """Energy of the generation; the opt-in history remembers prompt and output."""
+    def _finish(self, ids, tokens, stats, drafter, start, prediction=()):
+        """Energy of the generation; the opt-in history remembers prompt and output; a
+        prediction's accepted and rejected tokens (OpenAI's counts)."""
         stats.extra.update(verifier=self.verifier.name, drafter=drafter.name)
+        if prediction:
+            accepted, rejected = prediction_counts(prediction, tokens)
+            stats.extra["prediction"] = {"tokens": len(prediction), "accepted": accepted, "rejected": rejected}
         if self.shard is not None:
             stats.extra["sharded"] = self.shard.describe()
         meter = self.meter
@@ -413,10 +420,11 @@ class Session:
         return meter.between(start, meter.mark()) if meter is not None else None
 
     def generate(self, prompt, options: GenerationOptions | None = None, drafter=None,
-                 should_stop=None, cache=None, continuation: bool | None = None) -> Result:
+                 should_stop=None, cache=None, continuation: bool | None = None, prediction=None) -> Result:
         """The whole generation at once (a Request, or a prompt planned as in stream)."""
         text, tokens, last, sources = [], [], None, []
-        for r in self.stream(prompt, options, drafter, should_stop, cache=cache, continuation=continuation):
+        for r in self.stream(prompt, options, drafter, should_stop, cache=cache, continuation=continuation,
+                             prediction=prediction):
             text.append(r.text)
             tokens.extend(r.tokens)
             sources += r.sources
