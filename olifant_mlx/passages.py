@@ -139,6 +139,31 @@ def query_words(text: str) -> list[str]:
     return list(reversed(words[:MAX_QUERY_WORDS]))
 
 
+def searchable(query: str) -> list[str]:
+    """query_words, or a PassageError when it has none (empty, or common words only)."""
+    words = query_words(query)
+    if not words:
+        raise PassageError("the query has no words to search for" + (
+            f" (only common words: {query.strip()[:60]!r})" if query.strip() else " (it is empty)"))
+    return words
+
+
+def rank(texts: list[str], query: str) -> list[tuple[int, float]]:
+    """(index, BM25 score) of the `texts` that match any of the query's words, best first (an
+    in-memory FTS5 table built as a library's: Porter stems): a document's own paragraphs
+    searched (olifant_mlx.revise). PassageError for a query without words to search for."""
+    words = searchable(query)
+    con = sqlite3.connect(":memory:")
+    try:
+        con.execute("CREATE VIRTUAL TABLE texts USING fts5(text, tokenize = 'porter unicode61')")
+        con.executemany("INSERT INTO texts (rowid, text) VALUES (?, ?)", enumerate(texts))
+        rows = con.execute("SELECT rowid, -bm25(texts) FROM texts WHERE texts MATCH ? ORDER BY bm25(texts), rowid",
+                           (" OR ".join(f'"{w}"' for w in words),)).fetchall()
+    finally:
+        con.close()
+    return [(int(i), round(float(s), 4)) for i, s in rows]
+
+
 def open_index(lib) -> sqlite3.Connection:
     """The library's passage index, read-only; PassageError naming the rebuild when the
     library was built before passages were indexed (or the file is damaged)."""
@@ -173,10 +198,7 @@ def search(lib, query: str, matter: str | None = None, n: int = 10) -> list[Pass
     the rest."""
     if n < 1:
         raise PassageError(f"the number of passages must be at least 1, got {n}")
-    words = query_words(query)
-    if not words:
-        raise PassageError("the query has no words to search for" + (
-            f" (only common words: {query.strip()[:60]!r})" if query.strip() else " (it is empty)"))
+    words = searchable(query)
     phrases = query_phrases(query)
     wanted = [f'"{p}"' for p in phrases] * PHRASE_WEIGHT + [f'"{w}"' for p in phrases for w in p.split()]
     con = open_index(lib)

@@ -35,6 +35,8 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
     Command("draft", "train", "draft k tokens after a prompt with a model alone"),
     Command("generate", "generate", "generate text with speculative decoding (drafting on by default)"),
     Command("chat", "generate", "a multi-turn conversation with an instruct verifier (kept in memory)"),
+    Command("revise", "revise", "revise a document's clauses on instruction: the redline as Word tracked "
+                                "changes, CriticMarkup or a word diff"),
     Command("cache-prompt", "generate", "a prompt's KV cache in a file, for generate --prompt-cache-file "
                                         "(mlx-lm's cache_prompt)"),
     Command("demo", "generate", "plain vs speculative on a legal prompt with the offline verifier"),

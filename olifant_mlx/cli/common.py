@@ -302,10 +302,10 @@ def check_prompt_file(path, model_spec, options) -> None:
     prompt_file.check(path, load_tokenizer(model_spec or default_model()))
 
 
-def table(title, rows) -> None:
-    """A two-column table of (label, value) for people, on stdout. What does not fit the width
-    (80 columns in a log file) is folded onto the next line, never cut: a file's name is the
-    thing its reader needs."""
+def table(title, rows, stderr: bool = False) -> None:
+    """A two-column table of (label, value) for people, on stdout (or stderr). What does not fit
+    the width (80 columns in a log file) is folded onto the next line, never cut: a file's name
+    is the thing its reader needs."""
     from rich.console import Console
     from rich.table import Table
 
@@ -314,7 +314,7 @@ def table(title, rows) -> None:
     t.add_column("", justify="right", overflow="fold")
     for k, v in rows:
         t.add_row(k, v)
-    Console().print(t)
+    Console(stderr=stderr).print(t)
 
 
 def print_json(obj, indent=None, stream=None) -> None:

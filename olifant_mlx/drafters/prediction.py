@@ -24,6 +24,8 @@ from collections.abc import Sequence
 from olifant_mlx.drafters.base import EMPTY, Draft, DrafterBase
 from olifant_mlx.drafters.lookup import agreement, copy_signals
 
+PREDICTION_K = 32  # the most drafts a pass with a prediction takes by default (revise, the server); the
+#                    adaptive drafter's cost-aware planner chooses each pass's length below it
 NEAR = 32          # a rejoin this many tokens ahead of the lost place needs one token of agreement
 FAR_AGREEMENT = 2  # anywhere else, this many
 
