@@ -37,14 +37,15 @@ import numpy as np
 
 from olifant_mlx import passages
 from olifant_mlx.draftmodel import documents
-from olifant_mlx.files import (PRIVATE, cache_dir, fsync_dir, fsync_tree, locked, read_regular, switch_link,
-                               write_atomic)
+from olifant_mlx.files import (PRIVATE, cache_dir, fsync_dir, fsync_tree, locked, open_regular, read_regular,
+                               switch_link, write_atomic)
 
 FORMAT = 1
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 TEXT_SUFFIXES = (".txt", ".text")
 FILES = ("model.olif", "index.sfx", "tokens.u32", "documents.json", "library.json")
 MATTER_FILE = ".matter"     # its first line names the matter of every document at or below its folder
+MATTER_BYTES = 1024         # what is read of a .matter file: a matter name is one short line
 
 
 class LibraryError(ValueError):
@@ -305,8 +306,11 @@ def _build(name: str, folder: Path, tokenizer, window: int, on_file) -> dict:
     rows, parts, reread, start = [], [], 0, 0
     matters: dict[Path, str | None] = {}
     for path, why in documents.walk(folder):
-        if path.name == MATTER_FILE:
-            continue                     # a side file naming a matter, not a document
+        if path.name == MATTER_FILE:     # a side file naming a matter, not a document; named when it names none
+            problem = read_matter(path)[1]
+            if problem is not None:
+                report.add(documents.Outcome(str(path.relative_to(folder)), "skipped", reason=problem))
+            continue
         outcome, row, tokens = _document(path, str(path.relative_to(folder)), why, old, old_tokens, tokenizer,
                                          root)
         if row is not None:
@@ -335,23 +339,38 @@ def _build(name: str, folder: Path, tokenizer, window: int, on_file) -> dict:
 def matter_of(folder: Path, path: Path, known: dict | None = None) -> str | None:
     """A document's matter: the first line of the nearest `.matter` file in its folder or one
     above it (up to the library's folder), else its top folder under the library's folder;
-    None for a document directly in it."""
+    None for a document directly in it. A `.matter` file that names no matter (read_matter)
+    counts as none."""
     known = {} if known is None else known
     rel = path.relative_to(folder)
     for depth in range(len(rel.parts) - 1, -1, -1):
         d = folder.joinpath(*rel.parts[:depth])
         if d not in known:
-            known[d] = None
-            side = d / MATTER_FILE
-            if side.is_file() and not side.is_symlink():
-                try:
-                    name = read_regular(side).decode("utf-8", "replace").strip().splitlines()
-                except (OSError, ValueError):
-                    name = []
-                known[d] = name[0].strip() if name and name[0].strip() else None
+            known[d] = read_matter(d / MATTER_FILE)[0]
         if known[d] is not None:
             return known[d]
     return rel.parts[0] if len(rel.parts) > 1 else None
+
+
+def read_matter(side: Path) -> tuple[str | None, str | None]:
+    """(the matter a `.matter` file names, None), or (None, why it names none: it is not a regular
+    file, cannot be read, or its first line is not a short line of text); (None, None) where there
+    is no such file, or a link (not followed). A matter name is a line: at most MATTER_BYTES are
+    read, so a 4 GB `.matter` costs what a short one does."""
+    if side.is_symlink() or not side.exists():
+        return None, None
+    try:
+        with os.fdopen(open_regular(side, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)), "rb") as f:
+            head = f.read(MATTER_BYTES + 1)
+    except (OSError, ValueError) as e:       # NotARegularFile (a folder, a FIFO) is a ValueError
+        return None, f"names no matter: {getattr(e, 'strerror', None) or e}"
+    lines = head.decode("utf-8", "replace").lstrip().splitlines()
+    line = lines[0].strip() if lines else ""
+    if len(lines) < 2 and len(head) > MATTER_BYTES:
+        return None, f"names no matter: its first line is over {MATTER_BYTES:,} bytes (a matter name is a line)"
+    if any(ord(c) < 32 and c != "\t" for c in line) or "\ufffd" in line:
+        return None, "names no matter: its first line is not text (control characters or bytes that are not UTF-8)"
+    return (line or None), None
 
 
 def _document(path: Path, rel: str, why, old: dict, old_tokens: np.ndarray, tokenizer, root: str):

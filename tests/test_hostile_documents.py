@@ -363,3 +363,30 @@ def test_running_out_of_memory_in_process_is_a_skip(tmp_path, cache, monkeypatch
     monkeypatch.setattr(documents, "text_paragraphs", no_memory)
     ext, outcome = documents.read_document(tmp_path / "a.txt")
     assert ext is None and outcome.status == "skipped" and "OLIFANT_DOC_TEXT_CHARS" in outcome.reason
+
+
+# issue 45 item 2: a `.matter` side file is read like a document is, bounded: a sparse 64 MB one
+# (a 1 GB one took 7.47 GB before, a 4 GB one a MemoryError), a first line of 5,000 characters, a
+# FIFO and a folder named .matter name no matter, are reported with the reason and never hang;
+# their documents fall back to their top folder; a good one still names its matter
+def test_a_matter_file_is_read_no_further_than_its_first_line(tmp_path, cache, smollm2):
+    folder = tmp_path / "m"
+    for sub in ("sparse", "long", "fifo", "folder", "good"):
+        (folder / sub).mkdir(parents=True)
+        (folder / sub / "a.txt").write_text(f"A clause of the {sub} matter.\n")
+    with open(folder / "sparse" / ".matter", "wb") as f:
+        f.truncate(64 << 20)
+    (folder / "long" / ".matter").write_text("x" * 5000 + "\n")
+    os.mkfifo(folder / "fifo" / ".matter")
+    (folder / "folder" / ".matter").mkdir()
+    (folder / "good" / ".matter").write_text("\n  Acme Ltd v Beta  \nsecond line\n")
+    files = outcomes(library.build("m", folder, smollm2))
+    assert "over 1,024 bytes" in files["sparse/.matter"]["reason"], files
+    assert "over 1,024 bytes" in files["long/.matter"]["reason"]
+    assert "FIFO" in files["fifo/.matter"]["reason"]
+    assert "folder/.matter" not in files      # a hidden folder: never entered, and no matter file
+    matters = {row["path"]: row["matter"] for row in library.load("m").table()}
+    assert matters == {"sparse/a.txt": "sparse", "long/a.txt": "long", "fifo/a.txt": "fifo",
+                       "folder/a.txt": "folder", "good/a.txt": "Acme Ltd v Beta"}
+    assert library.read_matter(folder / "none" / ".matter") == (None, None)
+
