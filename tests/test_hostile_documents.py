@@ -390,3 +390,21 @@ def test_a_matter_file_is_read_no_further_than_its_first_line(tmp_path, cache, s
                        "folder/a.txt": "folder", "good/a.txt": "Acme Ltd v Beta"}
     assert library.read_matter(folder / "none" / ".matter") == (None, None)
 
+
+# issue 45 item 3: a file past the reader's memory limit (a .docx of 200,000 runs under 300 MiB),
+# then a harmless one: the harmless one is read by a fresh reader, never skipped with the bomb's
+# reason ("the reader stopped (SIGKILL)": the worker that had answered was reused while it exited)
+@pytest.mark.slow    # a reader up to its memory limit, twice over
+def test_the_file_after_a_memory_bomb_is_read(tmp_path, cache, smollm2, monkeypatch):
+    folder = tmp_path / "pair"
+    folder.mkdir()
+    hf.write_docx_runs(folder / "a-runs.docx", 200_000)
+    (folder / "b-note.html").write_text("<title>Note</title><p>An innocent note about the lease.</p>")
+    fx.write_eml(folder / "c-offer.eml")
+    monkeypatch.setenv("OLIFANT_DOC_MEMORY_BYTES", str(300 << 20))
+    files = outcomes(library.build("pair", folder, smollm2))
+    assert "memory limit of 300 MiB" in files["a-runs.docx"]["reason"], files
+    assert files["b-note.html"]["status"] == "read" and files["c-offer.eml"]["status"] == "read", files
+    for _ in range(2):          # bomb, innocent, bomb, innocent: each gets its own outcome
+        assert "memory limit" in documents.read_document(folder / "a-runs.docx")[1].reason
+        assert documents.read_document(folder / "b-note.html")[1].status == "read"

@@ -92,6 +92,21 @@ def write_docx_bomb(path: Path, megabytes: float) -> None:
     _zip(path, members)
 
 
+def write_docx_runs(path: Path, runs: int) -> None:
+    """Issue 45 item 3: a real .docx of one paragraph of `runs` one-letter runs (1.5 million:
+    120 KB zipped, 35 MB of XML, under the unpacked limit, but past the reader's memory)."""
+    import docx
+
+    buf = io.BytesIO()
+    docx.Document().save(buf)
+    with zipfile.ZipFile(buf) as z:
+        members = {name: z.read(name) for name in z.namelist()}
+    xml = members["word/document.xml"]
+    cut = xml.index(b"<w:body>") + len(b"<w:body>")
+    members["word/document.xml"] = xml[:cut] + b"<w:p>" + b"<w:r><w:t>x</w:t></w:r>" * runs + b"</w:p>" + xml[cut:]
+    _zip(path, members)
+
+
 def write_odt_bomb(path: Path, megabytes: int) -> None:
     """Item 3: content.xml of `megabytes` MB of paragraphs."""
     ns = ('xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0" '

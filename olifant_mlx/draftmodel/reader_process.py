@@ -56,7 +56,8 @@ class Worker:
 
     def read(self, suffix: str, data: bytes, limits: dict) -> dict:
         """The worker's reply for one file: {"paragraphs", "pages", "title"}, {"skip": why},
-        or {"limit": why} when a limit stopped it (the worker is then gone)."""
+        or {"limit": why} when a limit stopped it. A worker that a limit stopped, or that says it
+        is ending (past its memory limit), is closed here: it never reads another file."""
         head = json.dumps({"suffix": suffix, "size": len(data), "limits": limits}).encode()
         deadline = time.monotonic() + limits["seconds"]
         try:
@@ -66,13 +67,16 @@ class Worker:
             size = LENGTH.unpack(self._read_exact(LENGTH.size, deadline))[0]
             if size > 8 * limits["text_chars"] + (1 << 20):
                 raise OSError("a reply larger than the text limit")
-            return json.loads(self._read_exact(size, deadline))
+            reply = json.loads(self._read_exact(size, deadline))
         except TimeoutError:
             self.close()
             return {"limit": f"took over {limits['seconds']:g} s to read (the limit: OLIFANT_DOC_SECONDS)"}
         except (OSError, ValueError, struct.error):
             self.close()
             return {"limit": self._death(limits)}
+        if reply.pop("ended", False):     # it is on its way out: the next file must not meet its death
+            self.close()
+        return reply
 
     def _read_exact(self, n: int, deadline: float) -> bytes:
         fd = self.proc.stdout.fileno()
@@ -172,7 +176,8 @@ def serve(memory_bytes: int, read) -> None:
             reply = read(head["suffix"], data, limits)
         except MemoryError:
             mib = memory_bytes >> 20
-            _send(out, {"limit": f"over the reader's memory limit of {mib:,} MiB (OLIFANT_DOC_MEMORY_BYTES)"})
-            return             # a fresh worker for the next file
+            _send(out, {"limit": f"over the reader's memory limit of {mib:,} MiB (OLIFANT_DOC_MEMORY_BYTES)",
+                        "ended": True})
+            return             # a fresh worker for the next file (the parent waits for this one's end)
         _send(out, reply)
 
