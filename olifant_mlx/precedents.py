@@ -25,6 +25,7 @@ DEFAULT_BUDGET = 512       # tokens of precedents when --precedent-tokens is not
 # two passages; more cost prefill and distract the model from the one it copies (docs/precedents.md#the-budget)
 CANDIDATES = 24            # passages retrieved before the budget is filled
 MIN_SHARE = 0.3            # a retrieved passage scoring under this share of the best one stays out
+PIN_BATCH = 16            # a pinned file's paragraphs tokenized at a time, until the budget is passed
 LABEL_TOKENS = 16          # what a passage's label and blank lines cost, about, in the budget
 CHAT_HEAD = "Precedents from the user's documents (adapt them where they fit; cite them by number):"
 CHAT_TAIL = "Request:"
@@ -74,11 +75,13 @@ def query_of(prompt) -> str:
 
 
 def gather(tokenizer, query: str, library: str | None = None, pinned=(), budget: int = DEFAULT_BUDGET,
-           matter: str | None = None, room: int | None = None) -> Precedents:
+           matter: str | None = None, room: int | None = None, capped: bool = False) -> Precedents:
     """The pinned documents' passages (in order), then the library's best passages for `query`
     (the matter wall applied), while they fit `budget` tokens. `room`: the budget is the default,
     not the user's, and may grow up to `room` tokens to hold the first passage (the first pinned,
-    else the best) whole — a document of long paragraphs still drafts without a flag."""
+    else the best) whole — a document of long paragraphs still drafts without a flag. `capped`:
+    the user's budget was cut to what the context leaves (errors then name the context). A pinned
+    file is tokenized only as far as the budget can hold it."""
     from olifant_mlx import library as libraries
 
     lib = None
@@ -92,7 +95,12 @@ def gather(tokenizer, query: str, library: str | None = None, pinned=(), budget:
                                f"({lib.meta.get('tokenizer', {}).get('name')}, not {tokenizer.name}): build one "
                                f"for this verifier with `library build NEW_NAME {lib.meta.get('folder', 'FOLDER')} "
                                f"--tokenizer {tokenizer.name}`", "precedents")
-    pins = [p for spec in pinned for p in pinned_passages(spec, lib, tokenizer)]
+    cap = budget if room is None else max(budget, room)      # the most any pinned document can take
+    pins, unread = [], 0
+    for spec in pinned:
+        got, rest = pinned_passages(spec, lib, tokenizer, cap - sum(p.tokens + LABEL_TOKENS for p in pins))
+        pins += got
+        unread += rest
     found = []
     if lib is not None:
         try:
@@ -105,16 +113,22 @@ def gather(tokenizer, query: str, library: str | None = None, pinned=(), budget:
         found = [p for p in found if p.score >= MIN_SHARE * found[0].score]
     if room is not None and pins + found:
         budget = max(budget, min((pins + found)[0].tokens + LABEL_TOKENS, room))
-    chosen, left_out = _fill(pins, found, budget, given=room is None)
+    chosen, left_out = _fill(pins, found, budget, given=room is None and not capped)
     block = _block(chosen, chat=True)
-    return Precedents(tuple(chosen), block, len(tokenizer.encode(block)) if chosen else 0, budget,
-                      library, left_out)
+    tokens = len(tokenizer.encode(block)) if chosen else 0
+    while tokens > budget and len(chosen) > 1:     # labels cost more than LABEL_TOKENS: the last goes
+        left_out += chosen.pop().pinned
+        block = _block(chosen, chat=True)
+        tokens = len(tokenizer.encode(block))
+    return Precedents(tuple(chosen), block, tokens, budget, library, left_out + unread)
 
 
 def _fill(pins: list, found: list, budget: int, given: bool = True):
     """(the passages that fit, pinned first then by rank, how many pinned ones did not fit);
-    a retrieved passage that overlaps one already chosen from its document stays out.
-    OptionsError when not even the smallest one fits (`given`: the budget is the user's)."""
+    a pinned document goes in from its start while it fits (its first passage that does not
+    fit, and every later one, stay out); a retrieved passage that overlaps one already chosen
+    from its document stays out. OptionsError when not even the smallest one fits (`given`:
+    the budget is the user's)."""
     candidates = pins + found
     if candidates and min(p.tokens for p in candidates) + LABEL_TOKENS > budget:
         need = min(p.tokens for p in candidates) + LABEL_TOKENS
@@ -123,17 +137,20 @@ def _fill(pins: list, found: list, budget: int, given: bool = True):
         raise OptionsError(f"{what} holds no passage: the smallest one that matched needs {need:,} tokens "
                            "with its label" + ("" if given else ": ask for fewer tokens (--max-tokens)"),
                            "precedent_tokens")
-    chosen, taken, used, left_out = [], {}, 0, 0
+    chosen, taken, used, left_out, full = [], {}, 0, 0, set()
     for p in candidates:
         spans = taken.setdefault((p.library, p.path), [])
         if not p.pinned and any(a <= p.end and p.paragraph <= b for a, b in spans):
             continue
-        if used + p.tokens + LABEL_TOKENS <= budget:
+        if p.pinned and (p.library, p.path) in full:
+            left_out += 1
+        elif used + p.tokens + LABEL_TOKENS <= budget:
             chosen.append(p)
             spans.append((p.paragraph, p.end))
             used += p.tokens + LABEL_TOKENS
         elif p.pinned:
             left_out += 1
+            full.add((p.library, p.path))
     retrieved = [p for p in chosen if not p.pinned]
     rank = {}
     for p in retrieved:                 # a document's passages together, in its order
@@ -142,9 +159,12 @@ def _fill(pins: list, found: list, budget: int, given: bool = True):
     return [p for p in chosen if p.pinned] + retrieved, left_out
 
 
-def pinned_passages(spec: str, lib, tokenizer) -> list[Passage]:
-    """The passages of a pinned document: a file (read by the document readers, in a library
-    or not), or the path of a document in the precedents library."""
+def pinned_passages(spec: str, lib, tokenizer, limit: int | None = None) -> tuple[list[Passage], int]:
+    """(the passages of a pinned document, how many more it has): a file (read by the document
+    readers, in a library or not), or the path of a document in the precedents library. A file's
+    paragraphs are tokenized in order only until `limit` tokens (labels included) are passed —
+    the one that passes it is kept, for the budget to refuse — and the rest are counted, not
+    tokenized: a 28.8 MB pin costs what its first paragraphs do."""
     from olifant_mlx.draftmodel import documents
     from olifant_mlx.library import TEXT_SUFFIXES
     from olifant_mlx.passages import document_passages
@@ -153,7 +173,7 @@ def pinned_passages(spec: str, lib, tokenizer) -> list[Passage]:
     if not path.exists() and lib is not None:
         found = document_passages(lib, spec)
         if found:
-            return found
+            return found, 0
     if not path.exists():
         where = f" nor a document of library {lib.name!r}" if lib is not None else ""
         raise OptionsError(f"--precedent {spec}: no such file{where}", "precedent_files")
@@ -165,10 +185,18 @@ def pinned_passages(spec: str, lib, tokenizer) -> list[Passage]:
     ext, outcome = documents.read_document(path)
     if ext is None:
         raise OptionsError(f"--precedent {spec}: not read: {outcome.reason}", "precedent_files")
-    sizes = [len(x) for x in tokenizer.encode_batch([p + "\n\n" for p in ext.paragraphs])]
     title = ext.paragraphs[0][:80] if ext.paragraphs else path.name
-    return [Passage(-1, str(spec), title, None, i, page, n, text, 0.0, None, True)
-            for i, (text, page, n) in enumerate(zip(ext.paragraphs, ext.pages, sizes), 1) if text.strip()]
+    paragraphs = [(i, text, page) for i, (text, page) in enumerate(zip(ext.paragraphs, ext.pages), 1)
+                  if text.strip()]
+    out, used = [], 0
+    for start in range(0, len(paragraphs), PIN_BATCH):
+        batch = paragraphs[start:start + PIN_BATCH]
+        for (i, text, page), ids in zip(batch, tokenizer.encode_batch([t + "\n\n" for _, t, _ in batch])):
+            out.append(Passage(-1, str(spec), title, None, i, page, len(ids), text, 0.0, None, True))
+            used += len(ids) + LABEL_TOKENS
+            if limit is not None and used > limit:
+                return out, len(paragraphs) - len(out)
+    return out, 0
 
 
 def _block(passages, chat: bool) -> str:

@@ -175,6 +175,54 @@ def test_the_default_budget_grows_to_hold_the_best_passage_whole(built, smollm2)
         precedents.gather(smollm2, query, library="firm", budget=20, room=20)
 
 
+class ContextVerifier:
+    """What Session.with_precedents reads of a verifier: a real tokenizer and a context length."""
+    name, model, eos_ids, bos_id, has_chat_template = "ctx", None, (), None, False
+
+    def __init__(self, tokenizer, context_length):
+        self.identity, self.context_length = tokenizer, context_length
+
+    def encode(self, text):
+        return self.identity.encode(text)
+
+
+# issue 45 item 4: a pinned file of 30,000 paragraphs (28.8 MB in the issue: 27.8 s and 1.43 GB at the
+# default budget, a Rust abort at --precedent-tokens 1000000000) is tokenized only as far as the budget
+# holds it, and a budget past the context is capped at what the context leaves
+def test_a_pinned_file_is_read_only_as_far_as_the_budget_holds(smollm2, tmp_path, monkeypatch):
+    from olifant_mlx.engine import Session
+
+    big = tmp_path / "big.txt"
+    big.write_text("\n\n".join(f"Clause {i}. The supplier shall deliver lot {i}." for i in range(30_000)))
+    encoded = []
+    encode_batch = type(smollm2).encode_batch
+
+    def counted(self, texts):
+        encoded.append(len(texts))
+        return encode_batch(self, texts)
+
+    monkeypatch.setattr(type(smollm2), "encode_batch", counted)
+    session = Session(ContextVerifier(smollm2, 2048), "none")
+    prompt = "Deliver the lot to the warehouse."
+    for given in (None, 1_000_000_000):
+        encoded.clear()
+        _, used = session.with_precedents(prompt, GenerationOptions(precedent_files=(str(big),), max_tokens=64,
+                                                                    precedent_tokens=given))
+        assert used.passages[0].text == "Clause 0. The supplier shall deliver lot 0." and used.passages[0].pinned
+        assert used.budget <= 2048 - 64
+        assert sum(p.tokens + precedents.LABEL_TOKENS for p in used.passages) <= used.budget
+        assert len(used.passages) + used.left_out == 30_000      # every paragraph counted, few tokenized
+        assert sum(encoded) < 2048, sum(encoded)
+    assert used.budget == 2048 - len(smollm2.encode(prompt)) - 64 - 32     # capped at the context
+    # a pinned document goes in from its start: once a passage does not fit, the rest stay out
+    long_first = tmp_path / "long.txt"
+    long_first.write_text("word " * 600 + "\n\nA short clause.")
+    used = precedents.gather(smollm2, "x", pinned=(str(big), str(long_first)), budget=300)
+    assert {p.path for p in used.passages} == {str(big)} and used.left_out == 30_000 - len(used.passages) + 2
+    with pytest.raises(OptionsError, match="the 20 tokens the verifier's context leaves .*--max-tokens"):
+        precedents.gather(smollm2, "x", pinned=(str(long_first),), budget=20, capped=True)
+
+
 def test_bad_precedents_get_clear_errors(built, smollm2, tmp_path, capsys, monkeypatch):
     lib, folder = built
     with pytest.raises(passages.PassageError, match="no words to search for"):

@@ -269,23 +269,28 @@ class Session:
     def with_precedents(self, prompt, opts: GenerationOptions):
         """(the prompt with its precedents, the precedents.Precedents), or (prompt, None) when
         the options ask for none. The request is the query; the budget is options'
-        precedent_tokens, else what the verifier's context leaves (at most DEFAULT_BUDGET, or the
-        first passage whole when it is longer and the context leaves room for it)."""
+        precedent_tokens, else DEFAULT_BUDGET (or the first passage whole when it is longer and
+        the context leaves room for it); either is capped at what the verifier's context leaves
+        beside the prompt and the answer."""
         if not (opts.precedents or opts.precedent_files):
             return prompt, None
         from olifant_mlx import precedents
 
-        budget, room = opts.precedent_tokens, None
+        budget, room, capped = opts.precedent_tokens, None, False
+        limit = self.verifier.context_length
+        n = len(self.encode(prompt)) if limit else 0
+        left = limit - n - opts.max_tokens - 32 if limit else None
+        if left is not None and left <= precedents.LABEL_TOKENS:
+            raise ContextError(f"{self.verifier.name}'s context ({limit:,} tokens) leaves no room for "
+                               f"precedents beside the prompt and {opts.max_tokens:,} tokens of answer: "
+                               f"ask for fewer tokens (--max-tokens)", n, opts.max_tokens)
         if budget is None:
-            limit, n = self.verifier.context_length, len(self.encode(prompt))
-            room = limit - n - opts.max_tokens - 32 if limit else precedents.DEFAULT_BUDGET
-            if room <= precedents.LABEL_TOKENS:
-                raise ContextError(f"{self.verifier.name}'s context ({limit:,} tokens) leaves no room for "
-                                   f"precedents beside the prompt and {opts.max_tokens:,} tokens of answer: "
-                                   f"ask for fewer tokens (--max-tokens)", n, opts.max_tokens)
+            room = precedents.DEFAULT_BUDGET if left is None else left
             budget = min(precedents.DEFAULT_BUDGET, room)
+        elif left is not None and budget > left:
+            budget, capped = left, True          # a budget past the context could never be prefilled
         used = precedents.gather(self.verifier.identity, precedents.query_of(prompt), opts.precedents,
-                                 opts.precedent_files, budget, opts.matter, room)
+                                 opts.precedent_files, budget, opts.matter, room, capped)
         return precedents.with_block(prompt, used), used
 
     def prompt_for(self, text: str, system_prompt: str | None = None,
