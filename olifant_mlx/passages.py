@@ -14,6 +14,7 @@ table alone, so an updated library's index equals a full build's.
 """
 from __future__ import annotations
 
+import contextlib
 import re
 import sqlite3
 from itertools import zip_longest
@@ -27,6 +28,7 @@ PHRASE_WEIGHT = 3        # a quoted phrase counts as this many words
 FIRST_STAGE = 200        # passages ranked to find the documents, with a quoted part
 DOCUMENTS = 3            # documents whose passages the quoted part ranks
 WINDOW_TOKENS = 200      # a passage: a paragraph and the ones after it, until this many tokens
+MAX_PASSAGES = 100_000  # the most one search returns
 MAX_QUERY_WORDS = 64     # a conversation as a query: its most recent words
 # words that match nearly every passage: dropped from queries (BM25 weighs them low, but an
 # OR of them would still rank a passage full of "the" and "of" above none)
@@ -128,11 +130,16 @@ def _paragraphs(row: dict, stream, tokenizer) -> list[tuple]:
     return out
 
 
+def words_of(text: str) -> list[str]:
+    """The words of a text as queries see them: lower-cased runs of letters and digits."""
+    return re.findall(r"\w+", text.lower())
+
+
 def query_words(text: str) -> list[str]:
     """The words of a query that can match: lower-cased, stopwords and one-letter words out,
     each once, at most MAX_QUERY_WORDS (the last ones: in a conversation, the latest)."""
     seen, words = set(), []
-    for w in reversed(re.findall(r"\w+", text.lower())):
+    for w in reversed(words_of(text)):
         if len(w) > 1 and w not in STOPWORDS and w not in seen:
             seen.add(w)
             words.append(w)
@@ -164,26 +171,64 @@ def rank(texts: list[str], query: str) -> list[tuple[int, float]]:
     return [(int(i), round(float(s), 4)) for i, s in rows]
 
 
+def _fix(lib) -> str:
+    return (f"rebuild it: `python -m olifant_mlx library build {lib.name} {lib.meta.get('folder', 'FOLDER')} "
+            f"--tokenizer {lib.meta.get('tokenizer', {}).get('name', 'TOKENIZER')}`")
+
+
 def open_index(lib) -> sqlite3.Connection:
     """The library's passage index, read-only; PassageError naming the rebuild when the
     library was built before passages were indexed (or the file is damaged)."""
     path = path_of(lib)
-    fix = (f"rebuild it: `python -m olifant_mlx library build {lib.name} {lib.meta.get('folder', 'FOLDER')} "
-           f"--tokenizer {lib.meta.get('tokenizer', {}).get('name', 'TOKENIZER')}`")
     if not path.is_file() or path.is_symlink():
         raise PassageError(f"library {lib.name!r} has no passage index (built before libraries were "
-                           f"searchable): {fix}")
+                           f"searchable): {_fix(lib)}")
     try:
         con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
         version = con.execute("PRAGMA user_version").fetchone()[0]
         con.execute("SELECT count(*) FROM passages").fetchone()
     except sqlite3.Error as e:
-        raise PassageError(f"library {lib.name!r}: its passage index {path} cannot be read ({e}): {fix}") from None
+        raise PassageError(f"library {lib.name!r}: its passage index {path} cannot be read ({e}): "
+                           f"{_fix(lib)}") from None
     if version != FORMAT:
         con.close()
         raise PassageError(f"library {lib.name!r}: its passage index {path} is format {version}, "
-                           f"this version reads {FORMAT}: {fix}")
+                           f"this version reads {FORMAT}: {_fix(lib)}")
     return con
+
+
+@contextlib.contextmanager
+def reading(lib):
+    """The library's passage index (open_index) for the block's queries: whatever a damaged
+    file makes them raise — an SQLite error, text that is not UTF-8, a value of the wrong type
+    (Passage_of) — is a PassageError naming the file and the rebuild, never a traceback."""
+    con = open_index(lib)
+    try:
+        yield con
+    except PassageError:
+        raise
+    except (sqlite3.Error, ValueError, TypeError, OverflowError) as e:     # UnicodeDecodeError is a ValueError
+        raise PassageError(f"library {lib.name!r}: its passage index {path_of(lib)} is damaged "
+                           f"({type(e).__name__}: {str(e)[:120]}): {_fix(lib)}") from None
+    finally:
+        con.close()
+
+
+# what each column of a row must hold (bool is never a number)
+KINDS = {"document": int, "path": str, "title": str, "matter": (str, type(None)), "paragraph": int, "page": int,
+         "tokens": int, "text": str, "last": int, "score": float}
+
+
+def passage_of(row, library: str, pinned: bool = False) -> Passage:
+    """A Passage of a row of COLUMNS (and its score); TypeError naming the column whose value is
+    of another type (a damaged index)."""
+    values = dict(zip(("document", "path", "title", "matter", "paragraph", "page", "tokens", "text", "last",
+                       "score"), row))
+    for name, value in values.items():
+        if not isinstance(value, KINDS[name]) or isinstance(value, bool):
+            raise TypeError(f"column {name} holds {type(value).__name__}")
+    score = round(values.pop("score", 0.0), 4)
+    return Passage(**values, score=score, library=library, pinned=pinned)
 
 
 def search(lib, query: str, matter: str | None = None, n: int = 10) -> list[Passage]:
@@ -196,25 +241,19 @@ def search(lib, query: str, matter: str | None = None, n: int = 10) -> list[Pass
     phrase PHRASE_WEIGHT times a word; a passage that starts at a paragraph which is the
     phrase alone, a heading, first); those come first, each document's best in turn, then
     the rest."""
-    if n < 1:
-        raise PassageError(f"the number of passages must be at least 1, got {n}")
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_PASSAGES:
+        raise PassageError(f"the number of passages must be from 1 to {MAX_PASSAGES:,}, got {n}")
     words = searchable(query)
     phrases = query_phrases(query)
     wanted = [f'"{p}"' for p in phrases] * PHRASE_WEIGHT + [f'"{w}"' for p in phrases for w in p.split()]
-    con = open_index(lib)
-    try:
+    with reading(lib) as con:
         found = _ranked(con, [f'"{w}"' for w in words] + wanted, matter, max(n, FIRST_STAGE if phrases else n))
         per_document = [_headings_first(con, _ranked(con, wanted, matter, max(n, FIRST_STAGE), document=d), d,
                                         phrases)[:n]
                         for d in (list(dict.fromkeys(row[0] for row in found))[:DOCUMENTS] if phrases else ())]
         inside = [r for rank in zip_longest(*per_document) for r in rank if r is not None]   # round robin
-    except sqlite3.Error as e:
-        raise PassageError(f"library {lib.name!r}: searching its passage index failed ({e})") from None
-    finally:
-        con.close()
-    rows = list({(r[0], r[4]): r for r in inside + found}.values())[:n]     # the first of each, in order
-    return [Passage(int(d), p, t, m, int(para), int(page), int(tok), text, round(float(s), 4), lib.name,
-                    last=int(last)) for d, p, t, m, para, page, tok, text, last, s in rows]
+        rows = list({(r[0], r[4]): r for r in inside + found}.values())[:n]     # the first of each, in order
+        return [passage_of(row, lib.name) for row in rows]
 
 
 def _headings_first(con, rows: list, document: int, phrases: list[str]) -> list:
@@ -222,8 +261,15 @@ def _headings_first(con, rows: list, document: int, phrases: list[str]) -> list:
     whose words are exactly a quoted phrase's ('Outsourcing' asks for the article headed so)."""
     heads = {int(para) for para, own in con.execute(
         "SELECT paragraph, own FROM passages WHERE document = ? AND length(own) <= 200", (document,))
-        if " ".join(re.findall(r"\w+", own.lower())) in phrases}
-    return sorted(rows, key=lambda r: int(r[4]) not in heads)
+        if " ".join(words_of(str_of(own))) in phrases}
+    return sorted(rows, key=lambda r: r[4] not in heads)
+
+
+def str_of(value) -> str:
+    """A text column's value; TypeError for any other (a damaged index)."""
+    if not isinstance(value, str):
+        raise TypeError(f"a text column holds {type(value).__name__}")
+    return value
 
 
 def _ranked(con, terms, matter, limit, document=None) -> list:
@@ -241,7 +287,7 @@ def query_phrases(text: str) -> list[str]:
     """The quoted parts of a query, as FTS5 phrases (words lower-cased)."""
     out = []
     for quoted in re.findall(r"(?<!\w)[\"'‘“]([^\"'’”]{3,80})[\"'’”](?!\w)", text):
-        words = re.findall(r"\w+", quoted.lower())
+        words = words_of(quoted)
         if words:
             out.append(" ".join(words))
     return out
@@ -250,11 +296,7 @@ def query_phrases(text: str) -> list[str]:
 def document_passages(lib, path: str) -> list[Passage]:
     """Every passage of the library's document at `path` (relative to its folder), in order;
     [] when the library has no such document."""
-    con = open_index(lib)
-    try:
-        found = con.execute("SELECT document, path, title, matter, paragraph, page, own_tokens, own FROM passages "
-                            "WHERE path = ? ORDER BY paragraph", (path,)).fetchall()
-    finally:
-        con.close()
-    return [Passage(int(d), p, t, m, int(para), int(page), int(tok), text, 0.0, lib.name, True)
-            for d, p, t, m, para, page, tok, text in found]
+    with reading(lib) as con:
+        found = con.execute("SELECT document, path, title, matter, paragraph, page, own_tokens, own, paragraph "
+                            "FROM passages WHERE path = ? ORDER BY paragraph", (path,)).fetchall()
+        return [passage_of(row, lib.name, pinned=True) for row in found]

@@ -171,7 +171,10 @@ def pinned_passages(spec: str, lib, tokenizer, limit: int | None = None) -> tupl
 
     path = Path(spec).expanduser()
     if not path.exists() and lib is not None:
-        found = document_passages(lib, spec)
+        try:
+            found = document_passages(lib, spec)
+        except PassageError as e:                  # a damaged index: its file and the rebuild
+            raise OptionsError(f"--precedents {lib.name}: {e}", "precedents") from None
         if found:
             return found, 0
     if not path.exists():

@@ -83,3 +83,81 @@ def test_an_unknown_name_lists_the_others_only_when_asked(cache):
     with pytest.raises(library.LibraryError) as e:
         library.load("nope", list_others=False)
     assert "no library 'nope'" in str(e.value) and "good" not in str(e.value)
+
+
+# issue 45 item 5: a mutation fuzz of passages.sqlite (a column of one row or of every row set to a
+# blob, text that is not UTF-8, NULL, a number of another kind; bytes of the file flipped; the file
+# cut): every query path — search, a quoted search, the matter wall, a pinned library document —
+# answers with passages of the right types or a PassageError naming the file and the rebuild (was:
+# TypeError, sqlite3.OperationalError, UnicodeDecodeError tracebacks)
+VALUES = ["CAST(X'466f726365' AS BLOB)", "CAST(X'ff41' AS TEXT)", "NULL", "4611686018427387904", "-3", "2.5",
+          "''", "'clause'", "CAST(X'c3' AS TEXT)", "zeroblob(5)"]
+COLUMNS = ("text", "title", "path", "document", "matter", "paragraph", "page", "tokens", "last", "own",
+           "own_tokens")
+
+
+def mutate(path, rng) -> str:
+    import sqlite3
+
+    kind = rng.randrange(10)
+    data = bytearray(path.read_bytes())
+    if kind == 8:                                   # bytes flipped anywhere past the header
+        for _ in range(rng.randrange(1, 20)):
+            data[rng.randrange(100, len(data))] ^= 1 << rng.randrange(8)
+        path.write_bytes(bytes(data))
+        return "flipped"
+    if kind == 9:
+        path.write_bytes(bytes(data[:rng.randrange(len(data))]))
+        return "cut"
+    column, value = rng.choice(COLUMNS), rng.choice(VALUES)
+    where = "" if kind < 4 else f" WHERE rowid = {rng.randrange(1, 8)}"
+    con = sqlite3.connect(path)
+    with con:
+        con.execute(f"UPDATE passages SET {column} = {value}{where}")
+    con.close()
+    return f"{column} = {value}{where}"
+
+
+@pytest.mark.parametrize("runs", [40, pytest.param(800, marks=pytest.mark.slow)])
+def test_a_mutated_passage_index_is_an_error_naming_it_on_every_path(cache, smollm2, capsys, runs):
+    import random
+
+    from olifant_mlx import passages, precedents
+    from olifant_mlx.engine.options import OptionsError
+
+    lib = library.load("bad")
+    index = passages.path_of(lib)
+    good = index.read_bytes()
+    rng = random.Random(45)
+    asks = [lambda: passages.search(lib, "supplier deliver lot"),
+            lambda: passages.search(lib, "the 'supplier shall deliver' lot 7", n=3),
+            lambda: passages.search(lib, "supplier", matter="acme"),
+            lambda: passages.document_passages(lib, "doc3.txt"),
+            lambda: precedents.gather(smollm2, "deliver", library="bad", pinned=("doc2.txt",)).passages]
+    outcomes = {"answered": 0, "refused": 0}
+    for run in range(runs):
+        index.write_bytes(good)
+        what = mutate(index, rng)
+        for ask in asks:
+            try:
+                found = ask()
+            except (passages.PassageError, OptionsError) as e:
+                if "nor a document of library 'bad'" in str(e):     # its path changed: no such document
+                    continue
+                assert str(index.resolve()) in str(e) or str(index) in str(e), (run, what, e)
+                assert "library build bad" in str(e) and "\n" not in str(e), (run, what, e)
+                outcomes["refused"] += 1
+                continue
+            for p in found:
+                assert isinstance(p.text, str) and isinstance(p.path, str) and isinstance(p.paragraph, int), (run, what)
+                p.citation()
+            outcomes["answered"] += 1
+    assert outcomes["answered"] > runs // 3 and outcomes["refused"] > runs // 3, outcomes
+    index.write_bytes(good)
+    con = __import__("sqlite3").connect(index)
+    with con:
+        con.execute("UPDATE passages SET own = CAST(X'466f726365' AS BLOB)")
+    con.close()
+    assert main(["library", "search", "bad", "'supplier shall deliver' lot"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: library 'bad': its passage index") and "Traceback" not in err
