@@ -112,8 +112,9 @@ BINDINGS = {
                             "with their citations (docs/precedents.md)"),
     # files of this machine: a client must not name the server's files
     "precedent_files": bind(GENERATE, flags=("--precedent",), metavar="FILE",
-                            help="pin a document (a file of any format the libraries read, or a document of "
-                                 "the --precedents library by its path there): its passages go into the "
+                            help="pin a document (a document of the --precedents library by its path there, "
+                                 "which wins over a file of that path; library:NAME:PATH, one of library NAME; "
+                                 "or a file of any format the libraries read): its passages go into the "
                                  "prompt first (repeatable)"),
     "precedent_tokens": bind(GENERATE, SERVE, TUI, flags=("--precedent-tokens",), metavar="N",
                              label="precedent tokens", section="precedents",

@@ -13,6 +13,7 @@ documents without one; another matter's document reaches the prompt only pinned 
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,7 @@ DEFAULT_BUDGET = 512       # tokens of precedents when --precedent-tokens is not
 # two passages; more cost prefill and distract the model from the one it copies (docs/precedents.md#the-budget)
 CANDIDATES = 24            # passages retrieved before the budget is filled
 MIN_SHARE = 0.3            # a retrieved passage scoring under this share of the best one stays out
+PIN_PREFIX = "library:"   # a pin of a named library's document: library:NAME:PATH
 PIN_BATCH = 16            # a pinned file's paragraphs tokenized at a time, until the budget is passed
 LABEL_TOKENS = 16          # what a passage's label and blank lines cost, about, in the budget
 CHAT_HEAD = "Precedents from the user's documents (adapt them where they fit; cite them by number):"
@@ -82,19 +84,8 @@ def gather(tokenizer, query: str, library: str | None = None, pinned=(), budget:
     else the best) whole — a document of long paragraphs still drafts without a flag. `capped`:
     the user's budget was cut to what the context leaves (errors then name the context). A pinned
     file is tokenized only as far as the budget can hold it."""
-    from olifant_mlx import library as libraries
 
-    lib = None
-    if library is not None:
-        try:
-            lib = libraries.load(library, list_others=False)      # a server's clients may not know the others
-        except libraries.LibraryError as e:
-            raise OptionsError(f"--precedents {library}: {e}", "precedents") from None
-        if not lib.fits(tokenizer):
-            raise OptionsError(f"--precedents {library}: the library was built for another tokenizer "
-                               f"({lib.meta.get('tokenizer', {}).get('name')}, not {tokenizer.name}): build one "
-                               f"for this verifier with `library build NEW_NAME {lib.meta.get('folder', 'FOLDER')} "
-                               f"--tokenizer {tokenizer.name}`", "precedents")
+    lib = None if library is None else open_library(library, tokenizer)
     cap = budget if room is None else max(budget, room)      # the most any pinned document can take
     pins, unread = [], 0
     for spec in pinned:
@@ -121,6 +112,48 @@ def gather(tokenizer, query: str, library: str | None = None, pinned=(), budget:
         block = _block(chosen, chat=True)
         tokens = len(tokenizer.encode(block))
     return Precedents(tuple(chosen), block, tokens, budget, library, left_out + unread)
+
+
+def open_library(name: str, tokenizer, flag: str = "--precedents"):
+    """The library `name`, checked against the verifier's tokenizer; OptionsError otherwise."""
+    from olifant_mlx import library as libraries
+
+    try:
+        lib = libraries.load(name, list_others=False)      # a server's clients may not know the others
+    except libraries.LibraryError as e:
+        raise OptionsError(f"{flag} {name}: {e}", "precedents") from None
+    if not lib.fits(tokenizer):
+        raise OptionsError(f"{flag} {name}: the library was built for another tokenizer "
+                           f"({lib.meta.get('tokenizer', {}).get('name')}, not {tokenizer.name}): build one "
+                           f"for this verifier with `library build NEW_NAME {lib.meta.get('folder', 'FOLDER')} "
+                           f"--tokenizer {tokenizer.name}`", "precedents")
+    return lib
+
+
+def library_pin(library: str, path: str) -> str:
+    """The pin (a --precedent) of the document at `path` in `library`, whatever library the
+    generation retrieves from: `library:NAME:PATH` (the TUI pins a listed passage's document so)."""
+    return f"{PIN_PREFIX}{library}:{path}"
+
+
+def parse_pin(spec: str) -> tuple[str | None, str]:
+    """(the library a `library:NAME:PATH` pin names, PATH), or (None, spec) for any other."""
+    from olifant_mlx.library import NAME_RE
+
+    if spec.startswith(PIN_PREFIX):
+        name, sep, path = spec[len(PIN_PREFIX):].partition(":")
+        if sep and NAME_RE.fullmatch(name) and path:
+            return name, path
+    return None, spec
+
+
+def in_library(path: str) -> str | None:
+    """`path` as a library's document path (relative, normalised: `./a//b.txt` is `a/b.txt`), or
+    None when it cannot be one (absolute, `~`, or leading out of the library with `..`)."""
+    norm = os.path.normpath(path)
+    if os.path.isabs(norm) or norm.startswith(("~", os.pardir)) or norm == os.curdir:
+        return None
+    return norm
 
 
 def _fill(pins: list, found: list, budget: int, given: bool = True):
@@ -160,23 +193,28 @@ def _fill(pins: list, found: list, budget: int, given: bool = True):
 
 
 def pinned_passages(spec: str, lib, tokenizer, limit: int | None = None) -> tuple[list[Passage], int]:
-    """(the passages of a pinned document, how many more it has): a file (read by the document
-    readers, in a library or not), or the path of a document in the precedents library. A file's
+    """(the passages of a pinned document, how many more it has): the path of a document in the
+    precedents library `lib` (which wins over a file of that path in the working folder), a
+    document of a named library (`library:NAME:PATH`), or a file (read by the document readers,
+    in a library's folder or not; cited by the name given). A file's
     paragraphs are tokenized in order only until `limit` tokens (labels included) are passed —
     the one that passes it is kept, for the budget to refuse — and the rest are counted, not
     tokenized: a 28.8 MB pin costs what its first paragraphs do."""
     from olifant_mlx.draftmodel import documents
     from olifant_mlx.library import TEXT_SUFFIXES
-    from olifant_mlx.passages import document_passages
 
-    path = Path(spec).expanduser()
-    if not path.exists() and lib is not None:
-        try:
-            found = document_passages(lib, spec)
-        except PassageError as e:                  # a damaged index: its file and the rebuild
-            raise OptionsError(f"--precedents {lib.name}: {e}", "precedents") from None
+    name, rel = parse_pin(spec)
+    if name is not None:                 # a document of a named library, whichever --precedents is
+        pin_lib = lib if lib is not None and lib.name == name else open_library(name, tokenizer, "--precedent")
+        found = _library_document(pin_lib, in_library(rel))
+        if not found:
+            raise OptionsError(f"--precedent {spec}: library {name!r} has no document {rel!r}", "precedent_files")
+        return found, 0
+    if lib is not None and in_library(spec) is not None:
+        found = _library_document(lib, in_library(spec))   # the library's document, never ./PATH
         if found:
             return found, 0
+    path = Path(spec).expanduser()
     if not path.exists():
         where = f" nor a document of library {lib.name!r}" if lib is not None else ""
         raise OptionsError(f"--precedent {spec}: no such file{where}", "precedent_files")
@@ -200,6 +238,18 @@ def pinned_passages(spec: str, lib, tokenizer, limit: int | None = None) -> tupl
             if limit is not None and used > limit:
                 return out, len(paragraphs) - len(out)
     return out, 0
+
+
+def _library_document(lib, path: str | None) -> list[Passage]:
+    """The passages of the document at `path` of `lib` ([] when it has none)."""
+    from olifant_mlx.passages import document_passages
+
+    if path is None:
+        return []
+    try:
+        return document_passages(lib, path)
+    except PassageError as e:                  # a damaged index: its file and the rebuild
+        raise OptionsError(f"--precedents {lib.name}: {e}", "precedents") from None
 
 
 def _block(passages, chat: bool) -> str:

@@ -175,6 +175,44 @@ def test_the_default_budget_grows_to_hold_the_best_passage_whole(built, smollm2)
         precedents.gather(smollm2, query, library="firm", budget=20, room=20)
 
 
+# issue 45 item 6: a pin naming a library's document is that document, never a file of that path in
+# the working folder (which was read and cited as the library's); library:NAME:PATH pins another
+# library's document whatever --precedents is (the TUI's pins are so)
+def test_a_library_path_resolves_inside_its_library(built, smollm2, tmp_path, monkeypatch):
+    from olifant_mlx.tui.workspace import Pins
+
+    work = tmp_path / "work"
+    (work / "gamma").mkdir(parents=True)
+    write_docx(work / "gamma" / "merger.docx", ["IMPOSTER text from the working folder."])
+    write_docx(work / "memo.docx", ["A memo in the working folder."])
+    monkeypatch.chdir(work)
+    query = "merger records"
+    for spec in ("gamma/merger.docx", "./gamma//merger.docx", "library:firm:gamma/merger.docx"):
+        used = precedents.gather(smollm2, query, library="firm", pinned=(spec,), budget=2000)
+        first = used.passages[0]
+        assert (first.library, first.path) == ("firm", "gamma/merger.docx") and SECRET in used.block, spec
+        assert "IMPOSTER" not in used.block
+    alone = precedents.gather(smollm2, query, pinned=("library:firm:gamma/merger.docx",), budget=2000)
+    assert alone.passages[0].library == "firm" and SECRET in alone.block
+    memo = precedents.gather(smollm2, query, library="firm", pinned=("memo.docx",), budget=2000)
+    assert memo.passages[0].library is None and memo.passages[0].text == "A memo in the working folder."
+    with pytest.raises(OptionsError, match="library 'firm' has no document 'nowhere.docx'"):
+        precedents.gather(smollm2, query, pinned=("library:firm:nowhere.docx",))
+    with pytest.raises(OptionsError, match="--precedent other: no library 'other'"):
+        precedents.gather(smollm2, query, pinned=("library:other:x.docx",))
+    assert precedents.in_library("../firm/x.docx") is None and precedents.in_library("/etc/passwd") is None
+    monkeypatch.setattr("olifant_mlx.verifier.load_verifier", lambda *a, **k: pytest.fail("the verifier loaded"))
+    assert main(["generate", "--model", "smollm2-135m", "--precedent", "library:other:x.docx", "-p", "x"]) == 1
+    # the TUI's pin (library, path) is that library's document, whatever library Settings names
+    pins = Pins()
+    pins.toggle({"library": "firm", "path": "gamma/merger.docx"})
+    pins.toggle({"library": None, "path": str(work / "memo.docx")})
+    assert pins.paths() == ["library:firm:gamma/merger.docx", str(work / "memo.docx")]
+    used = precedents.gather(smollm2, query, library=None, pinned=tuple(pins.paths()), budget=2000)
+    assert list(dict.fromkeys((p.library, p.path) for p in used.passages)) == [
+        ("firm", "gamma/merger.docx"), (None, str(work / "memo.docx"))]
+
+
 class ContextVerifier:
     """What Session.with_precedents reads of a verifier: a real tokenizer and a context length."""
     name, model, eos_ids, bos_id, has_chat_template = "ctx", None, (), None, False

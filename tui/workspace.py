@@ -53,7 +53,11 @@ class Pins:
         self.items: list[tuple] = []
 
     def paths(self) -> list[str]:
-        return [path for _, path in self.items]
+        """The pins as --precedent takes them: a library's document as library:NAME:PATH (so it
+        is that library's, whatever library Settings names), a file by its path."""
+        from olifant_mlx.precedents import library_pin
+
+        return [library_pin(lib, path) if lib else path for lib, path in self.items]
 
     def has(self, passage: dict) -> bool:
         return (passage.get("library"), passage.get("path")) in self.items

@@ -250,12 +250,17 @@ def check_precedents(options, args) -> None:
         if getattr(args, flag, None) is not None:
             raise OptionsError(f"--{flag.replace('_', '-')} cannot go with precedents: they go into the "
                                f"request, which is then no longer the one cached or prefilled", "precedents")
+    from olifant_mlx import library, passages
+    from olifant_mlx.precedents import parse_pin
+
     for spec in options.precedent_files:
-        if not os.path.exists(os.path.expanduser(spec)) and not options.precedents:
+        name, _ = parse_pin(spec)
+        if name is not None:          # library:NAME:PATH, a document of another library
+            check_library(name, args.model)
+            passages.open_index(library.load(name)).close()
+        elif not os.path.exists(os.path.expanduser(spec)) and not options.precedents:
             raise OptionsError(f"--precedent {spec}: no such file", "precedent_files")
     if options.precedents:
-        from olifant_mlx import library, passages
-
         passages.open_index(library.load(options.precedents)).close()
 
 
