@@ -16,9 +16,12 @@ import fcntl
 import os
 import secrets
 import shutil
+import signal
 import stat
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 PRIVATE = 0o600
@@ -71,6 +74,55 @@ def check_file_path(path, what: str = "file") -> None:
             raise NotARegularFile(f"{what} {path} is {_kind(mode)}, not a regular file")
     elif not os.path.isdir(os.path.dirname(os.path.abspath(path))):
         raise NotARegularFile(f"cannot create {what} {path}: its folder does not exist")
+
+
+def probe_folder(path, what: str = "the file") -> None:
+    """Before any slow work: a new file can really be made where `path` will be written — in its
+    folder, or the nearest one above that exists (the writers make the rest). ValueError naming
+    `what`, the path and the folder otherwise: a probe file is created (O_EXCL, O_NOFOLLOW, 0600)
+    and removed at once, since /proc, an immutable folder or a read-only mount pass os.access (for
+    root always) but refuse every new file, which write_atomic would find only at the end."""
+    out = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(out))
+    while not os.path.exists(folder):
+        folder = os.path.dirname(folder)
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"cannot write {what} to {out}: {folder} is not a writable directory")
+    probe = os.path.join(folder, f".olifant-probe-{os.getpid()}-{time.monotonic_ns()}")
+    with sigint_deferred():    # a Ctrl-C between the create and the unlink would leave the probe
+        try:
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, PRIVATE))
+            os.unlink(probe)
+        except OSError as e:
+            raise ValueError(f"cannot write {what} to {out}: no file can be created in {folder} "
+                             f"({e.strerror}); name a file in a writable folder") from None
+
+
+def check_writable(path, what: str = "file") -> None:
+    """For a file about to be written whole (write_atomic), before any slow work: check_file_path
+    (a regular file or a new one in a folder that exists), then probe_folder."""
+    check_file_path(path, what)
+    probe_folder(path, what)
+
+
+@contextlib.contextmanager
+def sigint_deferred():
+    """A Ctrl-C inside the block is held and raised once it ends. The handler is swapped rather
+    than the thread's signal mask: a SIGINT sent to the process goes to any thread that does not
+    block it (MLX's, the test runner's), and Python then raises in the main thread at once.
+    Only the main thread gets KeyboardInterrupt, so elsewhere there is nothing to hold."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        # None: a handler not installed from Python, which cannot be put back from here
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
+        if caught:
+            signal.raise_signal(signal.SIGINT)
 
 
 def open_regular_file(path, mode: str = "r", encoding: str | None = "utf-8", errors: str | None = None):
@@ -135,7 +187,10 @@ def atomic_writer(path, mode: int = PRIVATE, binary: bool = True):
     on success the file is fsynced and renamed over `path` (with `mode`), on error removed."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as e:       # named by the file asked for, not by a temporary name never made
+        raise OSError(e.errno, f"cannot write {target}: {e.strerror}") from None
     try:
         os.fchmod(fd, mode)
         with os.fdopen(fd, "wb" if binary else "w", encoding=None if binary else "utf-8") as f:

@@ -44,6 +44,48 @@ def test_unwritable_outputs_are_refused_before_any_work(no_tokenizer, capsys, tm
         assert str(argv[-1]) in err
 
 
+def immutable_folder(path):
+    """`path` made immutable (chattr +i), or None where this machine cannot."""
+    path.mkdir()
+    try:
+        done = subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode == 0
+    except OSError:
+        done = False
+    return path if done else None
+
+
+# issue 45 item 7: an output that cannot be written (/proc, an immutable folder) is refused before the
+# model loads, naming the file asked for, on every command that writes one (was: found after the whole
+# generation, with a message naming a temporary file)
+def test_an_output_that_cannot_be_written_is_refused_before_the_model_loads(no_tokenizer, capsys, tmp_path,
+                                                                            monkeypatch):
+    from olifant_mlx.files import write_atomic
+
+    monkeypatch.setattr("olifant_mlx.verifier.load_verifier", lambda *a, **k: pytest.fail("the model loaded"))
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt": "hello"}\n')
+    places = ["/proc"] if os.path.isdir("/proc/self") else []
+    frozen = immutable_folder(tmp_path / "frozen")
+    places += [str(frozen)] if frozen is not None else []
+    try:
+        for place in places:
+            for argv in (["generate", "--model", "smollm2-135m", "-p", "x", "--output", f"{place}/x.docx"],
+                         ["chat", "--model", "smollm2-135m", "--output", f"{place}/x.md"],
+                         ["cache-prompt", "--model", "smollm2-135m", "-p", "x", "--prompt-cache-file",
+                          f"{place}/x.safetensors"],
+                         ["bench", "--model", "smollm2-135m", "--prompts", f"t={prompts}", "--results",
+                          str(tmp_path / "r.jsonl"), "--transcripts-out", f"{place}/x.json"]):
+                code, err = run_main(argv, capsys)
+                assert code == 1 and argv[-1] in err and "cannot" in err, (argv, err)
+                assert ".tmp" not in err and "Traceback" not in err, (argv, err)
+            with pytest.raises(OSError, match=f"cannot write {place}/x.docx"):     # a late failure too
+                write_atomic(f"{place}/x.docx", b"x")
+    finally:
+        if frozen is not None:
+            subprocess.run(["chattr", "-i", str(frozen)])
+    assert places or pytest.skip("no /proc and no chattr here")
+
+
 def test_build_rest_on_a_binary_corpus_names_its_own_fix(no_tokenizer, capsys, tmp_path):
     blob = tmp_path / "blob.txt"
     blob.write_bytes(bytes(range(256)) * 64)

@@ -42,9 +42,6 @@ ALLOWED = {
     ("olifant_mlx/measure/bench.py", "open_results", "O_WRITE"),
     # a lock file holds nothing; it stays (removing it would race a waiter), opened O_NOFOLLOW
     ("olifant_mlx/verifier/aliases.py", "cache_entry_lock", "O_WRITE"),
-    # a probe that an output folder can take a new file (/proc passes os.access): created
-    # O_EXCL|O_NOFOLLOW, 0600, empty, removed at once
-    ("olifant_mlx/draftmodel/train.py", "check_output", "O_WRITE"),
     # the converted verifier's folder: written inside mkdtemp (0700), fsynced, renamed whole
     ("olifant_mlx/verifier/aliases.py", "gguf_model_dir", "rename"),
     # huggingface_hub's own cache (its .incomplete files, renamed by it), not ours

@@ -197,7 +197,7 @@ def cmd_generate(args) -> int:
     prompt_text = sys.stdin.read() if args.prompt == "-" else args.prompt
     check_text(prompt_text, "the prompt (-p)")       # before the model loads
     if args.output:
-        output_format(args.output)
+        output_format(args.output, probe=True)
     session, options = open_session(args)
     prompt = session.prompt_for(prompt_text, args.system_prompt, not args.ignore_chat_template,
                                 template_kwargs(args))
@@ -299,7 +299,7 @@ def cmd_chat(args) -> int:
     from olifant_mlx.tui.conversation import Conversation, Turn
 
     if args.output:
-        output_format(args.output)     # before the model loads
+        output_format(args.output, probe=True)     # before the model loads
     session, options = open_session(args)
     if not session.verifier.has_chat_template:
         raise ValueError(f"{session.verifier.name} has no chat template (a base model): use "

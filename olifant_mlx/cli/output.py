@@ -9,16 +9,18 @@ import os
 SUFFIXES = {".docx": "docx", ".md": "md", ".txt": "txt", ".json": "json"}
 
 
-def output_format(path: str) -> str:
+def output_format(path: str, probe: bool = False) -> str:
     """--output's format, from its suffix; the path refused (ValueError) when it is not a
-    regular file or a new one in a folder that exists."""
-    from olifant_mlx.files import check_file_path
+    regular file or a new one in a folder that exists; with `probe` (before the model loads)
+    also when no file can really be made in that folder (files.check_writable: /proc, an
+    immutable or read-only folder)."""
+    from olifant_mlx.files import check_file_path, check_writable
 
     fmt = SUFFIXES.get(os.path.splitext(path)[1].lower())
     if fmt is None:
         raise ValueError(f"--output {path}: the file's suffix picks the format: "
                          f"{', '.join(SUFFIXES)}")
-    check_file_path(path, "--output file")
+    (check_writable if probe else check_file_path)(path, "--output file")
     if fmt == "docx":
         from olifant_mlx.exports import need_docx
 

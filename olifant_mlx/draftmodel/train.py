@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import os
 import resource
-import signal
 import sys
 import threading
 import time
-from contextlib import closing, contextmanager, nullcontext
+from contextlib import closing, nullcontext
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -42,7 +41,7 @@ from olifant_mlx.draftmodel.corpus import (
     windows,
 )
 from olifant_mlx.draftmodel.igtree import Builder, IGTree, IGTreeError, lib, library_version
-from olifant_mlx.files import private_output
+from olifant_mlx.files import private_output, probe_folder
 from olifant_mlx.machine import cpus, default_memory_limit
 
 MAX_WINDOW = library_version()["max_window"]
@@ -114,44 +113,11 @@ def check_options(window: int, top_k: int, max_tokens, holdout: float, eval_max,
 
 def check_output(out, what: str = "the model", example: str = "model.olif") -> None:
     """The file can be written there: not a folder, below a folder in which a file can really
-    be made (a probe: /proc passes os.access but refuses every new file)."""
-    path = os.path.abspath(out)
-    if os.path.isdir(path):
+    be made (files.probe_folder: /proc passes os.access but refuses every new file)."""
+    if os.path.isdir(os.path.abspath(out)):
         raise ValueError(f"cannot write {what} to {out}: it is a directory (name a file, "
                          f"e.g. {os.path.join(str(out), example)})")
-    folder = os.path.dirname(path)
-    while not os.path.exists(folder):
-        folder = os.path.dirname(folder)
-    if not os.path.isdir(folder) or not os.access(folder, os.W_OK | os.X_OK):
-        raise ValueError(f"cannot write {what} to {out}: {folder} is not a writable directory")
-    probe = os.path.join(folder, f".olifant-probe-{os.getpid()}-{time.monotonic_ns()}")
-    with sigint_deferred():    # a Ctrl-C between the create and the unlink would leave the probe
-        try:
-            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
-            os.unlink(probe)
-        except OSError as e:
-            raise ValueError(f"cannot write {what} to {out}: no file can be created in {folder} "
-                             f"({e.strerror}); name a file in a writable folder") from None
-
-
-@contextmanager
-def sigint_deferred():
-    """A Ctrl-C inside the block is held and raised once it ends. The handler is swapped rather
-    than the thread's signal mask: a SIGINT sent to the process goes to any thread that does not
-    block it (MLX's, the test runner's), and Python then raises in the main thread at once.
-    Only the main thread gets KeyboardInterrupt, so elsewhere there is nothing to hold."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
-    try:
-        yield
-    finally:
-        # None: a handler not installed from Python, which cannot be put back from here
-        signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
-        if caught:
-            signal.raise_signal(signal.SIGINT)
+    probe_folder(out, what)
 
 
 def preflight(corpora, out, eval_specs=(), text_field="text", force=False) -> None:

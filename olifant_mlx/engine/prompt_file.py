@@ -126,12 +126,13 @@ def check(path, tokenizer) -> dict:
 
 def check_target(path) -> None:
     """Where `cache-prompt` may write, checked before the verifier loads: a .safetensors name in
-    a folder that exists, and no FIFO, device or folder there (written like every other file)."""
-    from olifant_mlx.files import check_file_path
+    a folder that exists and can take a new file, and no FIFO, device or folder there (written
+    like every other file)."""
+    from olifant_mlx.files import check_writable
 
     if not os.fspath(path).endswith(SUFFIX):
         raise PromptFileError(f"{os.fspath(path)}: a prompt cache file must end in {SUFFIX} (mlx-lm's format)")
-    check_file_path(path, "prompt cache file")
+    check_writable(path, "prompt cache file")
 
 
 def save(path, layers, tokens, verifier) -> None:

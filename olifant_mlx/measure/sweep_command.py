@@ -53,7 +53,7 @@ def run_sweep(s: SweepSettings) -> int:
     """The sweep, its tables and figures; the exit status (130: interrupted, resumable)."""
     from rich.console import Console
 
-    from olifant_mlx.files import check_file_path
+    from olifant_mlx.files import check_file_path, check_writable
 
     stored = stored_transcripts(s)
     if not s.tasks and not stored:
@@ -63,6 +63,8 @@ def run_sweep(s: SweepSettings) -> int:
     results = Path(s.results)
     results.parent.mkdir(parents=True, exist_ok=True)
     check_file_path(results, "results file")
+    if s.transcripts_out:
+        check_writable(s.transcripts_out, "--transcripts-out file")     # before hours of transcripts
     if s.simulated and s.shard is not None:
         raise ValueError(f"--verifier {s.verifier} runs no verifier: there is nothing to shard")
     curve, options = start_from_curve(s.curve, s.simulated) if s.curve else (None, None)
