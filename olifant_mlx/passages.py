@@ -42,6 +42,10 @@ class PassageError(ValueError):
     """A query or an index that cannot be used; the message says which and why."""
 
 
+class UnusableIndex(PassageError):
+    """A library's passage index that is missing, damaged or of another format (not the query's fault)."""
+
+
 @dataclass(frozen=True)
 class Passage:
     """A run of paragraphs of one document (one paragraph, or a retrieval window of them), as
@@ -181,18 +185,18 @@ def open_index(lib) -> sqlite3.Connection:
     library was built before passages were indexed (or the file is damaged)."""
     path = path_of(lib)
     if not path.is_file() or path.is_symlink():
-        raise PassageError(f"library {lib.name!r} has no passage index (built before libraries were "
+        raise UnusableIndex(f"library {lib.name!r} has no passage index (built before libraries were "
                            f"searchable): {_fix(lib)}")
     try:
         con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
         version = con.execute("PRAGMA user_version").fetchone()[0]
         con.execute("SELECT count(*) FROM passages").fetchone()
     except sqlite3.Error as e:
-        raise PassageError(f"library {lib.name!r}: its passage index {path} cannot be read ({e}): "
+        raise UnusableIndex(f"library {lib.name!r}: its passage index {path} cannot be read ({e}): "
                            f"{_fix(lib)}") from None
     if version != FORMAT:
         con.close()
-        raise PassageError(f"library {lib.name!r}: its passage index {path} is format {version}, "
+        raise UnusableIndex(f"library {lib.name!r}: its passage index {path} is format {version}, "
                            f"this version reads {FORMAT}: {_fix(lib)}")
     return con
 
@@ -208,7 +212,7 @@ def reading(lib):
     except PassageError:
         raise
     except (sqlite3.Error, ValueError, TypeError, OverflowError) as e:     # UnicodeDecodeError is a ValueError
-        raise PassageError(f"library {lib.name!r}: its passage index {path_of(lib)} is damaged "
+        raise UnusableIndex(f"library {lib.name!r}: its passage index {path_of(lib)} is damaged "
                            f"({type(e).__name__}: {str(e)[:120]}): {_fix(lib)}") from None
     finally:
         con.close()

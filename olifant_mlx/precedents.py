@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from olifant_mlx.engine.options import OptionsError
-from olifant_mlx.passages import PassageError, Passage, search
+from olifant_mlx.engine.options import LibraryOptionError, OptionsError
+from olifant_mlx.passages import PassageError, Passage, UnusableIndex, search
 
 DEFAULT_BUDGET = 512       # tokens of precedents when --precedent-tokens is not given (context permitting):
 # two passages; more cost prefill and distract the model from the one it copies (docs/precedents.md#the-budget)
@@ -96,6 +96,8 @@ def gather(tokenizer, query: str, library: str | None = None, pinned=(), budget:
     if lib is not None:
         try:
             found = search(lib, query, matter=matter, n=CANDIDATES)
+        except UnusableIndex as e:
+            raise LibraryOptionError(f"--precedents {library}: {e}", "precedents", library) from None
         except PassageError as e:
             if pins and "no words" in str(e):
                 found = []          # pinned documents and nothing to search for: the pins alone
@@ -121,12 +123,12 @@ def open_library(name: str, tokenizer, flag: str = "--precedents"):
     try:
         lib = libraries.load(name, list_others=False)      # a server's clients may not know the others
     except libraries.LibraryError as e:
-        raise OptionsError(f"{flag} {name}: {e}", "precedents") from None
+        raise LibraryOptionError(f"{flag} {name}: {e}", "precedents", name) from None
     if not lib.fits(tokenizer):
-        raise OptionsError(f"{flag} {name}: the library was built for another tokenizer "
-                           f"({lib.meta.get('tokenizer', {}).get('name')}, not {tokenizer.name}): build one "
-                           f"for this verifier with `library build NEW_NAME {lib.meta.get('folder', 'FOLDER')} "
-                           f"--tokenizer {tokenizer.name}`", "precedents")
+        raise LibraryOptionError(f"{flag} {name}: the library was built for another tokenizer "
+                                 f"({lib.meta.get('tokenizer', {}).get('name')}, not {tokenizer.name}): build one "
+                                 f"for this verifier with `library build NEW_NAME {lib.meta.get('folder', 'FOLDER')} "
+                                 f"--tokenizer {tokenizer.name}`", "precedents", name)
     return lib
 
 
@@ -249,7 +251,7 @@ def _library_document(lib, path: str | None) -> list[Passage]:
     try:
         return document_passages(lib, path)
     except PassageError as e:                  # a damaged index: its file and the rebuild
-        raise OptionsError(f"--precedents {lib.name}: {e}", "precedents") from None
+        raise LibraryOptionError(f"--precedents {lib.name}: {e}", "precedents", lib.name) from None
 
 
 def _block(passages, chat: bool) -> str:

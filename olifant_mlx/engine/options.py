@@ -31,6 +31,16 @@ class OptionsError(ValueError):
         self.option = option
 
 
+class LibraryOptionError(OptionsError):
+    """An OptionsError about a library named by an option (`library`) that cannot be used: missing,
+    damaged, or built for another tokenizer. Its message, for the machine's own user, names files
+    and the fix; a server answers every one alike, naming nothing but the name it was sent."""
+
+    def __init__(self, message: str, option: str, library: str):
+        super().__init__(message, option)
+        self.library = library
+
+
 @dataclass(frozen=True)
 class Option:
     """What one GenerationOptions field takes. `kind`: "whole", "number" (finite), "flag",

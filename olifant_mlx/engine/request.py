@@ -22,7 +22,7 @@ from olifant_mlx.drafters.auto import resolve_auto
 from olifant_mlx.drafters.base import Drafter, NoDrafter, as_drafter
 from olifant_mlx.drafters.prediction import predicting
 from olifant_mlx.drafters.registry import DrafterSpec, build_drafter, parse_spec, uses_history
-from olifant_mlx.engine.options import GenerationOptions, OptionsError
+from olifant_mlx.engine.options import GenerationOptions, LibraryOptionError, OptionsError
 
 
 class ContextError(ValueError):
@@ -214,9 +214,9 @@ def provenance_index(verifier, opts: GenerationOptions, library: str | None, use
     try:
         index = index_of(library)
     except LibraryError as e:
-        raise OptionsError(f"--sources {library}: {e}", "sources") from None
+        raise LibraryOptionError(f"--sources {library}: {e}", "sources", library) from None
     if not index.library.fits(ident):
-        raise OptionsError(f"--sources {library}: the library was built for another tokenizer than "
-                           f"{verifier.name}'s: build one with `library build NEW_NAME FOLDER --model "
-                           f"{verifier.name}`", "sources")
+        raise LibraryOptionError(f"--sources {library}: the library was built for another tokenizer than "
+                                 f"{verifier.name}'s: build one with `library build NEW_NAME FOLDER --model "
+                                 f"{verifier.name}`", "sources", library)
     return index

@@ -291,7 +291,7 @@ class GenerationQueue:
     def _plan(self, job: Job, session, drafted, info):
         """The job's engine Request, planned once (the precedents gathered, the prompt encoded
         and fitted, the provenance library opened); None, the failure sent, when it cannot run."""
-        from olifant_mlx.engine.request import Chat, ContextError, OptionsError, plan
+        from olifant_mlx.engine.request import Chat, ContextError, LibraryOptionError, OptionsError, plan
 
         refused = None if job.options.sources is None else unknown_library(job.options.sources)
         if refused is not None:
@@ -308,7 +308,11 @@ class GenerationQueue:
                      f"fewer tokens (max_tokens)", "context_length_exceeded", job.param))
         except OptionsError as e:        # precedents or a library that cannot be used
             why = "bad_precedents" if (e.option or "").startswith("precedent") else "bad_sources"
-            return self._refuse(job, why, Failed(400, str(e), "invalid_value", e.option or None))
+            message = str(e)
+            if isinstance(e, LibraryOptionError):   # its files and fix are the operator's: in the log
+                log.warning("request %s: %s", job.id, message)
+                message = library_refusal(e.option, e.library)
+            return self._refuse(job, why, Failed(400, message, "invalid_value", e.option or None))
         except Exception as e:           # a chat template that refuses the conversation, ...
             return self._refuse(job, "bad_prompt", Failed(400, f"the prompt cannot be formatted for this "
                                                                f"model: {e}", "invalid_prompt", job.param))
@@ -323,15 +327,28 @@ class GenerationQueue:
             self.recent.append(Record(job.id, stop_reason, tokens, passes, job.cancelled_at_pass))
 
 
+def library_refusal(field: str, name: str) -> str:
+    """What a client is told of a library it named that cannot be used: the same words whether
+    it is missing, damaged or built for another tokenizer, and no path nor any other library's
+    name (the server's clients may not all be allowed to know them); the log has the reason. A
+    name no library can have ('../etc') is told so."""
+    from olifant_mlx.library import NAME_RE
+
+    if not NAME_RE.fullmatch(name):
+        return (f"{field} {name[:100]!r}: not a library name (letters, digits, '.', '_' or '-', "
+                f"at most 64)")
+    return f"{field} {name!r}: no library {name!r} can be used by this server"
+
+
 def unknown_library(name) -> str | None:
-    """Why a request's `sources` cannot be used, or None: a missing library is named without
-    listing the others (the server's clients may not all be allowed to know them)."""
+    """Why a request's `sources` cannot be used (library_refusal), or None."""
     from olifant_mlx.library import LibraryError, load
 
     try:
         load(name, list_others=False)
     except LibraryError as e:
-        return f"sources {name[:100]!r}: {e}"
+        log.warning("sources %r: %s", name[:100], e)
+        return library_refusal("sources", name)
     return None
 
 
