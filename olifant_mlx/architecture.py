@@ -153,13 +153,15 @@ def valid(o) -> str:
     if o is None:
         return ""
     kind, low, high = getattr(o, "kind", ""), getattr(o, "low", None), getattr(o, "high", None)
+    from olifant_mlx.engine.options import bound
+
     word = {"whole": "whole number", "number": "finite number"}.get(kind)
     if word and low is not None and high is not None:
         brackets = "(" if o.low_open else "[", ")" if o.high_open else "]"
-        said = (f"{word} {low:g}..{high:g}" if kind == "whole"
-                else f"in {brackets[0]}{low:g}, {high:g}{brackets[1]}")
+        said = (f"{word} {bound(low)}..{bound(high)}" if kind == "whole"
+                else f"in {brackets[0]}{bound(low)}, {bound(high)}{brackets[1]}")
     elif word and low is not None:
-        said = f"{word} {'>' if o.low_open else '≥'} {low:g}"
+        said = f"{word} {'>' if o.low_open else '≥'} {bound(low)}"
     else:
         said = word or {"choice": "one of " + ", ".join(map(repr, getattr(o, "choices", ()))),
                         "flag": "true or false", "text": "a non-empty text",

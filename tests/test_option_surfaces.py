@@ -137,3 +137,27 @@ def test_the_k_default_scan_can_fail(tmp_path):
                  "def g(k=None, *, num_draft_tokens=5):\n    pass\n")
     assert [what for _, what, _ in k_defaults_in(f)] == [
         "parameter k=", "the field's default", "-k default=", "parameter num_draft_tokens="]
+
+
+# issue 45 item 9: repetition_context_size has an upper bound, in its definition, so every surface
+# refuses 2^40 before any model loads (was: a 500 from the server; "Slice indices must be 32-bit
+# integers" on the CLI after the model loaded)
+def test_repetition_context_size_is_bounded_on_every_surface(monkeypatch, capsys):
+    import olifant_mlx.verifier.loader as loader
+    from olifant_mlx.cli import main
+    from olifant_mlx.server import schemas
+    from olifant_mlx.server.config import Limits
+    from olifant_mlx.server.queue import ModelInfo
+
+    with pytest.raises(OptionsError, match="repetition context size must be between 1 and 1048576 "):
+        GenerationOptions(repetition_context_size=2 ** 40)
+    check_option("repetition_context_size", table.MAX_REPETITION_CONTEXT)
+    monkeypatch.setattr(loader, "load_verifier", lambda *a, **k: pytest.fail("a model was loaded"))
+    assert main(["generate", "--model", "smollm2-135m", "-p", "x", "--repetition-context-size", str(2 ** 40)]) == 2
+    assert capsys.readouterr().err.startswith("error: --repetition-context-size: repetition context size must be")
+    request = schemas.with_option_fields(schemas.CompletionBody)
+    req = schemas.parse_body(json.dumps({"prompt": "x", "repetition_context_size": 2 ** 40}).encode(), request)
+    with pytest.raises(schemas.ApiError) as e:
+        schemas.plan_completion(req, ModelInfo("tiny", 128, 64, False, ("none",), "none", "none"),
+                                GenerationOptions(), Limits())
+    assert e.value.status == 400 and e.value.param == "repetition_context_size"

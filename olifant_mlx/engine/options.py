@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from olifant_mlx.engine.sampling import Sampling
 
 MAX_K = 64
+MAX_REPETITION_CONTEXT = 1 << 20        # tokens: more than any context the penalty could look back over
 KV_BITS = (2, 3, 4, 5, 6, 8)            # what mx.quantize takes
 KV_GROUP_SIZES = (32, 64, 128)
 LEAD_RULES = ("auto", True, False)
@@ -61,14 +62,19 @@ def option(default, **meta):
     return dataclasses.field(default=default, metadata={"option": Option(**meta)})
 
 
+def bound(x) -> str:
+    """A bound as people write it: 1048576, not 1.04858e+06; 0.5 as 0.5."""
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
 def _range(o: Option, high) -> str:
     if o.low is not None and high is not None and o.kind == "whole":
-        return f"between {o.low:g} and {high:g} (a whole number{o.note})"
+        return f"between {bound(o.low)} and {bound(high)} (a whole number{o.note})"
     if o.low is not None and high is not None:
-        return f"in {'(' if o.low_open else '['}{o.low:g}, {high:g}{')' if o.high_open else ']'}{o.note}"
+        return f"in {'(' if o.low_open else '['}{bound(o.low)}, {bound(high)}{')' if o.high_open else ']'}{o.note}"
     word = "a whole number" if o.kind == "whole" else "a number"
     if o.low is not None:
-        return f"{word} {'>' if o.low_open else '>='} {o.low:g}{o.note}"
+        return f"{word} {'>' if o.low_open else '>='} {bound(o.low)}{o.note}"
     return word + o.note
 
 
@@ -125,7 +131,8 @@ class GenerationOptions:
     seed: int = option(0, what="seed")
     repetition_penalty: float | None = option(None, what="repetition penalty", kind="number", low=0,
                                               low_open=True, optional=True)
-    repetition_context_size: int = option(20, what="repetition context size", low=1)
+    # mlx-lm slices the last N tokens with 32-bit indices: 2^40 was an MLX error after the model loaded
+    repetition_context_size: int = option(20, what="repetition context size", low=1, high=MAX_REPETITION_CONTEXT)
     extra_eos_tokens: tuple = option((), what="extra EOS tokens", kind="texts")
     stop: tuple = option((), what="stop sequences", kind="texts")
     truncate: bool = option(False, what="truncate", kind="flag")
