@@ -20,10 +20,24 @@ def run(argv, capsys) -> tuple[int, str]:
     (["library", "build", "x", ".", "--model", "smollm2-135m", "--window", "-3"], "--window: must be 1 to"),
     (["analyze", "README.md", "--tokenizer", "smollm2-135m", "--max-texts", "-1"], "--max-texts: must be >= 1"),
     (["analyze", "README.md", "--tokenizer", "smollm2-135m", "--n", "0"], "--n: must be >= 1"),
+    # issue 45 item 10: was an OverflowError traceback from SQLite
+    (["library", "search", "firm", "confidential", "-n", "99999999999999999999"], "-n: must be from 1 to 100,000"),
+    (["library", "search", "firm", "confidential", "-n", "0"], "-n: must be from 1 to 100,000"),
 ])
 def test_numbers_no_command_can_use_are_usage_errors(capsys, argv, said):
     code, err = run(argv, capsys)
     assert code == 2 and said in err, err
+
+
+def test_a_search_for_more_passages_than_sqlite_counts_is_a_clear_error(tmp_path, monkeypatch):
+    from olifant_mlx import passages
+
+    class Lib:                      # search refuses before it opens anything
+        name, path, meta = "firm", tmp_path, {}
+
+    for n in (2 ** 64, 0, 10 ** 20, True):
+        with pytest.raises(passages.PassageError, match="number of passages must be from 1 to 100,000"):
+            passages.search(Lib(), "confidential", n=n)
 
 
 def test_energy_refuses_millions_of_readings_instead_of_hanging(capsys):

@@ -44,8 +44,9 @@ def open_meter(spec):
     from olifant_mlx.mlx_setup import mx
 
     return open_backend(spec, sync=mx.synchronize)
-def whole_number(minimum: int):
-    """argparse type: a whole number >= minimum (a usage error naming the flag otherwise)."""
+def whole_number(minimum: int, maximum: int | None = None):
+    """argparse type: a whole number >= minimum (and <= maximum; a usage error naming the flag
+    otherwise)."""
     import argparse
 
     def parse(value: str) -> int:
@@ -53,8 +54,9 @@ def whole_number(minimum: int):
             n = int(value)
         except ValueError:
             raise argparse.ArgumentTypeError(f"must be a whole number, got {value!r}") from None
-        if n < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {n}")
+        if n < minimum or (maximum is not None and n > maximum):
+            said = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum:,}"
+            raise argparse.ArgumentTypeError(f"must be {said}, got {value[:40]}")
         return n
 
     parse.__name__ = f"whole number >= {minimum}"

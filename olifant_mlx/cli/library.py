@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from olifant_mlx.cli.common import mb, print_json, table
+from olifant_mlx.cli.common import mb, print_json, table, whole_number
 
 
 def cmd_library(args) -> int:
@@ -50,8 +50,6 @@ def _search(args) -> int:
 
     if not args.name or args.folder is None:
         raise ValueError('library search needs a NAME and a query: library search NAME "words to find"')
-    if args.n < 1:
-        raise ValueError(f"-n must be at least 1, got {args.n}")
     lib = library.load(args.name)
     found = passages.search(lib, args.folder, matter=args.matter, n=args.n)
     if args.json:
@@ -111,7 +109,10 @@ def add_library(p):
     p.add_argument("folder", nargs="?", metavar="FOLDER|QUERY",
                    help="with build: the folder of documents; with search: the words to find")
     p.add_argument("--matter", help="with search: passages of this matter and of documents without one only")
-    p.add_argument("-n", type=int, default=10, help="with search: how many passages (default 10)")
+    from olifant_mlx.passages import MAX_PASSAGES
+
+    p.add_argument("-n", type=whole_number(1, MAX_PASSAGES), default=10,
+                   help="with search: how many passages (default 10)")
     p.add_argument("--model", "-m", help="the verifier whose tokenizer the library is for")
     p.add_argument("--tokenizer", help="a tokenizer instead of --model's")
     from olifant_mlx.cli.train import window_size
