@@ -57,6 +57,53 @@ def test_the_word_export_marks_the_copied_spans_and_lists_the_sources(tmp_path):
     assert text.index("You\n") < text.index("draft it") < text.index("Assistant") and "Be brief." in text
 
 
+# issue 45 item 11: the Word export is linear (10,000 lines took 6.75 s, with copied marks 25 s, 20,000
+# with marks 114 s: python-docx's add_paragraph searched the whole body for the section properties and
+# Run.style's setter scanned every style, per paragraph and per run, and every line met every mark;
+# figures in benchmarks/word_export.py); a title over 255 characters (python-docx's ValueError) is cut in
+# the core properties and whole in the heading
+def test_the_word_export_is_linear_and_takes_any_title(tmp_path, monkeypatch):
+    import docx
+    from docx.oxml.xmlchemy import BaseOxmlElement
+    from docx.styles.styles import Styles
+
+    from olifant_mlx import exports
+
+    seen = {"wide": 0, "defaults": 0}
+    search, default = BaseOxmlElement.first_child_found_in, Styles.default
+
+    def counted_search(self, *tags):          # insertions that look through many children
+        seen["wide"] += len(self) > 100
+        return search(self, *tags)
+
+    def counted_default(self, style_type):
+        seen["defaults"] += 1
+        return default(self, style_type)
+
+    monkeypatch.setattr(BaseOxmlElement, "first_child_found_in", counted_search)
+    monkeypatch.setattr(Styles, "default", counted_default)
+    lines = [f"{i}. The supplier shall deliver the goods within thirty days." for i in range(300)]
+    text = "\n".join(lines)
+    starts = [sum(len(x) + 1 for x in lines[:i]) for i in range(len(lines))]
+    marks = [(a + 4, a + 20) for a in starts] + [(starts[7] + 10, starts[9] + 5), (starts[7] + 2, starts[7] + 12)]
+    title = "T" * 300
+    data = exports.docx_bytes(title, [("heading", "Part", []), ("text", text, marks)],
+                              [SOURCE], [("the answer", [{"number": 1, "citation": "a.docx, paragraph 2"}])])
+    assert seen["wide"] < 5 and seen["defaults"] < 5, seen    # was: every paragraph past 100, every run
+    (tmp_path / "x.docx").write_bytes(data)
+    d = docx.Document(str(tmp_path / "x.docx"))
+    assert d.core_properties.title == "T" * 255 and d.paragraphs[0].text == title
+    body = [p for p in d.paragraphs if p.text[:1].isdigit() and ". The supplier" in p.text]
+    assert [p.text for p in body] == lines
+    copied = [[r.text for r in p.runs if r.style.name == exports.COPIED_STYLE] for p in body]
+    assert copied[0] == [lines[0][4:20]] and copied[100] == [lines[100][4:20]]
+    assert "".join(copied[7]) == lines[7][2:] and "".join(copied[8]) == lines[8]       # merged marks
+    assert "".join(copied[9]) == lines[9][:20]
+    assert all(r.font.highlight_color is not None for p in body for r in p.runs if r.style.name == exports.COPIED_STYLE)
+    names = [p.style.name for p in d.paragraphs]
+    assert names.count("Heading 1") == 3 and names.count("List Bullet") == 2     # Part, Sources, Precedents
+
+
 # ---- generate --output on the real verifier (slow) ------------------------------------------
 
 PROMPT = "Article 1\nThis Regulation lays down rules concerning"
