@@ -39,6 +39,7 @@ class Binding:
     row_id: str | None = None         # ... its widget's id (default set-NAME)
     hint: str = ""                    # a checkbox's text, or an empty input's placeholder
     after: str | None = None          # the option whose row this one follows (default: table order)
+    off: str | None = None            # a request's value that turns the server's default off (None)
 
 
 def bind(*applies: str, **spelling) -> Binding:
@@ -106,7 +107,7 @@ BINDINGS = {
     "matter": bind(GENERATE, SERVE, TUI, flags=("--matter",), metavar="NAME", label="matter",
                    section="provenance", hint="blank: every document counts",
                    help="the matter this text is for: the guard counts only documents of other matters"),
-    "precedents": bind(GENERATE, SERVE, TUI, flags=("--precedents",), metavar="NAME",
+    "precedents": bind(GENERATE, SERVE, TUI, flags=("--precedents",), metavar="NAME", off="",
                        label="precedents library", section="precedents", hint="blank: no precedents",
                        help="put the passages of library NAME that best match the request into the prompt, "
                             "with their citations (docs/precedents.md)"),

@@ -44,6 +44,7 @@ class Precedents:
     budget: int
     library: str | None
     left_out: int = 0          # pinned passages that did not fit the budget
+    note: str = ""             # why there are none, when they were left out whole (--truncate)
 
     def as_list(self) -> list[dict]:
         return [{"number": i, **p.as_dict()} for i, p in enumerate(self.passages, 1)]
@@ -54,7 +55,7 @@ class Precedents:
     def summary(self) -> str:
         """One line for people: how many passages from which documents, and their cost."""
         if not self.passages:
-            return "precedents: no passage matched the request"
+            return f"precedents: none ({self.note})" if self.note else "precedents: no passage matched the request"
         docs = self.documents()
         pinned = sum(p.pinned for p in self.passages)
         line = (f"precedents: {len(self.passages)} passage{'s' * (len(self.passages) != 1)} "

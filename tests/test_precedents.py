@@ -261,6 +261,25 @@ def test_a_pinned_file_is_read_only_as_far_as_the_budget_holds(smollm2, tmp_path
         precedents.gather(smollm2, "x", pinned=(str(long_first),), budget=20, capped=True)
 
 
+# issue 45 item 12: --truncate applies with precedents on: a prompt that fills the context is cut to its
+# last tokens, without precedents (said in the summary), as it is without them (was: the ContextError
+# "leaves no room for precedents" whatever --truncate said)
+def test_truncate_applies_with_precedents_on(built, smollm2):
+    from olifant_mlx.engine import ContextError, Session
+    from olifant_mlx.engine.request import plan
+
+    session = Session(ContextVerifier(smollm2, 256), "none")
+    long = "Keep the confidential information of the other party for three years. " * 40
+    opts = GenerationOptions(precedents="firm", max_tokens=32, k=0)
+    with pytest.raises(ContextError, match="leaves no room for precedents"):
+        plan(session, long, opts)
+    request = plan(session, long, opts.replace(truncate=True))
+    assert len(request.ids) == 256 - 32 and request.ids[-5:] == tuple(smollm2.encode(long)[-5:])
+    assert request.precedents.passages == () and "--truncate" in request.precedents.summary()
+    short = plan(session, "Keep the confidential information.", opts.replace(truncate=True))
+    assert short.precedents.passages                       # room left: precedents as ever
+
+
 def test_bad_precedents_get_clear_errors(built, smollm2, tmp_path, capsys, monkeypatch):
     lib, folder = built
     with pytest.raises(passages.PassageError, match="no words to search for"):

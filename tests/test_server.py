@@ -557,3 +557,31 @@ def test_a_library_that_cannot_be_used_is_refused_alike_without_paths(client, tm
             said.add(message.replace(repr(name), "NAME"))
         assert len(said) == 1, said
     assert str(tmp_path) in caplog.text          # the reasons, for the server's operator
+
+
+# issue 45 item 12: a request can turn a server's default precedents off ("precedents": "", where null
+# keeps the default), and "truncate": true applies with precedents on (was: null fell back to the
+# default, and a prompt past the context was refused whatever truncate said)
+def test_a_request_turns_default_precedents_off_and_truncates_with_them_on(verifier, tmp_path, monkeypatch):
+    from server_helpers import tiny_library
+
+    monkeypatch.setenv("OLIFANT_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "lib").mkdir()
+    tiny_library("deeds", tmp_path / "lib", [5, 6, 7, 8])
+    run = start(verifier, DrafterChoice({}, "none"), DEFAULTS.replace(precedents="deeds"), LIMITS)
+    try:
+        with httpx.Client(base_url=run.url, timeout=120) as c:
+            def ask(**fields):
+                return c.post("/v1/completions", json={"prompt": "parcel of the lot", "max_tokens": 2, **fields})
+
+            assert "precedents" in ask().json() and "precedents" in ask(precedents=None).json()
+            off = ask(precedents="")
+            assert off.status_code == 200 and "precedents" not in off.json(), off.text
+            long = "parcel of the lot " * 200                # 3,600 characters: past the 2,048-token context
+            refused = ask(prompt=long)
+            assert refused.status_code == 400 and "room for precedents" not in refused.text, refused.text
+            cut = ask(prompt=long, truncate=True)
+            assert cut.status_code == 200 and cut.json()["precedents"] == [], cut.text
+            assert cut.json()["usage"]["prompt_tokens"] == verifier.context_length - 2
+    finally:
+        run.stop()

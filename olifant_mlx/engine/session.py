@@ -271,7 +271,8 @@ class Session:
         the options ask for none. The request is the query; the budget is options'
         precedent_tokens, else DEFAULT_BUDGET (or the first passage whole when it is longer and
         the context leaves room for it); either is capped at what the verifier's context leaves
-        beside the prompt and the answer."""
+        beside the prompt and the answer. A prompt that leaves no room is a ContextError, or with
+        `truncate` goes without precedents (and is cut as any other)."""
         if not (opts.precedents or opts.precedent_files):
             return prompt, None
         from olifant_mlx import precedents
@@ -281,6 +282,10 @@ class Session:
         n = len(self.encode(prompt)) if limit else 0
         left = limit - n - opts.max_tokens - 32 if limit else None
         if left is not None and left <= precedents.LABEL_TOKENS:
+            if opts.truncate:      # the prompt alone fills the context: cut as it would be without them
+                return prompt, precedents.Precedents((), "", 0, 0, opts.precedents, note=(
+                    "the prompt fills the context: --truncate keeps its last tokens, and no room is left "
+                    "for precedents"))
             raise ContextError(f"{self.verifier.name}'s context ({limit:,} tokens) leaves no room for "
                                f"precedents beside the prompt and {opts.max_tokens:,} tokens of answer: "
                                f"ask for fewer tokens (--max-tokens)", n, opts.max_tokens)

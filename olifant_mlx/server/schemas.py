@@ -335,11 +335,15 @@ def _plan(req, kind, prompt, max_tokens, max_param, info, defaults, limits, prom
 
 def request_options(req) -> dict:
     """{option: value} of the option fields a request set, each checked as the options check
-    it (within the server's own limit, `server_high`): ApiError(400) naming the field."""
+    it (within the server's own limit, `server_high`): ApiError(400) naming the field. A field's
+    `off` value (`"precedents": ""`) turns the option off; null leaves the server's default."""
     changes = {}
     for name, field in option_requests().items():
         value, o = getattr(req, field), options()[name]
         if value is None:
+            continue
+        if BINDINGS[name].off is not None and value == BINDINGS[name].off:
+            changes[name] = None          # off, whatever the server's default (null keeps the default)
             continue
         value = float(value) if o.kind == "number" else tuple(value) if o.kind == "texts" else value
         try:
