@@ -31,7 +31,8 @@ class NotARegularFile(ValueError):
     """A path that names a FIFO, a device, a socket or a folder where a file was wanted."""
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a file of this st_mode is, in words: "a FIFO", "a folder", "a device", "a socket"."""
     for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a device"),
                        (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket")):
         if test(mode):
@@ -52,7 +53,7 @@ def open_regular(path, flags: int = os.O_RDONLY, mode: int = PRIVATE) -> int:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise NotARegularFile(f"{path} is {_kind(st.st_mode)}, not a regular file")
+            raise NotARegularFile(f"{path} is {file_kind(st.st_mode)}, not a regular file")
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
@@ -71,7 +72,7 @@ def check_file_path(path, what: str = "file") -> None:
     if os.path.exists(path):
         mode = os.stat(path).st_mode
         if not stat.S_ISREG(mode):
-            raise NotARegularFile(f"{what} {path} is {_kind(mode)}, not a regular file")
+            raise NotARegularFile(f"{what} {path} is {file_kind(mode)}, not a regular file")
     elif not os.path.isdir(os.path.dirname(os.path.abspath(path))):
         raise NotARegularFile(f"cannot create {what} {path}: its folder does not exist")
 

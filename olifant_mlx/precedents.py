@@ -204,7 +204,6 @@ def pinned_passages(spec: str, lib, tokenizer, limit: int | None = None) -> tupl
     the one that passes it is kept, for the budget to refuse — and the rest are counted, not
     tokenized: a 28.8 MB pin costs what its first paragraphs do."""
     from olifant_mlx.draftmodel import documents
-    from olifant_mlx.library import TEXT_SUFFIXES
 
     name, rel = parse_pin(spec)
     if name is not None:                 # a document of a named library, whichever --precedents is
@@ -213,17 +212,14 @@ def pinned_passages(spec: str, lib, tokenizer, limit: int | None = None) -> tupl
         if not found:
             raise OptionsError(f"--precedent {spec}: library {name!r} has no document {rel!r}", "precedent_files")
         return found, 0
-    if lib is not None and in_library(spec) is not None:
-        found = _library_document(lib, in_library(spec))   # the library's document, never ./PATH
-        if found:
-            return found, 0
+    found = _library_document(lib, in_library(spec)) if lib is not None else []
+    if found:                            # the library's document, never ./PATH
+        return found, 0
     path = Path(spec).expanduser()
     if not path.exists():
         where = f" nor a document of library {lib.name!r}" if lib is not None else ""
         raise OptionsError(f"--precedent {spec}: no such file{where}", "precedent_files")
-    why = documents.not_read(path, also=TEXT_SUFFIXES)
-    if why is None and path.is_dir():
-        why = "a folder (pin its documents one by one, or build a library of it)"
+    why = not_pinnable(path)
     if why is not None:
         raise OptionsError(f"--precedent {spec}: not read: {why}", "precedent_files")
     ext, outcome = documents.read_document(path)
@@ -241,6 +237,22 @@ def pinned_passages(spec: str, lib, tokenizer, limit: int | None = None) -> tupl
             if limit is not None and used > limit:
                 return out, len(paragraphs) - len(out)
     return out, 0
+
+
+def not_pinnable(path: Path) -> str | None:
+    """Why a file that exists cannot be pinned (a folder, a format the readers do not read, a
+    FIFO...), or None."""
+    from olifant_mlx.draftmodel import documents
+    from olifant_mlx.library import TEXT_SUFFIXES
+
+    if path.is_dir():
+        return "a folder (pin its documents one by one, or build a library of it)"
+    return documents.not_read(path, also=TEXT_SUFFIXES)
+
+
+def library_document(lib, spec: str) -> bool:
+    """Whether `spec` names a document of library `lib` (which a pin of it then is)."""
+    return lib is not None and bool(_library_document(lib, in_library(spec)))
 
 
 def _library_document(lib, path: str | None) -> list[Passage]:

@@ -213,6 +213,20 @@ def test_a_library_path_resolves_inside_its_library(built, smollm2, tmp_path, mo
         ("firm", "gamma/merger.docx"), (None, str(work / "memo.docx"))]
 
 
+# issue 45, also: a pinned folder is refused before the verifier loads, as a folder (was: "not a regular
+# file (a FIFO, device or socket)"), its flag named once (was: "--precedent: --precedent X:")
+def test_a_pinned_folder_is_refused_before_the_verifier_loads_naming_its_flag_once(built, tmp_path, monkeypatch,
+                                                                                   capsys):
+    from olifant_mlx.draftmodel import documents
+
+    monkeypatch.setattr("olifant_mlx.verifier.load_verifier", lambda *a, **k: pytest.fail("the verifier loaded"))
+    assert main(["generate", "--model", "smollm2-135m", "--precedent", str(tmp_path), "-p", "x"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: --precedent {tmp_path}: not read: a folder (pin its documents one by one, or build a " \
+                  "library of it)\n", err
+    assert documents.not_read(tmp_path) == "a folder, not a regular file: not opened"
+
+
 class ContextVerifier:
     """What Session.with_precedents reads of a verifier: a real tokenizer and a context length."""
     name, model, eos_ids, bos_id, has_chat_template = "ctx", None, (), None, False

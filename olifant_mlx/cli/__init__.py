@@ -119,7 +119,8 @@ def main(argv=None) -> int:
         from olifant_mlx.bindings import flag_of
 
         flag = flag_of(e.option)
-        sys.stderr.write(f"error: {flag + ': ' if flag else ''}{e}\n")
+        said = flag and not str(e).startswith(f"{flag} ")      # "--precedent X: ..." names it already
+        sys.stderr.write(f"error: {flag + ': ' if said else ''}{e}\n")
         return 2
     except BrokenPipeError:        # `... --json | head`: the reader left; say nothing more
         import os

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
 from olifant_mlx.drafters.registry import help_text
@@ -252,18 +251,26 @@ def check_precedents(options, args) -> None:
         if getattr(args, flag, None) is not None:
             raise OptionsError(f"--{flag.replace('_', '-')} cannot go with precedents: they go into the "
                                f"request, which is then no longer the one cached or prefilled", "precedents")
-    from olifant_mlx import library, passages
-    from olifant_mlx.precedents import parse_pin
+    from pathlib import Path
 
+    from olifant_mlx import library, passages
+    from olifant_mlx.precedents import library_document, not_pinnable, parse_pin
+
+    lib = library.load(options.precedents) if options.precedents else None
+    if lib is not None:
+        passages.open_index(lib).close()
     for spec in options.precedent_files:
         name, _ = parse_pin(spec)
+        path = Path(spec).expanduser()
         if name is not None:          # library:NAME:PATH, a document of another library
             check_library(name, args.model)
             passages.open_index(library.load(name)).close()
-        elif not os.path.exists(os.path.expanduser(spec)) and not options.precedents:
+        elif library_document(lib, spec):
+            continue
+        elif not path.exists() and lib is None:
             raise OptionsError(f"--precedent {spec}: no such file", "precedent_files")
-    if options.precedents:
-        passages.open_index(library.load(options.precedents)).close()
+        elif path.exists() and not_pinnable(path) is not None:
+            raise OptionsError(f"--precedent {spec}: not read: {not_pinnable(path)}", "precedent_files")
 
 
 def check_draft_model(path, model_spec) -> None:

@@ -41,7 +41,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from olifant_mlx.files import cache_dir, open_regular, write_atomic
+from olifant_mlx.files import cache_dir, file_kind, open_regular, write_atomic
 
 EXTRACTOR_VERSION = 2        # bump when any reader's output changes: old cache entries are ignored
 INSTALL_HINT = "pip install 'olifant_mlx[documents]'"
@@ -226,10 +226,18 @@ def walk(folder: Path) -> list[tuple[Path, str | None]]:
                 real = outside(p, root)
                 found.append((p, _outside_reason("file", real) if real else None))
             else:
-                found.append((p, "not a regular file (a FIFO, device or socket): not opened"))
+                found.append((p, f"{kind_of(p)}, not a regular file: not opened"))
 
     visit(Path(folder))
     return found
+
+
+def kind_of(path) -> str:
+    """What a path that is not a regular file is: a folder, a FIFO, a device or a socket."""
+    try:
+        return file_kind(os.stat(path).st_mode)
+    except OSError:
+        return "not readable"
 
 
 def _dead_link_reason(path: Path) -> str:
@@ -255,7 +263,7 @@ def not_read(path: Path, also: tuple = ()) -> str | None:
     if path.name.startswith("~$"):
         return "a Word lock file (its document is open in Word)"
     if path.exists() and not path.is_file():
-        return "not a regular file (a FIFO, device or socket): not opened"
+        return f"{kind_of(path)}, not a regular file: not opened"
     if is_document(path) or path.suffix.lower() in also or (path.is_symlink() and not path.exists()):
         return None
     return f"not a format we read ({path.suffix or 'no suffix'})"
