@@ -8,7 +8,8 @@ precedents (olifant_mlx.precedents) retrieve from.
 document (the library's paragraphs, as documents.json numbers them): the window of that
 paragraph and the ones after it up to WINDOW_TOKENS tokens (so a heading is found with the text
 under it), ranked by BM25 over the window's text (Porter-stemmed words) and, at half weight,
-its document's title. A paragraph's text is its tokens decoded, exactly what the verifier reads. The file is built
+its document's title, both NFKC-normalised for searching (`words`, `heading`; fold). A paragraph's
+text (`text`, `own`) is its tokens decoded, exactly what the verifier reads. The file is built
 with the rest of the library in its temporary folder, from the token stream and the document
 table alone, so an updated library's index equals a full build's.
 """
@@ -17,12 +18,14 @@ from __future__ import annotations
 import contextlib
 import re
 import sqlite3
+import unicodedata
 from itertools import zip_longest
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 FILE = "passages.sqlite"
-FORMAT = 1
+FORMAT = 2               # 2: the text and title searched NFKC-normalised, in columns of their own
+READS = (1, 2)           # 1: the text and title searched as they are (ligatures, full-width letters unfolded)
 TITLE_WEIGHT = 0.5
 PHRASE_WEIGHT = 3        # a quoted phrase counts as this many words
 FIRST_STAGE = 200        # passages ranked to find the documents, with a quoted part
@@ -99,9 +102,9 @@ def write(path: Path, rows: list[dict], stream, tokenizer) -> int:
             PRAGMA journal_mode = OFF;
             PRAGMA user_version = {FORMAT};
             CREATE VIRTUAL TABLE passages USING fts5(
-                text, title, path UNINDEXED, document UNINDEXED, matter UNINDEXED, paragraph UNINDEXED,
-                page UNINDEXED, tokens UNINDEXED, last UNINDEXED, own UNINDEXED, own_tokens UNINDEXED,
-                tokenize = 'porter unicode61');""")
+                words, heading, text UNINDEXED, title UNINDEXED, path UNINDEXED, document UNINDEXED,
+                matter UNINDEXED, paragraph UNINDEXED, page UNINDEXED, tokens UNINDEXED, last UNINDEXED,
+                own UNINDEXED, own_tokens UNINDEXED, tokenize = 'porter unicode61');""")
         n = 0
         with con:
             for row in rows:
@@ -112,9 +115,10 @@ def write(path: Path, rows: list[dict], stream, tokenizer) -> int:
                         j += 1
                         tokens += paras[j][3]
                     window = "\n\n".join(p[2] for p in paras[i:j + 1])
-                    con.execute("INSERT INTO passages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                                (window, row.get("title", ""), row["path"], int(row["id"]), row.get("matter"),
-                                 number, page, tokens, paras[j][0], text, size))
+                    title = row.get("title", "")
+                    con.execute("INSERT INTO passages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                (fold(window), fold(title), window, title, row["path"], int(row["id"]),
+                                 row.get("matter"), number, page, tokens, paras[j][0], text, size))
                     n += 1
     finally:
         con.close()
@@ -134,9 +138,15 @@ def _paragraphs(row: dict, stream, tokenizer) -> list[tuple]:
     return out
 
 
+def fold(text: str) -> str:
+    """`text` as it is searched: NFKC-normalised, so that full-width letters (ＣＯＮＦＩＤＥＮＴＩＡＬ) and
+    ligatures (ﬁnancial, common in PDFs) are the letters they stand for, in a query and in the index."""
+    return unicodedata.normalize("NFKC", text)
+
+
 def words_of(text: str) -> list[str]:
-    """The words of a text as queries see them: lower-cased runs of letters and digits."""
-    return re.findall(r"\w+", text.lower())
+    """The words of a text as queries see them: folded (fold), lower-cased runs of letters and digits."""
+    return re.findall(r"\w+", fold(text).lower())
 
 
 def query_words(text: str) -> list[str]:
@@ -167,7 +177,7 @@ def rank(texts: list[str], query: str) -> list[tuple[int, float]]:
     con = sqlite3.connect(":memory:")
     try:
         con.execute("CREATE VIRTUAL TABLE texts USING fts5(text, tokenize = 'porter unicode61')")
-        con.executemany("INSERT INTO texts (rowid, text) VALUES (?, ?)", enumerate(texts))
+        con.executemany("INSERT INTO texts (rowid, text) VALUES (?, ?)", ((i, fold(t)) for i, t in enumerate(texts)))
         rows = con.execute("SELECT rowid, -bm25(texts) FROM texts WHERE texts MATCH ? ORDER BY bm25(texts), rowid",
                            (" OR ".join(f'"{w}"' for w in words),)).fetchall()
     finally:
@@ -194,10 +204,10 @@ def open_index(lib) -> sqlite3.Connection:
     except sqlite3.Error as e:
         raise UnusableIndex(f"library {lib.name!r}: its passage index {path} cannot be read ({e}): "
                            f"{_fix(lib)}") from None
-    if version != FORMAT:
+    if version not in READS:
         con.close()
         raise UnusableIndex(f"library {lib.name!r}: its passage index {path} is format {version}, "
-                           f"this version reads {FORMAT}: {_fix(lib)}")
+                            f"this version reads {', '.join(map(str, READS))}: {_fix(lib)}")
     return con
 
 

@@ -92,8 +92,8 @@ def test_an_unknown_name_lists_the_others_only_when_asked(cache):
 # TypeError, sqlite3.OperationalError, UnicodeDecodeError tracebacks)
 VALUES = ["CAST(X'466f726365' AS BLOB)", "CAST(X'ff41' AS TEXT)", "NULL", "4611686018427387904", "-3", "2.5",
           "''", "'clause'", "CAST(X'c3' AS TEXT)", "zeroblob(5)"]
-COLUMNS = ("text", "title", "path", "document", "matter", "paragraph", "page", "tokens", "last", "own",
-           "own_tokens")
+COLUMNS = ("words", "heading", "text", "title", "path", "document", "matter", "paragraph", "page", "tokens",
+           "last", "own", "own_tokens")
 
 
 def mutate(path, rng) -> str:

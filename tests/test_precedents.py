@@ -213,6 +213,41 @@ def test_a_library_path_resolves_inside_its_library(built, smollm2, tmp_path, mo
         ("firm", "gamma/merger.docx"), (None, str(work / "memo.docx"))]
 
 
+# issue 45, also: full-width and ligature words (ＣＯＮＦＩＤＥＮＴＩＡＬ, ﬁnancial: PDFs keep their ligatures) are the
+# letters they stand for in queries and in the index (NFKC), in library search and revise's ranking
+# alike, the passages' text kept as it is; an index of format 1 is still read
+def test_full_width_and_ligature_words_are_found(built, smollm2):
+    lib, folder = built
+    (folder / "gamma" / "accounts.txt").write_text("The ﬁnancial statements of Gamma are audited yearly.\n")
+    library.build("firm", folder, smollm2)
+    lib = library.load("firm")
+    for query in ("ＣＯＮＦＩＤＥＮＴＩＡＬ information advisers", "confidential information advisers"):
+        assert passages.search(lib, query)[0].path == "acme/nda.docx", query
+    for query in ("financial statements", "ﬁnancial statements", "ｆｉｎａｎｃｉａｌ"):
+        best = passages.search(lib, query)[0]
+        assert best.path == "gamma/accounts.txt" and "ﬁnancial" in best.text, query     # the text as it is
+    assert passages.query_words("ＣＯＮＦＩＤＥＮＴＩＡＬ ﬁnancial") == ["confidential", "financial"]
+    assert passages.rank(["The ﬁnancial year.", "Rent."], "financial")[0][0] == 0
+    assert passages.rank(["The financial year.", "Rent."], "ＦＩＮＡＮＣＩＡＬ")[0][0] == 0
+    # a library indexed before (format 1: the text searched as it is) is still searched
+    import sqlite3
+    index = passages.path_of(lib)
+    con = sqlite3.connect(index)
+    rows = con.execute("SELECT text, title, path, document, matter, paragraph, page, tokens, last, own, own_tokens "
+                       "FROM passages").fetchall()
+    con.close()
+    index.unlink()
+    con = sqlite3.connect(index)
+    with con:
+        con.executescript("PRAGMA user_version = 1; CREATE VIRTUAL TABLE passages USING fts5(text, title, "
+                          "path UNINDEXED, document UNINDEXED, matter UNINDEXED, paragraph UNINDEXED, page UNINDEXED, "
+                          "tokens UNINDEXED, last UNINDEXED, own UNINDEXED, own_tokens UNINDEXED, "
+                          "tokenize = 'porter unicode61');")
+        con.executemany("INSERT INTO passages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    con.close()
+    assert passages.search(lib, "ＣＯＮＦＩＤＥＮＴＩＡＬ information advisers")[0].path == "acme/nda.docx"
+
+
 # issue 45, also: a pinned folder is refused before the verifier loads, as a folder (was: "not a regular
 # file (a FIFO, device or socket)"), its flag named once (was: "--precedent: --precedent X:")
 def test_a_pinned_folder_is_refused_before_the_verifier_loads_naming_its_flag_once(built, tmp_path, monkeypatch,
