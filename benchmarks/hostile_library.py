@@ -1,6 +1,7 @@
-"""A library build over hostile documents (issue 37): the bombs at the sizes of the issue's
-reports next to ordinary documents, built by `library build` in a child process; its exit code,
-wall time and peak RSS (its own and its reader processes', from wait4), and each file's outcome.
+"""A library build over hostile documents (issues 37 and 45): the bombs at the sizes of the issues'
+reports next to ordinary documents (and the innocent files a bomb used to take down with it),
+built by `library build` in a child process; its exit code, wall time and peak RSS (its own and
+its reader processes', from wait4), and each file's outcome.
 Then what the reader process costs an ordinary file: ms per file read through it against the
 same reader called in this process.
 
@@ -37,6 +38,17 @@ BOMBS = {   # name: (writer, what the issue reported)
     "deep.pdf": (hf.write_deep_page_tree, "reported as a scanned PDF"),
     "locked.docx": (hf.write_encrypted_docx, "reported as binary Word"),
     "passwd.txt": (lambda p: p.symlink_to("/etc/passwd"), "the password file read"),
+    # issue 45: a 1 GB .matter side file (item 2); a .docx of 1.5 million runs past the reader's
+    # memory, followed by a harmless .html, the next file the reader process reads (item 3)
+    "clientx/.matter": (lambda p: hf.write_sparse_bytes(p, 1 << 30), "7.47 GB, then RuntimeError"),
+    "runs.docx": (lambda p: hf.write_docx_runs(p, 1_500_000), "(itself skipped at the memory limit)"),
+}
+# ordinary files placed where a bomb can hurt them: each must be read
+INNOCENTS = {
+    "clientx/brief.txt": (lambda p: write_atomic(p, "The brief of client X.\n", 0o644),
+                          "the build died of its .matter"),
+    "runs~note.html": (lambda p: write_atomic(p, "<title>Note</title><p>An innocent note.</p>", 0o644),
+                       "skipped as 'the reader stopped (SIGKILL)'"),
 }
 
 
@@ -134,7 +146,8 @@ def main() -> None:
     work = args.out or Path(tempfile.mkdtemp(prefix="hostile-"))
     folder, cache = work / "folder", work / "cache"
     good = ordinary(folder, args.ordinary)
-    for name, (write, _) in BOMBS.items():
+    for name, (write, _) in {**BOMBS, **INNOCENTS}.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
         write(folder / name)
     if not cache.exists():
         cache_with_models(cache)
@@ -146,6 +159,8 @@ def main() -> None:
         "peak_rss_mb": result["peak_rss_mb"],
         "ordinary_read": sum(files.get(n, {}).get("status") == "read" for n in good), "ordinary": len(good),
         "bombs": {n: {"was": was, "now": outcome(files.get(n))} for n, (_, was) in BOMBS.items()},
+        "innocents": {n: {"was": was, "now": outcome(files.get(n))} for n, (_, was) in INNOCENTS.items()},
+        "innocents_read": sum(files.get(n, {}).get("status") == "read" for n in INNOCENTS),
         "reader_cost": reader_cost(folder, good),
         "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count()}

@@ -129,8 +129,13 @@ def write_one_paragraph(path: Path, megabytes: float) -> None:
 
 def write_sparse(path: Path, gigabytes: int) -> None:
     """Item 10: a sparse file of `gigabytes` GB (no disk used)."""
+    write_sparse_bytes(path, gigabytes << 30)
+
+
+def write_sparse_bytes(path: Path, size: int) -> None:
+    """A sparse file of `size` bytes, all zeros (no disk used): a `.matter` bomb (issue 45 item 2)."""
     with atomic_writer(path, 0o644) as f:
-        f.truncate(gigabytes << 30)
+        f.truncate(size)
 
 
 def write_encrypted_docx(path: Path) -> None:
