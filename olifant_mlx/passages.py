@@ -197,11 +197,14 @@ def open_index(lib) -> sqlite3.Connection:
     if not path.is_file() or path.is_symlink():
         raise UnusableIndex(f"library {lib.name!r} has no passage index (built before libraries were "
                            f"searchable): {_fix(lib)}")
+    con = None
     try:
         con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
         version = con.execute("PRAGMA user_version").fetchone()[0]
         con.execute("SELECT count(*) FROM passages").fetchone()
-    except sqlite3.Error as e:
+    except (sqlite3.Error, ValueError) as e:    # a damaged schema's bytes can be a UnicodeDecodeError
+        if con is not None:
+            con.close()
         raise UnusableIndex(f"library {lib.name!r}: its passage index {path} cannot be read ({e}): "
                            f"{_fix(lib)}") from None
     if version not in READS:
