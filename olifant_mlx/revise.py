@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from olifant_mlx.engine.request import Chat
+from olifant_mlx.passages import query_words
 
 KEEP = ("Change only what the instruction asks: keep every other word, number and punctuation mark as "
         "it is, and reply with the revised clause alone.")
@@ -159,7 +160,8 @@ def select(doc: Document, instruction: str = "", clauses=(), where: str | None =
         chosen, how = [p for p in doc.paragraphs if p.is_clause], "all"
     else:
         query = where or " ".join(w for w in instruction.split() if w.lower().strip(".,;:") not in DOING)
-        chosen, how = [p for p, _ in search(doc, query)], f"search: {where or instruction}"
+        how = f"search: {where or instruction}"
+        chosen = sorted((p for p, _ in search(doc, query)), key=lambda p: p.index) if query_words(query) else []
     skipped = tuple((p, f"tracked changes of its own ({p.tracked})") for p in chosen if p.tracked)
     chosen = tuple(p for p in chosen if not p.tracked)
     if not chosen:
@@ -254,16 +256,18 @@ def max_tokens_for(clause_tokens: int) -> int:
 
 
 def plan_revision(session, paragraph: Paragraph, instruction: str, options, max_tokens: int | None = None,
-                  **prompt_choices):
+                  drafter=None, **prompt_choices):
     """The Request that revises one paragraph (engine.request.plan): the prompt above
     (`prompt_choices`: revision_prompt's system_prompt, chat_template, template_kwargs), the
-    paragraph as the prediction, `max_tokens` (None: max_tokens_for the paragraph)."""
+    paragraph as the prediction, `max_tokens` (None: max_tokens_for the paragraph). `drafter`:
+    the session's unless given; the previous clause's `request.drafting` carries what its
+    drafter learnt (how often each kind of draft is right, the verifier's pass cost) to the next."""
     from olifant_mlx.engine.request import plan
 
     if max_tokens is None:
         max_tokens = max_tokens_for(len(session.verifier.identity.encode(paragraph.text)))
     prompt = revision_prompt(session, instruction, paragraph.text, **prompt_choices)
-    return plan(session, prompt, options.replace(max_tokens=max_tokens), prediction=paragraph.text)
+    return plan(session, prompt, options.replace(max_tokens=max_tokens), drafter, prediction=paragraph.text)
 
 
 @dataclass(frozen=True)

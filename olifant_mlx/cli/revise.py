@@ -138,12 +138,13 @@ def revise_all(session, options, paragraphs, args, per_clause: bool):
     from olifant_mlx.revise import finish, plan_revision
 
     progress = Progress(paragraphs, session, enabled=not args.json or sys.stderr.isatty())
-    revisions, start = [], time.perf_counter()
+    revisions, start, drafting = [], time.perf_counter(), None
     try:
         for p in paragraphs:
             request = plan_revision(session, p, args.instruction, options, None if per_clause else args.max_tokens,
-                                    system_prompt=args.system_prompt, chat_template=not args.ignore_chat_template,
-                                    template_kwargs=template_kwargs(args))
+                                    drafting, system_prompt=args.system_prompt,
+                                    chat_template=not args.ignore_chat_template, template_kwargs=template_kwargs(args))
+            drafting = request.drafting           # what it learns goes on to the next clause
             text, last = [], None
             for r in session.stream(request):
                 text.append(r.text)
