@@ -27,11 +27,12 @@ from olifant_mlx.engine.options import GenerationOptions, OptionsError
 
 class ContextError(ValueError):
     """A prompt that, with the tokens asked for, does not fit the verifier's context;
-    `prompt_tokens` and `max_tokens` are the numbers (a surface words its own message)."""
+    `prompt_tokens` and `max_tokens` are the numbers (a surface words its own message), `what`
+    the input that does not fit: "prompt", or "prediction" (then `max_tokens` is its length)."""
 
-    def __init__(self, message: str, prompt_tokens: int = 0, max_tokens: int = 0):
+    def __init__(self, message: str, prompt_tokens: int = 0, max_tokens: int = 0, what: str = "prompt"):
         super().__init__(message)
-        self.prompt_tokens, self.max_tokens = prompt_tokens, max_tokens
+        self.prompt_tokens, self.max_tokens, self.what = prompt_tokens, max_tokens, what
 
 
 @dataclass(frozen=True)
@@ -190,7 +191,7 @@ def prediction_ids(session, prediction, prompt_tokens: int) -> tuple:
     if limit and prompt_tokens + len(ids) > limit:
         raise ContextError(f"the prediction is {len(ids):,} tokens, and with the prompt's {prompt_tokens:,} that "
                            f"is more than {session.verifier.name}'s context holds ({limit:,}): shorten it",
-                           prompt_tokens, len(ids))
+                           prompt_tokens, len(ids), "prediction")
     return tuple(ids)
 
 

@@ -276,7 +276,8 @@ class Api:
         events = Mailbox(asyncio.get_running_loop(), wake_on_text=plan.stream)
         job = Job(new_id(plan.kind), plan.prompt, plan.options, plan.drafter,
                   time.monotonic() + plan.timeout_s, events.put, plan.explicit_max, plan.param, plan.model,
-                  owner=request.scope.get("state", {}).get("api_key"))
+                  owner=request.scope.get("state", {}).get("api_key"), prediction=plan.prediction,
+                  prediction_k=plan.prediction_k)
         try:
             self.queue.submit(job)
         except QueueFull as e:

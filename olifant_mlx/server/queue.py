@@ -13,6 +13,7 @@ after it ends: the worker keeps only counts (`recent`).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import math
 import threading
@@ -95,10 +96,12 @@ class Job:
     the context); `deadline` a time.monotonic() value; `sink(event)` is called from the worker."""
 
     def __init__(self, id, prompt, options, drafter, deadline, sink, explicit_max=True, param="prompt",
-                 model=None, owner=None):
+                 model=None, owner=None, prediction=None, prediction_k=None):
         self.id, self.prompt, self.options, self.drafter = id, prompt, options, drafter
         self.model = model             # a served verifier's id (None: the default one)
         self.owner = owner             # whose prompt cache it reads and adds to (the API key's index)
+        self.prediction = prediction   # the predicted output's text, or None
+        self.prediction_k = prediction_k   # its draft length (None: the request's num_draft_tokens)
         self.deadline, self.sink, self.explicit_max, self.param = deadline, sink, explicit_max, param
         self.created = time.monotonic()
         self.stop_flag = threading.Event()
@@ -263,6 +266,7 @@ class GenerationQueue:
         request = self._plan(job, session, drafters[job.drafter], info)
         if request is None:
             return
+        request = prediction_length(request, drafters[job.drafter], job.prediction_k)
         queue_s = time.monotonic() - job.created
         job.emit(Started(len(request.ids), queue_s))
         last, found = None, []
@@ -284,7 +288,8 @@ class GenerationQueue:
         self._record(job, stop, stats.tokens, stats.steps)
         used = request.precedents
         job.emit(Finished(FINISH.get(stats.stop_reason, "stop"),
-                          usage(stats, last.energy, len(request.ids), job.drafter, stop, queue_s, info.meter_label),
+                          usage(stats, last.energy, len(request.ids), job.drafter, stop, queue_s, info.meter_label,
+                                job.prediction is not None),
                           response_sources(found, "precedents" if request.traced else request.library),
                           used.as_list() if used is not None else None))
 
@@ -300,8 +305,13 @@ class GenerationQueue:
         try:
             # a completion's text is appended to its prompt: it keeps the space before its first word
             return plan(session, job.prompt, job.options, drafted, cache, not isinstance(job.prompt, Chat),
-                        fit_max_tokens=not job.explicit_max)
+                        fit_max_tokens=not job.explicit_max, prediction=job.prediction)
         except ContextError as e:
+            if e.what == "prediction":
+                return self._refuse(job, "context", Failed(
+                    400, f"prediction: {e.max_tokens:,} tokens, and with the prompt's {e.prompt_tokens:,} that is "
+                         f"more than {info.id}'s context holds ({info.context_length:,}): shorten the prediction",
+                    "context_length_exceeded", "prediction"))
             return self._refuse(job, "context", Failed(
                 400, f"the prompt is {e.prompt_tokens:,} tokens and {e.max_tokens:,} more are asked for, but "
                      f"{info.id}'s context holds {info.context_length:,}: shorten the prompt or ask for "
@@ -321,6 +331,18 @@ class GenerationQueue:
         with self._cv:
             self.counts[stop_reason] += 1
             self.recent.append(Record(job.id, stop_reason, tokens, passes, job.cancelled_at_pass))
+
+
+def prediction_length(request, drafted, k):
+    """The request drafting up to `k` tokens a pass where its drafter follows its prediction and
+    chooses its own draft length (the adaptive drafter: its planner sizes each pass by cost);
+    else as it is (`k` None: the request named its num_draft_tokens). `drafted`: the server's
+    shared drafter, which plan() leaves untouched."""
+    from olifant_mlx.drafters.adaptive import AdaptiveDrafter
+
+    if k is None or request.drafter is drafted.drafter or not isinstance(request.drafter, AdaptiveDrafter):
+        return request
+    return dataclasses.replace(request, options=request.options.replace(k=k))
 
 
 def unknown_library(name) -> str | None:
@@ -396,15 +418,23 @@ def make_setup(verifier, choice, defaults, meter=None, warm_up: bool = True):
     return setup
 
 
-def usage(stats, energy, prompt_tokens, drafter, stop_reason, queue_s, meter_label) -> dict:
-    """OpenAI's usage fields, then ours: drafting, speed, energy (None when not measured)."""
+def usage(stats, energy, prompt_tokens, drafter, stop_reason, queue_s, meter_label, predicted=False) -> dict:
+    """OpenAI's usage fields, then ours: drafting, speed, energy (None when not measured).
+    `predicted`: the request gave a prediction, whose accepted and rejected tokens
+    (completion_tokens_details, as OpenAI counts them) are then added."""
     joules = energy.total_j if energy is not None else None
     per_100 = energy.j_per_100_tokens(stats.tokens) if energy is not None else None
+    details = {}
+    if predicted:       # an empty prediction has no tokens: none accepted, none rejected
+        counts = stats.extra.get("prediction", {})
+        details["completion_tokens_details"] = {"accepted_prediction_tokens": counts.get("accepted", 0),
+                                                "rejected_prediction_tokens": counts.get("rejected", 0)}
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": stats.tokens,
         "total_tokens": prompt_tokens + stats.tokens,
         "prompt_tokens_details": {"cached_tokens": stats.extra.get("cached_tokens", 0)},
+        **details,
         "drafter": drafter,
         "drafted_tokens": stats.drafted,
         "accepted_tokens": stats.accepted,
