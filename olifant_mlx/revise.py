@@ -32,7 +32,7 @@ KEEP = ("Change only what the instruction asks: keep every other word, number an
         "it is, and reply with the revised clause alone.")
 MOST_DELETED = 0.5      # a revision that keeps less than this share of the clause's words is flagged
 MIN_WORDS = 4           # a paragraph with fewer words is no clause (a signature line, a page number)
-MIN_SHARE = 0.3         # a paragraph the search scores under this share of the best one is not chosen
+MIN_SHARE = 0.5         # a paragraph the search scores under half the best one's is not chosen
 READ = (".docx", ".txt", ".text", ".md", ".markdown", ".odt", ".rtf", ".html", ".htm", ".xhtml")
 WRITE = (".docx", ".md", ".txt", ".json")
 AUTHOR = "olifant_mlx"
