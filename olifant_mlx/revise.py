@@ -256,18 +256,20 @@ def max_tokens_for(clause_tokens: int) -> int:
 
 
 def plan_revision(session, paragraph: Paragraph, instruction: str, options, max_tokens: int | None = None,
-                  drafter=None, **prompt_choices):
+                  drafter=None, cache=None, **prompt_choices):
     """The Request that revises one paragraph (engine.request.plan): the prompt above
     (`prompt_choices`: revision_prompt's system_prompt, chat_template, template_kwargs), the
     paragraph as the prediction, `max_tokens` (None: max_tokens_for the paragraph). `drafter`:
     the session's unless given; the previous clause's `request.drafting` carries what its
-    drafter learnt (how often each kind of draft is right, the verifier's pass cost) to the next."""
+    drafter learnt (how often each kind of draft is right, the verifier's pass cost) to the next.
+    `cache` (engine.cache.PromptCache): the previous clause's KV cache, so that the prompt's
+    start, the same for every clause of an instruction, is not read again."""
     from olifant_mlx.engine.request import plan
 
     if max_tokens is None:
         max_tokens = max_tokens_for(len(session.verifier.identity.encode(paragraph.text)))
     prompt = revision_prompt(session, instruction, paragraph.text, **prompt_choices)
-    return plan(session, prompt, options.replace(max_tokens=max_tokens), drafter, prediction=paragraph.text)
+    return plan(session, prompt, options.replace(max_tokens=max_tokens), drafter, cache, prediction=paragraph.text)
 
 
 @dataclass(frozen=True)

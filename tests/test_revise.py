@@ -299,13 +299,19 @@ def test_list_shows_numbers_kinds_and_tracked_paragraphs(tmp_path):
     assert lines[1].split()[:3] == ["2", "heading", "1"]
 
 
-def test_what_a_clause_teaches_the_drafter_goes_on_to_the_next_and_not_back(contract):
+def test_what_a_clause_teaches_the_drafter_and_its_cache_go_on_to_the_next(contract):
+    from olifant_mlx.engine import PromptCache
+
     session = Session(tiny_chat_verifier(), "auto", GenerationOptions(k=32))
-    first = revise.plan_revision(session, contract.paragraphs[4], "sixty days", session.options, max_tokens=24)
+    cache = PromptCache()
+    first = revise.plan_revision(session, contract.paragraphs[4], "sixty days", session.options, 24, cache=cache)
     session.generate(first)
     learnt = first.drafter.acceptance.counts
     assert learnt and not session.drafter.acceptance.counts          # the session's own drafter untouched
-    second = revise.plan_revision(session, contract.paragraphs[5], "sixty days", session.options, 24, first.drafting)
+    second = revise.plan_revision(session, contract.paragraphs[5], "sixty days", session.options, 24, first.drafting,
+                                  cache)
     assert second.drafter is not first.drafter and second.drafter.acceptance.counts == learnt
     assert [s.prediction for s in second.drafter.inner.sources if s.name == "prediction"] == \
         [session.verifier.identity.encode(contract.paragraphs[5].text)]
+    shared = next(i for i, (a, b) in enumerate(zip(first.ids, second.ids)) if a != b)     # the instruction's part
+    assert shared > 150 and session.generate(second).stats.extra["cached_tokens"] == shared
