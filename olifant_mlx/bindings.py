@@ -106,6 +106,8 @@ BINDINGS = {
     "matter": bind(GENERATE, SERVE, TUI, flags=("--matter",), metavar="NAME", label="matter",
                    section="provenance", hint="blank: every document counts",
                    help="the matter this text is for: the guard counts only documents of other matters"),
+    # set by a server from the API key's access (server/access.py), never by a flag or a field
+    "matters": bind(),
     "precedents": bind(GENERATE, SERVE, TUI, flags=("--precedents",), metavar="NAME",
                        label="precedents library", section="precedents", hint="blank: no precedents",
                        help="put the passages of library NAME that best match the request into the prompt, "
@@ -115,6 +117,8 @@ BINDINGS = {
                             help="pin a document (a file of any format the libraries read, or a document of "
                                  "the --precedents library by its path there): its passages go into the "
                                  "prompt first (repeatable)"),
+    # a request's pins: documents of its precedents library by their path there (the server reads no file)
+    "precedent_documents": bind(REQUEST, request="precedent"),
     "precedent_tokens": bind(GENERATE, SERVE, TUI, flags=("--precedent-tokens",), metavar="N",
                              label="precedent tokens", section="precedents",
                              hint=f"blank: {DEFAULT_BUDGET}, context permitting",

@@ -271,7 +271,7 @@ class Session:
         the options ask for none. The request is the query; the budget is options'
         precedent_tokens, else what the verifier's context leaves (at most DEFAULT_BUDGET, or the
         first passage whole when it is longer and the context leaves room for it)."""
-        if not (opts.precedents or opts.precedent_files):
+        if not (opts.precedents or opts.precedent_files or opts.precedent_documents):
             return prompt, None
         from olifant_mlx import precedents
 
@@ -285,7 +285,8 @@ class Session:
                                    f"ask for fewer tokens (--max-tokens)", n, opts.max_tokens)
             budget = min(precedents.DEFAULT_BUDGET, room)
         used = precedents.gather(self.verifier.identity, precedents.query_of(prompt), opts.precedents,
-                                 opts.precedent_files, budget, opts.matter, room)
+                                 opts.precedent_files, budget, opts.matter, room, opts.matters,
+                                 opts.precedent_documents)
         return precedents.with_block(prompt, used), used
 
     def prompt_for(self, text: str, system_prompt: str | None = None,
