@@ -120,6 +120,8 @@ class GenerationOptions:
     stop: tuple = option((), what="stop sequences", kind="texts")
     truncate: bool = option(False, what="truncate", kind="flag")
     history: str | None = option(None, what="the history file", kind="text", optional=True)
+    # the opt-in audit log (olifant_mlx.audit): a line per generation, never a word of its text
+    audit_log: str | None = option(None, what="the audit log", kind="text", optional=True)
     # provenance (olifant_mlx.provenance): the spans of the output found verbatim in a library
     sources: str | None = option(None, what="the sources library", kind="text", optional=True)
     min_source_tokens: int = option(12, what="the minimum source length", low=1, note=" of tokens")
