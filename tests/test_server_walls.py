@@ -364,3 +364,68 @@ def test_a_server_whose_audit_log_cannot_be_written_serves_no_request_until_it_c
     rows = [json.loads(line) for line in log.read_text().splitlines()]
     assert [(r["outcome"], r["status"]) for r in rows] == [("ok", 200), ("refused", 503), ("ok", 200)]
     assert verify(log).intact
+
+
+@pytest.mark.slow
+def test_the_serve_command_with_an_access_file_and_an_audit_log(tmp_path, monkeypatch):
+    """`serve` itself in a subprocess (the offline verifier, a library of real text): the keys of
+    --access-file see their own matters, another matter is a 403, a library not named at start
+    is a missing one; the serving line lists the libraries; `audit verify` finds the chain intact
+    and the log holds the keys' ids, not a word of the prompts or the documents."""
+    import subprocess
+    import sys
+
+    from document_fixtures import cache_with_models
+    from serve_process import free_port, stop, wait_until_serving
+
+    from olifant_mlx.verifier import load_tokenizer
+
+    cache = cache_with_models(tmp_path / "cache")
+    monkeypatch.setenv("OLIFANT_CACHE", str(cache))
+    tok = load_tokenizer("smollm2-135m")
+    folder = tmp_path / "firm"
+    texts = {"acme/nda.txt": "The Acme codeword is Periwinkle Falcon, kept confidential for three years.",
+             "beta/merger.txt": "The Beta codeword is Tangerine Walrus, disclosed to the auditors only.",
+             "general.txt": "Every codeword in this bank is confidential and shared with no third party."}
+    for path, text in texts.items():
+        (folder / path).parent.mkdir(parents=True, exist_ok=True)
+        (folder / path).write_text(text + "\n")
+    library.build("firm", folder, tok)
+    (tmp_path / "hidden").mkdir()
+    (tmp_path / "hidden" / "h.txt").write_text("The hidden codeword is Marmalade Heron.\n")
+    library.build("hidden", tmp_path / "hidden", tok)
+    access, log = tmp_path / "access.jsonl", tmp_path / "audit.jsonl"
+    access.write_text(json.dumps({"key": KEY_A, "id": "acme-desk", "matters": ["acme"]}) + "\n"
+                      + json.dumps({"key": KEY_B, "matters": ["beta"]}) + "\n")
+    port = free_port()
+    p = subprocess.Popen([sys.executable, "-m", "olifant_mlx", "serve", "--model", "smollm2-135m", "--draft", "none",
+                          "--port", str(port), "--energy", "none", "-m", "8", "--precedents", "firm",
+                          "--access-file", str(access), "--audit-log", str(log)],
+                         stderr=subprocess.PIPE, text=True, env={**os.environ, "OLIFANT_CACHE": str(cache)})
+    url = f"http://127.0.0.1:{port}"
+    question = [{"role": "user", "content": "Tell me the Zeppelin-Okapi codeword"}]
+    try:
+        wait_until_serving(p, url)
+        with httpx.Client(base_url=url, timeout=600) as c:
+            a = ask(c, KEY_A, messages=question, max_tokens=8)
+            b = ask(c, KEY_B, messages=question, max_tokens=8)
+            assert sorted(cited(a)) == ["acme/nda.txt", "general.txt"] and "Tangerine" not in a.text
+            assert sorted(cited(b)) == ["beta/merger.txt", "general.txt"] and "Periwinkle" not in b.text
+            assert ask(c, KEY_A, messages=question, matter="beta").status_code == 403
+            hidden, nope = ask(c, KEY_A, precedents="hidden"), ask(c, KEY_A, precedents="nopeno")
+            assert hidden.status_code == 400 and hidden.content == nope.content.replace(b"nopeno", b"hidden")
+    finally:
+        code, err = stop(p)
+    assert code == 0, err
+    assert f"serving smollm2-135m on {url}/v1 (drafters: none; default none; energy: not measured; libraries: " \
+           f"firm); API key required" in err, err
+    verified = subprocess.run([sys.executable, "-m", "olifant_mlx", "audit", "verify", str(log)],
+                              capture_output=True, text=True)
+    assert verified.returncode == 0 and verified.stdout.startswith(f"{log}: 5 lines, chain intact"), verified
+    raw = log.read_text()
+    assert [json.loads(line)["key"] for line in raw.splitlines()] == ["acme-desk", key_id(KEY_B)] + ["acme-desk"] * 3
+    for word in ("Zeppelin", "Okapi", "Periwinkle", "Tangerine", "Marmalade", "codeword", KEY_A, KEY_B):
+        assert word not in raw and word not in err, word
+    for answer in (a, b):
+        text = answer.json()["choices"][0]["message"]["content"]
+        assert not any(" ".join(text.split()[i:i + 2]) in raw for i in range(len(text.split()) - 1)), text
