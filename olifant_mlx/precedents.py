@@ -25,6 +25,7 @@ DEFAULT_BUDGET = 512       # tokens of precedents when --precedent-tokens is not
 # two passages; more cost prefill and distract the model from the one it copies (docs/precedents.md#the-budget)
 CANDIDATES = 24            # passages retrieved before the budget is filled
 MIN_SHARE = 0.3            # a retrieved passage scoring under this share of the best one stays out
+MAX_PINS = 64             # documents a request may pin
 LABEL_TOKENS = 16          # what a passage's label and blank lines cost, about, in the budget
 CHAT_HEAD = "Precedents from the user's documents (adapt them where they fit; cite them by number):"
 CHAT_TAIL = "Request:"
@@ -74,9 +75,11 @@ def query_of(prompt) -> str:
 
 
 def gather(tokenizer, query: str, library: str | None = None, pinned=(), budget: int = DEFAULT_BUDGET,
-           matter: str | None = None, room: int | None = None) -> Precedents:
-    """The pinned documents' passages (in order), then the library's best passages for `query`
-    (the matter wall applied), while they fit `budget` tokens. `room`: the budget is the default,
+           matter: str | None = None, room: int | None = None, matters=None, documents=()) -> Precedents:
+    """The pinned documents' passages (in order: `pinned` files or library paths, then
+    `documents`, library paths only), then the library's best passages for `query` (the matter
+    wall applied; `matters`, a server key's wall: every pin is then a document of the library
+    within it, never a file), while they fit `budget` tokens. `room`: the budget is the default,
     not the user's, and may grow up to `room` tokens to hold the first passage (the first pinned,
     else the best) whole — a document of long paragraphs still drafts without a flag."""
     from olifant_mlx import library as libraries
@@ -92,11 +95,15 @@ def gather(tokenizer, query: str, library: str | None = None, pinned=(), budget:
                                f"({lib.meta.get('tokenizer', {}).get('name')}, not {tokenizer.name}): build one "
                                f"for this verifier with `library build NEW_NAME {lib.meta.get('folder', 'FOLDER')} "
                                f"--tokenizer {tokenizer.name}`", "precedents")
-    pins = [p for spec in pinned for p in pinned_passages(spec, lib, tokenizer)]
+    pins = [p for spec in pinned for p in pinned_passages(spec, lib, tokenizer, matters)]
+    if len(documents) > MAX_PINS:
+        raise OptionsError(f"precedent: at most {MAX_PINS} pinned documents, got {len(documents)}",
+                           "precedent_documents")
+    pins += [p for i, path in enumerate(documents) for p in library_pins(path, lib, matters, f"precedent[{i}]")]
     found = []
     if lib is not None:
         try:
-            found = search(lib, query, matter=matter, n=CANDIDATES)
+            found = search(lib, query, matter=matter, n=CANDIDATES, matters=matters)
         except PassageError as e:
             if pins and "no words" in str(e):
                 found = []          # pinned documents and nothing to search for: the pins alone
@@ -142,13 +149,17 @@ def _fill(pins: list, found: list, budget: int, given: bool = True):
     return [p for p in chosen if p.pinned] + retrieved, left_out
 
 
-def pinned_passages(spec: str, lib, tokenizer) -> list[Passage]:
+def pinned_passages(spec: str, lib, tokenizer, matters=None) -> list[Passage]:
     """The passages of a pinned document: a file (read by the document readers, in a library
-    or not), or the path of a document in the precedents library."""
+    or not), or the path of a document in the precedents library. Behind a wall (`matters`: a
+    server's request) only a document of the library within it: any other is refused as a
+    missing one is, and no file is ever read."""
     from olifant_mlx.draftmodel import documents
     from olifant_mlx.library import TEXT_SUFFIXES
     from olifant_mlx.passages import document_passages
 
+    if matters is not None:
+        return library_pins(spec, lib, matters, f"--precedent {spec[:200]}")
     path = Path(spec).expanduser()
     if not path.exists() and lib is not None:
         found = document_passages(lib, spec)
@@ -169,6 +180,21 @@ def pinned_passages(spec: str, lib, tokenizer) -> list[Passage]:
     title = ext.paragraphs[0][:80] if ext.paragraphs else path.name
     return [Passage(-1, str(spec), title, None, i, page, n, text, 0.0, None, True)
             for i, (text, page, n) in enumerate(zip(ext.paragraphs, ext.pages, sizes), 1) if text.strip()]
+
+
+def library_pins(path: str, lib, matters=None, shown: str = "precedent") -> list[Passage]:
+    """The passages of the precedents library's document at `path` (its path there), never a
+    file; behind a wall (`matters`) a document outside it is refused as a missing one is, by
+    the same message (`shown`: how the pin is named in it; never the path's document)."""
+    from olifant_mlx.passages import document_passages
+
+    if lib is None:
+        raise OptionsError(f"{shown}: a pinned document is one of the precedents library: name the library "
+                           f"(precedents)", "precedent_documents")
+    found = document_passages(lib, path, matters)
+    if not found:
+        raise OptionsError(f"{shown}: no such document in the precedents library", "precedent_documents")
+    return found
 
 
 def _block(passages, chat: bool) -> str:

@@ -197,8 +197,9 @@ def prediction_ids(session, prediction, prompt_tokens: int) -> tuple:
 
 def provenance_index(verifier, opts: GenerationOptions, library: str | None, used=None):
     """The index a generation's copied spans are found in: the passages the prompt was given
-    (unless options.sources names a library), else the library's; None for none. OptionsError
-    for a library missing or built for another tokenizer, or --max-verbatim without one."""
+    (unless options.sources names a library), else the library's (behind a wall, options.matters,
+    its documents of those matters and of none alone); None for none. OptionsError for a library
+    missing or built for another tokenizer, or --max-verbatim without one."""
     ident = verifier.identity
     if used is not None and used.passages and not opts.sources:
         from olifant_mlx.precedents import provenance_index as of_passages
@@ -220,4 +221,8 @@ def provenance_index(verifier, opts: GenerationOptions, library: str | None, use
         raise OptionsError(f"--sources {library}: the library was built for another tokenizer than "
                            f"{verifier.name}'s: build one with `library build NEW_NAME FOLDER --model "
                            f"{verifier.name}`", "sources")
+    if opts.matters is not None:        # a server key's wall: the library as if it held nothing else
+        from olifant_mlx.provenance import walled_index
+
+        return walled_index(index, opts.matters)
     return index

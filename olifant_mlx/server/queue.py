@@ -30,6 +30,10 @@ FINISH = {"eos": "stop", "stop": "stop", "max_tokens": "length", "stopped": "len
           "verbatim": "content_filter"}
 
 
+# the status of a job that ended while it waited (it never started)
+QUEUED_STATUS = {"deadline": 504, "shutdown": 503, "disconnected": 499}
+
+
 class QueueClosed(Exception):
     """The server is shutting down: no new jobs."""
 
@@ -96,12 +100,13 @@ class Job:
     the context); `deadline` a time.monotonic() value; `sink(event)` is called from the worker."""
 
     def __init__(self, id, prompt, options, drafter, deadline, sink, explicit_max=True, param="prompt",
-                 model=None, owner=None, prediction=None, prediction_k=None):
+                 model=None, owner=None, prediction=None, prediction_k=None, audit=None):
         self.id, self.prompt, self.options, self.drafter = id, prompt, options, drafter
         self.model = model             # a served verifier's id (None: the default one)
         self.owner = owner             # whose prompt cache it reads and adds to (the API key's index)
         self.prediction = prediction   # the predicted output's text, or None
         self.prediction_k = prediction_k   # its draft length (None: the request's num_draft_tokens)
+        self.audit = audit             # its audit line's who: the key's id, the endpoint, the model
         self.deadline, self.sink, self.explicit_max, self.param = deadline, sink, explicit_max, param
         self.created = time.monotonic()
         self.stop_flag = threading.Event()
@@ -138,8 +143,9 @@ class GenerationQueue:
     requests (keyed by model): a request prefills only its prompt's tokens past the longest
     prefix it shares with a cached one (a conversation's next turn, a shared system prompt)."""
 
-    def __init__(self, setup, size: int = 16, others=(), prompt_cache=None):
+    def __init__(self, setup, size: int = 16, others=(), prompt_cache=None, audit=None):
         self._setup = setup
+        self.audit = audit               # an audit.AuditLog: a line per job (counts and citations, no text)
         self._others = tuple(others)
         self.models = {}
         self.size = size
@@ -207,6 +213,7 @@ class GenerationQueue:
             self._cv.notify_all()
         for job in waiting:
             job.cancel("shutdown")
+            self._audit(job, "shutdown")
             job.emit(Failed(503, "the server is shutting down", "shutdown"))
         if running is not None:
             running.cancel("shutdown")
@@ -280,12 +287,12 @@ class GenerationQueue:
         except Exception as e:
             # the type and where, never the message (it could quote the prompt)
             log.error("generation failed: %s", type(e).__name__)
-            self._record(job, "error", 0, job.passes)
+            self._record(job, "error", 0, job.passes, request, found)
             job.emit(Failed(500, "the generation failed on the server (see its log)", "server_error"))
             return
         stats = last.stats
         stop = job.reason if stats.stop_reason == "stopped" else stats.stop_reason
-        self._record(job, stop, stats.tokens, stats.steps)
+        self._record(job, stop, stats.tokens, stats.steps, request, found)
         used = request.precedents
         job.emit(Finished(FINISH.get(stats.stop_reason, "stop"),
                           usage(stats, last.energy, len(request.ids), job.drafter, stop, queue_s, info.meter_label,
@@ -317,20 +324,43 @@ class GenerationQueue:
                      f"{info.id}'s context holds {info.context_length:,}: shorten the prompt or ask for "
                      f"fewer tokens (max_tokens)", "context_length_exceeded", job.param))
         except OptionsError as e:        # precedents or a library that cannot be used
+            from olifant_mlx.bindings import BINDINGS, request_field
+
             why = "bad_precedents" if (e.option or "").startswith("precedent") else "bad_sources"
-            return self._refuse(job, why, Failed(400, str(e), "invalid_value", e.option or None))
+            param = request_field(e.option) if e.option in BINDINGS else e.option or None
+            return self._refuse(job, why, Failed(400, str(e), "invalid_value", param))
         except Exception as e:           # a chat template that refuses the conversation, ...
             return self._refuse(job, "bad_prompt", Failed(400, f"the prompt cannot be formatted for this "
                                                                f"model: {e}", "invalid_prompt", job.param))
 
     def _refuse(self, job: Job, why: str, failed: Failed) -> None:
-        self._record(job, why, 0, 0)
+        self._record(job, why, 0, 0, refused=failed)
         job.emit(failed)
 
-    def _record(self, job, stop_reason, tokens, passes):
+    def _record(self, job, stop_reason, tokens, passes, request=None, found=(), refused=None):
         with self._cv:
             self.counts[stop_reason] += 1
             self.recent.append(Record(job.id, stop_reason, tokens, passes, job.cancelled_at_pass))
+        self._audit(job, stop_reason, tokens, request, found, refused)
+
+    def _audit(self, job, stop_reason, tokens=0, request=None, found=(), refused=None) -> None:
+        """The job's line in the audit log (with one): who, the status, and what audit.fields
+        says of it; a line that cannot be written is said on the log (and the server refuses
+        requests until one can be: Api.generate)."""
+        if self.audit is None or job.audit is None:
+            return
+        from olifant_mlx import audit
+
+        if refused is not None:
+            status, outcome, reason = refused.status, "refused", refused.code or stop_reason
+        else:
+            outcome, reason = audit.outcome_of(stop_reason), stop_reason
+            status = 500 if outcome == "error" else 200 if request is not None else QUEUED_STATUS.get(reason, 499)
+        try:
+            self.audit.append({**job.audit, "status": status,
+                               **audit.fields(job.options, request, tokens, found, outcome, reason)})
+        except audit.AuditError as e:
+            log.error("%s", e)
 
 
 def prediction_length(request, drafted, k):

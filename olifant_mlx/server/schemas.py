@@ -24,7 +24,8 @@ from olifant_mlx.server.queue import ModelInfo
 
 INT64 = 1 << 63
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
-ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "invalid_request_error",
+ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+               404: "invalid_request_error",
                405: "invalid_request_error", 413: "invalid_request_error", 415: "invalid_request_error",
                429: "rate_limit_error", 500: "server_error", 503: "server_error", 504: "timeout_error"}
 UNION_TAGS = {"str", "int", "float", "bool", "dict", "list", "none"}
