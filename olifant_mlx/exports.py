@@ -10,7 +10,7 @@ import re
 
 COPIED_STYLE = "Copied from library"     # the Word character style of a copied span
 # characters XML 1.0 cannot hold (a .docx is XML): each becomes U+FFFD, so offsets keep
-_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 
 def where(place: dict) -> str:
@@ -66,19 +66,19 @@ def docx_bytes(title: str, blocks, sources, precedents=()) -> bytes:
 
     doc = docx.Document()
     props = doc.core_properties       # the template's author and dates say nothing true
-    props.title, props.author, props.last_modified_by, props.comments = _xml(title), "", "", ""
+    props.title, props.author, props.last_modified_by, props.comments = xml_safe(title), "", "", ""
     copied = doc.styles.add_style(COPIED_STYLE, WD_STYLE_TYPE.CHARACTER)
     copied.font.highlight_color = WD_COLOR_INDEX.YELLOW
-    doc.add_heading(_xml(title), 0)
+    doc.add_heading(xml_safe(title), 0)
     for kind, text, marks in blocks:
         if kind == "heading":
-            doc.add_heading(_xml(text), 1)
+            doc.add_heading(xml_safe(text), 1)
             continue
         pos = 0
         for line in text.split("\n"):
             para = doc.add_paragraph()
             for piece, mark in _pieces(line, pos, marks):
-                run = para.add_run(_xml(piece))
+                run = para.add_run(xml_safe(piece))
                 run.italic = kind == "note" or None
                 if mark:
                     run.style = copied
@@ -87,16 +87,16 @@ def docx_bytes(title: str, blocks, sources, precedents=()) -> bytes:
     if sources:
         doc.add_heading("Sources", 1)
         for i, s in enumerate(sources, 1):
-            doc.add_paragraph(_xml(_source_head(i, s)))
+            doc.add_paragraph(xml_safe(_source_head(i, s)))
             for p in s.get("places") or []:
-                doc.add_paragraph(_xml(where(p)), style="List Bullet")
+                doc.add_paragraph(xml_safe(where(p)), style="List Bullet")
     if precedents:
         doc.add_heading("Precedents", 1)
         for what, passages in precedents:
-            doc.add_paragraph(_xml(f"{what[0].upper()}{what[1:]}:"))
+            doc.add_paragraph(xml_safe(f"{what[0].upper()}{what[1:]}:"))
             for p in passages:
                 pinned = ", pinned" if p.get("pinned") else ""
-                doc.add_paragraph(_xml(f"[{p.get('number', '?')}] {p.get('citation', '')}{pinned}"),
+                doc.add_paragraph(xml_safe(f"[{p.get('number', '?')}] {p.get('citation', '')}{pinned}"),
                                   style="List Bullet")
     out = io.BytesIO()
     doc.save(out)
@@ -114,5 +114,6 @@ def _pieces(line: str, start: int, marks):
             yield line[a:b], any(m0 <= start + a and start + b <= m1 for m0, m1 in marks)
 
 
-def _xml(text: str) -> str:
-    return _NOT_XML.sub("\ufffd", text)
+def xml_safe(text: str) -> str:
+    """`text` with each character XML 1.0 cannot hold replaced by U+FFFD (offsets keep)."""
+    return NOT_XML.sub("\ufffd", text)

@@ -491,9 +491,10 @@ def text_paragraphs(text: str) -> list[str]:
 
 # ---- the readers ----------------------------------------------------------------------------
 
-def _check_zip(data: bytes, lim: dict) -> None:
-    """A complete ZIP file whose XML parts unpack to at most unpacked_bytes (zipfile never
-    gives more than an entry's declared size, so the sum of those is a true bound)."""
+def check_zip(data: bytes, lim: dict) -> None:
+    """Skip unless `data` is a complete ZIP file whose XML parts unpack to at most unpacked_bytes
+    (zipfile never gives more than an entry's declared size, so the sum of those is a true
+    bound). Shared by the .docx/.odt readers and olifant_mlx.redline."""
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
         xml = sum(i.file_size for i in archive.infolist() if i.filename.endswith((".xml", ".rels")))
@@ -512,7 +513,7 @@ def docx_paragraphs(data: bytes, lim: dict | None = None) -> Extracted:
     from docx2python import docx2python
     from docx2python.iterators import iter_paragraphs
 
-    _check_zip(data, lim or limits())
+    check_zip(data, lim or limits())
     with docx2python(io.BytesIO(_moves_accepted(data)), html=False) as doc:
         title = (doc.core_properties or {}).get("title") or next(
             ("".join(p.run_strings) for p in iter_paragraphs(doc.body_pars)
@@ -676,7 +677,7 @@ def odt_paragraphs(data: bytes, lim: dict | None = None) -> Extracted:
     from odf import dc, teletype
     from odf.opendocument import load
 
-    _check_zip(data, lim or limits())
+    check_zip(data, lim or limits())
     doc = load(io.BytesIO(data))
     out: list[str] = []
     headings: list[str] = []
