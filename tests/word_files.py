@@ -1,7 +1,7 @@
 """What the Word tests share: a .docx with tracked changes and a comment (python-docx, plus raw
 XML for w:ins, w:del, w:moveFrom/w:moveTo, which python-docx cannot write), what a .docx holds as
-python-docx reads it (its text, the highlighted text), and a file's text as LibreOffice lays it out
-(soffice --headless --convert-to pdf, then pypdf)."""
+python-docx reads it (its text, the highlighted text), a file converted by LibreOffice (soffice
+--headless --convert-to) and its text as LibreOffice lays it out (to PDF, then pypdf)."""
 import os
 import shutil
 import subprocess
@@ -54,18 +54,27 @@ def docx_contents(path: Path) -> tuple[str, list[str]]:
     return "\n".join(p.text for p in d.paragraphs), marked
 
 
-def libreoffice_text(path: Path, tmp: Path) -> str | None:
-    """The text of `path` as LibreOffice converts it to PDF; None without soffice."""
+def libreoffice_convert(path: Path, tmp: Path, fmt: str) -> Path | None:
+    """`path` converted by LibreOffice to `fmt` (pdf, odt, ...) in a folder under `tmp`, with a
+    profile of its own (never the user's; parallel runs do not collide); None without soffice."""
     soffice = shutil.which("soffice") or shutil.which("libreoffice")
     if soffice is None:
         return None
-    from pypdf import PdfReader
-
-    out = tmp / "pdf"
-    profile = (tmp / "lo-profile").as_uri()       # its own profile: never the user's
-    r = subprocess.run([soffice, f"-env:UserInstallation={profile}", "--headless", "--convert-to", "pdf",
+    out = tmp / fmt
+    profile = (tmp / "lo-profile").as_uri()
+    r = subprocess.run([soffice, f"-env:UserInstallation={profile}", "--headless", "--convert-to", fmt,
                         "--outdir", str(out), str(path)], capture_output=True, text=True, timeout=300,
                        env={**os.environ, "HOME": str(tmp)})
-    pdf = out / (path.stem + ".pdf")
-    assert r.returncode == 0 and pdf.is_file(), r.stdout + r.stderr
+    converted = out / f"{path.stem}.{fmt}"
+    assert r.returncode == 0 and converted.is_file(), r.stdout + r.stderr
+    return converted
+
+
+def libreoffice_text(path: Path, tmp: Path) -> str | None:
+    """The text of `path` as LibreOffice converts it to PDF; None without soffice."""
+    pdf = libreoffice_convert(path, tmp, "pdf")
+    if pdf is None:
+        return None
+    from pypdf import PdfReader
+
     return "\n".join(page.extract_text() for page in PdfReader(str(pdf)).pages)
