@@ -165,6 +165,23 @@ def test_the_redline_reads_without_colour():
     assert not styles["{+promptly +}"].reverse
 
 
+def test_the_list_says_no_change_flags_failures_and_what_cannot_be_checked():
+    from olifant_mlx.tui.review import label
+
+    clause = revise.Paragraph(2, "The Customer shall notify the Supplier of any claim within thirty days.")
+    cut = Clause(clause, revise.finish(clause, "The Customer shall notify."))         # most of it deleted
+    same = Clause(clause, revise.finish(clause, clause.text))
+    long = Clause(clause, error="the prompt is 9,000 tokens")
+    lines = {name: label(clause, c, 60).plain for name, c in
+             (("cut", cut), ("same", same), ("long", long), ("none", None))}
+    assert lines["cut"].startswith("¶3 [1 change; ⚑ ") and "deleted" in lines["cut"]
+    assert lines["same"].startswith("¶3 [no change] The Customer")
+    assert lines["long"].startswith("¶3 [not revised: the prompt is 9,000 tokens]")
+    assert lines["none"] == "¶3 " + clause.text[:56] + "…" and len(lines["none"]) == 60    # cut to the width
+    assert label(revise.Paragraph(0, "1. Notices", heading=1), None, 60).plain == "¶1 [heading 1] 1. Notices"
+    assert "tracked changes of its own (2)" in label(revise.Paragraph(1, clause.text, tracked=2), None, 90).plain
+
+
 def test_k_is_predictions_unless_the_settings_ask_for_another():
     assert revise_options(GenerationOptions()) == (GenerationOptions(k=PREDICTION_K), None)
     assert revise_options(GenerationOptions(k=4, max_tokens=100)) == (GenerationOptions(k=4, max_tokens=100), 100)
