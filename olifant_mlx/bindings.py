@@ -5,7 +5,8 @@ requests, its row in the TUI's settings, and whether a sharded verifier's other 
 surfaces spell it and which of them it applies to (`applies`):
 
 - `generate`: a flag of generate, chat and tui (cli/common.py's add_generation_args);
-- `serve`: a flag of serve (the server's default for requests) and a request field;
+- `serve`: a flag of serve (the server's default for requests) and a request field (unless
+  `clients` is False: the server's own, as its audit log);
 - `request`: a request field without a serve flag (`seed`: a request without one draws afresh);
 - `tui`: a row of the TUI's settings (tui/settings_tab.py);
 - `ranks`: sent to a sharded verifier's other ranks (engine/distributed.py).
@@ -40,6 +41,7 @@ class Binding:
     hint: str = ""                    # a checkbox's text, or an empty input's placeholder
     after: str | None = None          # the option whose row this one follows (default: table order)
     off: str | None = None            # a request's value that turns the server's default off (None)
+    clients: bool = True              # a serve option a request may set (False: the server's own)
 
 
 def bind(*applies: str, **spelling) -> Binding:
@@ -90,6 +92,11 @@ BINDINGS = {
     "history": bind(GENERATE, flags=("--history",), metavar="FILE",
                     help="opt-in: a hybrid drafter also drafts from earlier sessions kept in FILE, and this "
                          "session's prompt and output are appended to it (local, mode 0600)"),
+    # a server writes its own (with the API key's id), which no request may change
+    "audit_log": bind(GENERATE, SERVE, flags=("--audit-log",), metavar="FILE", clients=False,
+                      help="opt-in: append a line per request to FILE (local, mode 0600, hash-chained): who, "
+                           "the matter, libraries, citations of the passages given and spans traced, token "
+                           "counts, outcome; never a word of the prompt or the output (docs/audit.md)"),
     "sources": bind(GENERATE, SERVE, TUI, flags=("--sources",), metavar="NAME", label="sources library",
                     section="provenance", hint="blank: the drafter's library, if any",
                     help="report the spans of the output found verbatim in library NAME (with any drafter; "
@@ -107,6 +114,8 @@ BINDINGS = {
     "matter": bind(GENERATE, SERVE, TUI, flags=("--matter",), metavar="NAME", label="matter",
                    section="provenance", hint="blank: every document counts",
                    help="the matter this text is for: the guard counts only documents of other matters"),
+    # set by a server from the API key's access (server/access.py), never by a flag or a field
+    "matters": bind(),
     "precedents": bind(GENERATE, SERVE, TUI, flags=("--precedents",), metavar="NAME", off="",
                        label="precedents library", section="precedents", hint="blank: no precedents",
                        help="put the passages of library NAME that best match the request into the prompt, "
@@ -117,6 +126,8 @@ BINDINGS = {
                                  "which wins over a file of that path; library:NAME:PATH, one of library NAME; "
                                  "or a file of any format the libraries read): its passages go into the "
                                  "prompt first (repeatable)"),
+    # a request's pins: documents of its precedents library by their path there (the server reads no file)
+    "precedent_documents": bind(REQUEST, request="precedent"),
     "precedent_tokens": bind(GENERATE, SERVE, TUI, flags=("--precedent-tokens",), metavar="N",
                              label="precedent tokens", section="precedents",
                              hint=f"blank: {DEFAULT_BUDGET}, context permitting",
@@ -130,9 +141,9 @@ BINDINGS = {
 
 
 def applies(name: str, surface: str) -> bool:
-    """Whether the option is on that surface (a `serve` option is a request field too)."""
+    """Whether the option is on that surface (a `serve` option a client may set is a request field too)."""
     on = BINDINGS[name].applies
-    return surface in on or (surface == REQUEST and SERVE in on)
+    return surface in on or (surface == REQUEST and SERVE in on and BINDINGS[name].clients)
 
 
 def bound(surface: str) -> list:

@@ -273,6 +273,57 @@ def locked(path):
         os.close(fd)               # releases the lock
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """os.write until every byte is written: a short write (a full disk) is not the end."""
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        if n <= 0:
+            raise OSError(errno.ENOSPC, "no byte could be written")
+        view = view[n:]
+
+
+def create_exclusive(path, data: bytes, mode: int = PRIVATE) -> bool:
+    """Create `path` holding `data`, whole or not at all: written to a unique temporary file
+    beside it, fsynced, then hard-linked to `path`, which fails when anything is there (a file,
+    a link, even one to nothing), so a second creator never overwrites the first. False when
+    the path was already there (nothing written)."""
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        os.fchmod(fd, mode)
+        write_all(fd, data)
+        os.fsync(fd)
+        os.close(fd)
+        fd = None
+        try:
+            os.link(tmp, target)
+        except FileExistsError:
+            return False
+    finally:
+        if fd is not None:
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+    fsync_dir(target.parent)
+    return True
+
+
+@contextlib.contextmanager
+def appending(path):
+    """An fd on the regular file `path` opened for appending (a FIFO or device is refused:
+    NotARegularFile), under an exclusive flock, tightened to 0600: a second appender, in this
+    process or another, waits. FileNotFoundError when there is no file (create_exclusive makes
+    one)."""
+    fd = open_regular(path, os.O_RDWR | os.O_APPEND)
+    try:
+        make_private(fd)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield fd
+    finally:
+        os.close(fd)               # releases the lock
+
+
 def exchange(a, b) -> bool:
     """Swap two paths in one step (Linux renameat2 RENAME_EXCHANGE, macOS renamex_np
     RENAME_SWAP); False where the system or the file system has no such call."""

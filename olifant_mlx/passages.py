@@ -226,7 +226,7 @@ def reading(lib):
         raise
     except (sqlite3.Error, ValueError, TypeError, OverflowError) as e:     # UnicodeDecodeError is a ValueError
         raise UnusableIndex(f"library {lib.name!r}: its passage index {path_of(lib)} is damaged "
-                           f"({type(e).__name__}: {str(e)[:120]}): {_fix(lib)}") from None
+                            f"({type(e).__name__}: {str(e)[:120]}): {_fix(lib)}") from None
     finally:
         con.close()
 
@@ -248,9 +248,18 @@ def passage_of(row, library: str, pinned: bool = False) -> Passage:
     return Passage(**values, score=score, library=library, pinned=pinned)
 
 
-def search(lib, query: str, matter: str | None = None, n: int = 10) -> list[Passage]:
+def visible(matter: str | None = None, matters=None) -> tuple | None:
+    """The matters whose documents may be reached, beside the documents of none: `matter`'s,
+    within `matters` (a server key's wall) when given; None: every matter."""
+    if matters is None:
+        return None if matter is None else (matter,)
+    return tuple(sorted(m for m in set(matters) if matter is None or m == matter))
+
+
+def search(lib, query: str, matter: str | None = None, n: int = 10, matters=None) -> list[Passage]:
     """The `n` passages of the library that best match `query`, best first. With `matter`,
-    only passages of documents of that matter or of none (the matter wall).
+    only passages of documents of that matter or of none (the matter wall); with `matters`
+    (a server key's wall), only those of these matters or of none.
 
     A quoted part of the query ("force majeure", 'Operating licence') names what is wanted
     (a heading, a defined term) and the rest where: then the whole query finds the best
@@ -263,9 +272,10 @@ def search(lib, query: str, matter: str | None = None, n: int = 10) -> list[Pass
     words = searchable(query)
     phrases = query_phrases(query)
     wanted = [f'"{p}"' for p in phrases] * PHRASE_WEIGHT + [f'"{w}"' for p in phrases for w in p.split()]
+    seen = visible(matter, matters)
     with reading(lib) as con:
-        found = _ranked(con, [f'"{w}"' for w in words] + wanted, matter, max(n, FIRST_STAGE if phrases else n))
-        per_document = [_headings_first(con, _ranked(con, wanted, matter, max(n, FIRST_STAGE), document=d), d,
+        found = _ranked(con, [f'"{w}"' for w in words] + wanted, seen, max(n, FIRST_STAGE if phrases else n))
+        per_document = [_headings_first(con, _ranked(con, wanted, seen, max(n, FIRST_STAGE), document=d), d,
                                         phrases)[:n]
                         for d in (list(dict.fromkeys(row[0] for row in found))[:DOCUMENTS] if phrases else ())]
         inside = [r for rank in zip_longest(*per_document) for r in rank if r is not None]   # round robin
@@ -289,12 +299,20 @@ def str_of(value) -> str:
     return value
 
 
-def _ranked(con, terms, matter, limit, document=None) -> list:
-    """Rows (COLUMNS, BM25 score) matching any of the FTS5 `terms`, best first."""
-    where = ("" if matter is None else " AND (matter = ? OR matter IS NULL)") + \
-        ("" if document is None else " AND document = ?")
-    args = (" OR ".join(terms),) + (() if matter is None else (matter,)) + \
-        (() if document is None else (document,)) + (limit,)
+def wall_clause(seen) -> tuple[str, tuple]:
+    """The SQL condition (and its arguments) of the documents of the matters `seen` (visible())
+    or of none; every document for None."""
+    if seen is None:
+        return "", ()
+    return f" AND (matter IN ({', '.join('?' * len(seen))}) OR matter IS NULL)", tuple(seen)
+
+
+def _ranked(con, terms, seen, limit, document=None) -> list:
+    """Rows (COLUMNS, BM25 score) matching any of the FTS5 `terms`, best first, of documents of
+    the matters `seen` (visible()) or of none."""
+    wall, walled = wall_clause(seen)
+    where = wall + ("" if document is None else " AND document = ?")
+    args = (" OR ".join(terms),) + walled + (() if document is None else (document,)) + (limit,)
     return con.execute(
         f"SELECT {COLUMNS}, -bm25(passages, 1.0, {TITLE_WEIGHT}) FROM passages WHERE passages MATCH ?{where} "
         f"ORDER BY bm25(passages, 1.0, {TITLE_WEIGHT}), document, paragraph LIMIT ?", args).fetchall()
@@ -310,10 +328,12 @@ def query_phrases(text: str) -> list[str]:
     return out
 
 
-def document_passages(lib, path: str) -> list[Passage]:
+def document_passages(lib, path: str, matters=None) -> list[Passage]:
     """Every passage of the library's document at `path` (relative to its folder), in order;
-    [] when the library has no such document."""
+    [] when the library has no such document (with `matters`, a server key's wall: none of
+    those matters or of none)."""
+    wall, walled = wall_clause(visible(None, matters))
     with reading(lib) as con:
         found = con.execute("SELECT document, path, title, matter, paragraph, page, own_tokens, own, paragraph "
-                            "FROM passages WHERE path = ? ORDER BY paragraph", (path,)).fetchall()
+                            f"FROM passages WHERE path = ?{wall} ORDER BY paragraph", (path, *walled)).fetchall()
         return [passage_of(row, lib.name, pinned=True) for row in found]

@@ -26,6 +26,7 @@ DEFAULT_BUDGET = 512       # tokens of precedents when --precedent-tokens is not
 # two passages; more cost prefill and distract the model from the one it copies (docs/precedents.md#the-budget)
 CANDIDATES = 24            # passages retrieved before the budget is filled
 MIN_SHARE = 0.3            # a retrieved passage scoring under this share of the best one stays out
+MAX_PINS = 64             # documents a request may pin
 PIN_PREFIX = "library:"   # a pin of a named library's document: library:NAME:PATH
 PIN_BATCH = 16            # a pinned file's paragraphs tokenized at a time, until the budget is passed
 LABEL_TOKENS = 16          # what a passage's label and blank lines cost, about, in the budget
@@ -78,9 +79,12 @@ def query_of(prompt) -> str:
 
 
 def gather(tokenizer, query: str, library: str | None = None, pinned=(), budget: int = DEFAULT_BUDGET,
-           matter: str | None = None, room: int | None = None, capped: bool = False) -> Precedents:
-    """The pinned documents' passages (in order), then the library's best passages for `query`
-    (the matter wall applied), while they fit `budget` tokens. `room`: the budget is the default,
+           matter: str | None = None, room: int | None = None, capped: bool = False, matters=None,
+           documents=()) -> Precedents:
+    """The pinned documents' passages (in order: `pinned` files or library paths, then
+    `documents`, library paths only), then the library's best passages for `query` (the matter
+    wall applied; `matters`, a server key's wall: every pin is then a document of the library
+    within it, never a file), while they fit `budget` tokens. `room`: the budget is the default,
     not the user's, and may grow up to `room` tokens to hold the first passage (the first pinned,
     else the best) whole — a document of long paragraphs still drafts without a flag. `capped`:
     the user's budget was cut to what the context leaves (errors then name the context). A pinned
@@ -90,13 +94,17 @@ def gather(tokenizer, query: str, library: str | None = None, pinned=(), budget:
     cap = budget if room is None else max(budget, room)      # the most any pinned document can take
     pins, unread = [], 0
     for spec in pinned:
-        got, rest = pinned_passages(spec, lib, tokenizer, cap - sum(p.tokens + LABEL_TOKENS for p in pins))
+        got, rest = pinned_passages(spec, lib, tokenizer, cap - sum(p.tokens + LABEL_TOKENS for p in pins), matters)
         pins += got
         unread += rest
+    if len(documents) > MAX_PINS:
+        raise OptionsError(f"precedent: at most {MAX_PINS} pinned documents, got {len(documents)}",
+                           "precedent_documents")
+    pins += [p for i, path in enumerate(documents) for p in library_pins(path, lib, matters, f"precedent[{i}]")]
     found = []
     if lib is not None:
         try:
-            found = search(lib, query, matter=matter, n=CANDIDATES)
+            found = search(lib, query, matter=matter, n=CANDIDATES, matters=matters)
         except UnusableIndex as e:
             raise LibraryOptionError(f"--precedents {library}: {e}", "precedents", library) from None
         except PassageError as e:
@@ -195,16 +203,20 @@ def _fill(pins: list, found: list, budget: int, given: bool = True):
     return [p for p in chosen if p.pinned] + retrieved, left_out
 
 
-def pinned_passages(spec: str, lib, tokenizer, limit: int | None = None) -> tuple[list[Passage], int]:
+def pinned_passages(spec: str, lib, tokenizer, limit: int | None = None, matters=None) -> tuple[list[Passage], int]:
     """(the passages of a pinned document, how many more it has): the path of a document in the
     precedents library `lib` (which wins over a file of that path in the working folder), a
     document of a named library (`library:NAME:PATH`), or a file (read by the document readers,
     in a library's folder or not; cited by the name given). A file's
     paragraphs are tokenized in order only until `limit` tokens (labels included) are passed —
     the one that passes it is kept, for the budget to refuse — and the rest are counted, not
-    tokenized: a 28.8 MB pin costs what its first paragraphs do."""
+    tokenized: a 28.8 MB pin costs what its first paragraphs do. Behind a wall (`matters`: a
+    server's request) only a document of the library within it: any other is refused as a
+    missing one is, and no file is ever read."""
     from olifant_mlx.draftmodel import documents
 
+    if matters is not None:
+        return library_pins(spec, lib, matters, f"--precedent {spec[:200]}"), 0
     name, rel = parse_pin(spec)
     if name is not None:                 # a document of a named library, whichever --precedents is
         pin_lib = lib if lib is not None and lib.name == name else open_library(name, tokenizer, "--precedent")
@@ -239,6 +251,19 @@ def pinned_passages(spec: str, lib, tokenizer, limit: int | None = None) -> tupl
     return out, 0
 
 
+def library_pins(path: str, lib, matters=None, shown: str = "precedent") -> list[Passage]:
+    """The passages of the precedents library's document at `path` (its path there), never a
+    file; behind a wall (`matters`) a document outside it is refused as a missing one is, by
+    the same message (`shown`: how the pin is named in it; never the path's document)."""
+    if lib is None:
+        raise OptionsError(f"{shown}: a pinned document is one of the precedents library: name the library "
+                           f"(precedents)", "precedent_documents")
+    found = _library_document(lib, in_library(path), matters)
+    if not found:
+        raise OptionsError(f"{shown}: no such document in the precedents library", "precedent_documents")
+    return found
+
+
 def not_pinnable(path: Path) -> str | None:
     """Why a file that exists cannot be pinned (a folder, a format the readers do not read, a
     FIFO...), or None."""
@@ -255,14 +280,15 @@ def library_document(lib, spec: str) -> bool:
     return lib is not None and bool(_library_document(lib, in_library(spec)))
 
 
-def _library_document(lib, path: str | None) -> list[Passage]:
-    """The passages of the document at `path` of `lib` ([] when it has none)."""
+def _library_document(lib, path: str | None, matters=None) -> list[Passage]:
+    """The passages of the document at `path` of `lib` ([] when it has none, or none within
+    `matters`, a server key's wall)."""
     from olifant_mlx.passages import document_passages
 
     if path is None:
         return []
     try:
-        return document_passages(lib, path)
+        return document_passages(lib, path, matters)
     except PassageError as e:                  # a damaged index: its file and the rebuild
         raise LibraryOptionError(f"--precedents {lib.name}: {e}", "precedents", lib.name) from None
 

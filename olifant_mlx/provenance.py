@@ -135,6 +135,37 @@ def index_of(lib) -> LibraryIndex:
     return _loaded[key]
 
 
+_walled: dict[tuple, LibraryIndex] = {}
+
+
+def walled_index(lib, matters) -> LibraryIndex:
+    """The index of a library's documents of `matters` and of none alone (a server key's wall):
+    its spans, places and counts are those of a library that holds nothing else, so nothing of
+    another matter's documents shows, not even that they hold a span. Built once per build of
+    the library and wall; the library's own index when the wall leaves out no document."""
+    from olifant_mlx.draftmodel.suffix import Corpus
+
+    li = index_of(lib)
+    seen = frozenset(matters)
+    rows = [r for r in li.rows if r.get("matter") is None or r["matter"] in seen]
+    if len(rows) == len(li.rows):
+        return li
+    meta = li.library.meta
+    key = (str(li.library.path), meta.get("built_at"), meta.get("tokens"), seen)
+    if key not in _walled:
+        kept, parts, start = [], [], 0
+        for r in rows:
+            kept.append({**r, "start": start})
+            parts.append(li.stream[r["start"]:r["start"] + r["tokens"]])
+            start += r["tokens"]
+        stream = np.concatenate(parts) if parts else np.zeros(0, np.uint32)
+        tok = meta["tokenizer"]
+        corpus = Corpus(tok["vocab_size"], tok["name"], bytes.fromhex(tok["digest"]))
+        corpus.add_documents(stream, np.asarray([r["start"] for r in kept if r["tokens"]], dtype=np.uint64))
+        _walled[key] = LibraryIndex.of_parts(corpus.build_index(), kept, stream, li.library)
+    return _walled[key]
+
+
 def library_of_spec(spec) -> str | None:
     """The name of the library a drafter spec drafts from: `library:NAME`, or a spec that uses
     a library's suffix index (what `auto` resolves to); None for any other."""

@@ -26,12 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from olifant_mlx.engine.request import Chat
+from olifant_mlx.passages import query_words
 
 KEEP = ("Change only what the instruction asks: keep every other word, number and punctuation mark as "
         "it is, and reply with the revised clause alone.")
 MOST_DELETED = 0.5      # a revision that keeps less than this share of the clause's words is flagged
 MIN_WORDS = 4           # a paragraph with fewer words is no clause (a signature line, a page number)
-MIN_SHARE = 0.3         # a paragraph the search scores under this share of the best one is not chosen
+MIN_SHARE = 0.5         # a paragraph the search scores under half the best one's is not chosen
 READ = (".docx", ".txt", ".text", ".md", ".markdown", ".odt", ".rtf", ".html", ".htm", ".xhtml")
 WRITE = (".docx", ".md", ".txt", ".json")
 AUTHOR = "olifant_mlx"
@@ -159,7 +160,8 @@ def select(doc: Document, instruction: str = "", clauses=(), where: str | None =
         chosen, how = [p for p in doc.paragraphs if p.is_clause], "all"
     else:
         query = where or " ".join(w for w in instruction.split() if w.lower().strip(".,;:") not in DOING)
-        chosen, how = [p for p, _ in search(doc, query)], f"search: {where or instruction}"
+        how = f"search: {where or instruction}"
+        chosen = sorted((p for p, _ in search(doc, query)), key=lambda p: p.index) if query_words(query) else []
     skipped = tuple((p, f"tracked changes of its own ({p.tracked})") for p in chosen if p.tracked)
     chosen = tuple(p for p in chosen if not p.tracked)
     if not chosen:
@@ -254,16 +256,20 @@ def max_tokens_for(clause_tokens: int) -> int:
 
 
 def plan_revision(session, paragraph: Paragraph, instruction: str, options, max_tokens: int | None = None,
-                  **prompt_choices):
+                  drafter=None, cache=None, **prompt_choices):
     """The Request that revises one paragraph (engine.request.plan): the prompt above
     (`prompt_choices`: revision_prompt's system_prompt, chat_template, template_kwargs), the
-    paragraph as the prediction, `max_tokens` (None: max_tokens_for the paragraph)."""
+    paragraph as the prediction, `max_tokens` (None: max_tokens_for the paragraph). `drafter`:
+    the session's unless given; the previous clause's `request.drafting` carries what its
+    drafter learnt (how often each kind of draft is right, the verifier's pass cost) to the next.
+    `cache` (engine.cache.PromptCache): the previous clause's KV cache, so that the prompt's
+    start, the same for every clause of an instruction, is not read again."""
     from olifant_mlx.engine.request import plan
 
     if max_tokens is None:
         max_tokens = max_tokens_for(len(session.verifier.identity.encode(paragraph.text)))
     prompt = revision_prompt(session, instruction, paragraph.text, **prompt_choices)
-    return plan(session, prompt, options.replace(max_tokens=max_tokens), prediction=paragraph.text)
+    return plan(session, prompt, options.replace(max_tokens=max_tokens), drafter, cache, prediction=paragraph.text)
 
 
 @dataclass(frozen=True)

@@ -390,10 +390,11 @@ def test_generate_with_precedents_cites_traces_and_equals_plain(built, capsys):
 
 
 @pytest.mark.slow
-def test_the_server_takes_precedents_and_answers_with_them(built, smol):
+def test_the_server_takes_precedents_and_answers_with_them(built, smol, tmp_path):
     """A real server on loopback with the real verifier: the request field `precedents` (and
     `matter`) put the passages into the prompt; the answer lists them beside `sources`, which
-    trace the copied spans to them, streamed or not; an unknown library lists no other."""
+    trace the copied spans to them, streamed or not; an unknown library lists no other. Its audit
+    log names the documents cited and holds no word of the prompts, the passages or the answers."""
     httpx = pytest.importorskip("httpx")
     pytest.importorskip("uvicorn")
     from olifant_mlx.server.app import start
@@ -401,7 +402,10 @@ def test_the_server_takes_precedents_and_answers_with_them(built, smol):
 
     from olifant_mlx.drafters.registry import parse_spec
 
-    run = start(smol, DrafterChoice({"lookup": parse_spec("lookup")}, "lookup"), GenerationOptions(k=8, max_tokens=64),
+    # the library named at start (by a drafter of it), so that a request may name it; lookup the default
+    choice = DrafterChoice({"lookup": parse_spec("lookup"), "lib": parse_spec("library:firm")}, "lookup")
+    log = tmp_path / "audit.jsonl"
+    run = start(smol, choice, GenerationOptions(k=8, max_tokens=64, audit_log=str(log)),
                 Limits(max_tokens=256, default_max_tokens=64, max_body_bytes=1 << 20, timeout_s=300))
     try:
         with httpx.Client(base_url=run.url, timeout=300) as c:
@@ -420,5 +424,22 @@ def test_the_server_takes_precedents_and_answers_with_them(built, smol):
             r = c.post("/v1/completions", json={**req, "precedents": "nope"})
             assert r.status_code == 400 and r.json()["error"]["param"] == "precedents"
             assert "firm" not in r.json()["error"]["message"]
+            secret = "Draft the Zanzibar-Quokka merger note"
+            gamma = c.post("/v1/completions", json={"prompt": secret, "max_tokens": 24, "precedents": "firm",
+                                                    "matter": "gamma"}).json()
+            assert gamma["precedents"][0]["path"] == "gamma/merger.docx"
     finally:
         run.stop()
+    from olifant_mlx.audit import verify
+
+    raw = log.read_text()
+    assert verify(log).intact and verify(log).lines == 5 and (log.stat().st_mode & 0o777) == 0o600
+    assert "acme/nda.docx, paragraph" in raw and "gamma/merger.docx, paragraph" in raw
+    said = [req["prompt"], secret, CONFIDENTIALITY, SECRET, GOVERNING_LAW, body["choices"][0]["text"],
+            plain["choices"][0]["text"], gamma["choices"][0]["text"]]
+    for text in said:       # not a word of it: no run of three words is there (but a citation the answer copied)
+        words = text.split()
+        runs = [" ".join(words[i:i + 3]) for i in range(max(len(words) - 2, 1))]
+        assert not any(run in raw for run in runs if ".docx" not in run and "paragraph" not in run), text
+    for word in ("Zanzibar", "Quokka", "Confidential", "auditors", "merger note"):
+        assert word not in raw

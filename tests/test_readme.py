@@ -150,6 +150,19 @@ def precedents_effect(ran):
     assert re.search(r"\[1\] (licence\.html|reply\.eml), paragraphs? \d", listed.group(2)), listed.group(2)
 
 
+def revise_effect(ran):
+    """The clause on notice of claims found by the search and revised (or said unchanged); the
+    redline a Word file of mode 0600 whose Reject All is the document's paragraphs."""
+    from olifant_mlx.redline import original_text
+    from olifant_mlx.revise import read_document
+
+    assert re.search(r"^¶10: (changed|no change)", ran.out, re.M), ran.out
+    out = ran.clone / "services-redline.docx"
+    assert out.stat().st_mode & 0o777 == 0o600, oct(out.stat().st_mode)
+    doc = read_document(ran.clone / "docs" / "examples" / "services-agreement.md")
+    assert original_text(out.read_bytes()) == [p.text for p in doc.paragraphs]
+
+
 def models_effect(ran):
     """The verifiers, the draft models with their tokenizers, the libraries, the cache."""
     assert "smollm2-135m" in first_cells(ran.out, "┃ name") and "gemma3-270m" in first_cells(ran.out, "┃ name")
@@ -215,6 +228,7 @@ EFFECTS = [
     ("python -m olifant_mlx train ", train_effect),
     ("python -m olifant_mlx library build ", library_build_effect),
     ("python -m olifant_mlx generate --model smollm2-135m --precedents ", precedents_effect),
+    ("python -m olifant_mlx revise ", revise_effect),
     ("python -m olifant_mlx models", models_effect),
     ("python -m olifant_mlx tui ", installed),          # run_tui: an answer is written ("done")
     ("python -m olifant_mlx calc ", calc_effect),

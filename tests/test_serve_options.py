@@ -74,7 +74,27 @@ def test_serves_defaults_are_the_options_defaults():
     args = build_parser("olifant").parse_args(["serve"])
     assert options_from(args) == GenerationOptions(max_tokens=Limits.default_max_tokens)
     assert serve.get_default("max_tokens") == Limits().default_max_tokens
-    assert set(SERVING) == set(bound(SERVE))          # every serving option is tried below
+    assert set(SERVING) == set(bound(SERVE)) & set(bound(REQUEST))     # every serving option is tried below
+    assert set(bound(SERVE)) - set(bound(REQUEST)) == {"audit_log"}     # the server's own
+
+
+def test_the_audit_log_is_a_serve_flag_no_request_sets(tmp_path):
+    """--audit-log is serve's (the server writes it, with each API key's id): no request field,
+    and the requests' defaults carry none, so the Session writes no line of its own."""
+    from olifant_mlx.cli.serve import prepare
+    from olifant_mlx.server.schemas import ChatRequest, CompletionRequest
+
+    serve, _ = parsers()
+    assert "--audit-log" in flags_of(serve)
+    assert "audit_log" not in CompletionRequest.model_fields and "audit_log" not in ChatRequest.model_fields
+    assert "audit_log" not in bound(REQUEST)
+    assert "precedent" in CompletionRequest.model_fields and "precedent_documents" in bound(REQUEST)
+    path = tmp_path / "audit.jsonl"
+    args = build_parser("olifant").parse_args(["serve", "--draft", "lookup", "--port", "0", "--energy", "none",
+                                               "--audit-log", str(path)])
+    _, defaults, *_, audit, sock = prepare(args)
+    sock.close()
+    assert defaults.audit_log is None and audit.path == str(path)
 
 
 def plan(body, defaults):
@@ -136,9 +156,9 @@ def served(tmp_path_factory):
         yield verifier, output, lib
 
 
-def serve_with(verifier, flags, requests):
-    """A real server on loopback with the options of `serve FLAGS`; the answers to `requests`
-    (completion bodies)."""
+def serve_with(verifier, flags, requests, **drafters):
+    """A real server on loopback with the options of `serve FLAGS` (and more named `drafters`,
+    NAME=SPEC, beside the default, lookup); the answers to `requests` (completion bodies)."""
     import httpx
     from server_helpers import LIMITS
 
@@ -147,7 +167,8 @@ def serve_with(verifier, flags, requests):
     from olifant_mlx.server.config import DrafterChoice
 
     defaults = options_from(build_parser("olifant").parse_args(["serve", *flags]))
-    run = start(verifier, DrafterChoice({"lookup": parse_spec("lookup")}, "lookup"), defaults, LIMITS)
+    specs = {"lookup": parse_spec("lookup"), **{name: parse_spec(spec) for name, spec in drafters.items()}}
+    run = start(verifier, DrafterChoice(specs, "lookup"), defaults, LIMITS)
     try:
         with httpx.Client(base_url=run.url, timeout=60) as c:
             return [c.post("/v1/completions", json=body) for body in requests]
@@ -172,9 +193,11 @@ def test_serve_sources_reach_a_request_that_names_none(served):
 
 def test_serve_max_verbatim_guards_the_requests_that_name_a_library(served):
     """serve --max-verbatim without --sources starts (its warm-up names no library) and is the
-    guard of every request: one naming a library is stopped there, one without is told why."""
+    guard of every request: one naming a library (one the server was started with: here a
+    drafter's) is stopped there, one without is told why."""
     verifier, _output, _lib = served
     stopped, refused = serve_with(verifier, ["--max-verbatim", "10", "--verbatim-action", "stop"], [
-        {"prompt": "abcdefgh", "max_tokens": 40, "sources": "servedlib"}, {"prompt": "abcdefgh", "max_tokens": 4}])
+        {"prompt": "abcdefgh", "max_tokens": 40, "sources": "servedlib"}, {"prompt": "abcdefgh", "max_tokens": 4}],
+        lib="library:servedlib")
     assert stopped.status_code == 200 and stopped.json()["choices"][0]["finish_reason"] == "content_filter"
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "max_verbatim"

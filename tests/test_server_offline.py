@@ -2,7 +2,8 @@
 real OpenAI client and raw HTTP. Streamed text == whole text == the Session's `generate` for
 none, the hybrid and the adaptive drafter, with usage that matches; a bounded load test (8
 streaming clients x 5 requests, outputs identical, resident memory flat); a disconnect that
-stops the generation; the command itself in a subprocess on a non-loopback bind with a key."""
+stops the generation; OpenAI's `prediction` on a clause revision; the command itself in a subprocess
+on a non-loopback bind with a key."""
 import json
 import os
 import socket
@@ -21,8 +22,10 @@ from serve_process import free_port, stop, wait_until_serving  # noqa: E402
 from server_helpers import BAD, check_refused, idle, sse_events, wait_for  # noqa: E402
 
 from olifant_mlx.cli.generate import demo_draft_model  # noqa: E402
+from olifant_mlx.drafters.prediction import prediction_counts  # noqa: E402
 from olifant_mlx.drafters.registry import parse_spec  # noqa: E402
 from olifant_mlx.engine import Chat, GenerationOptions, Session  # noqa: E402
+from olifant_mlx.measure.bench import REFERENCE_COST  # noqa: E402
 from olifant_mlx.server.app import start  # noqa: E402
 from olifant_mlx.server.config import DrafterChoice, Limits  # noqa: E402
 
@@ -31,6 +34,8 @@ pytestmark = pytest.mark.slow    # the real offline verifier: minutes on two loa
 SECRET = "CONFIDENTIAL-PATIENT-ZETA"
 LEGAL = "THE SOFTWARE IS PROVIDED \"AS IS\", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR"
 CHAT = [{"role": "user", "content": "Draft a confidentiality clause for a consulting agreement."}]
+CLAUSE = ("The Customer shall notify the Supplier of any claim within thirty (30) days of becoming aware of it, "
+          "and the Supplier shall respond within ten (10) business days.")
 DEFAULTS = GenerationOptions(k=8, max_tokens=512)
 N = 8            # tokens per answer: small, the machine is shared
 LOAD_N = 4       # the load test's
@@ -115,6 +120,44 @@ def test_the_openai_client_gets_generates_output(server, smol, specs, drafter):
                    json={"messages": CHAT, "max_tokens": N, "draft": drafter})
     assert r.headers["content-type"] == "application/json"
     assert r.json()["choices"][0]["message"]["content"] == texts["chat"]
+
+
+def test_a_clause_revision_with_openais_prediction(smol, specs):
+    """The OpenAI client's `prediction=` on a clause revision: the answer is the one without it
+    (and plain decoding's), streamed and whole; usage counts the prediction's accepted and
+    rejected tokens as OpenAI does; the adaptive drafter follows it in fewer verifier passes.
+    Its own server plans with SmolLM2's calibrated pass cost (REFERENCE_COST), not a fit of this
+    machine's timings: the pass counts compared are the same however loaded the machine is."""
+    n = 80
+    prompt = Chat.of("Revise the clause below so that the notice period is sixty (60) days. Keep all other "
+                     "wording unchanged and output only the revised clause.\n\n" + CLAUSE)
+    plain = Session(smol, "none", DEFAULTS).generate(prompt, DEFAULTS.replace(max_tokens=n))
+    predicted = smol.identity.encode(CLAUSE)
+    counts = prediction_counts(predicted, plain.tokens)
+    run = start(smol, DrafterChoice({"adaptive": parse_spec(specs["adaptive"])}, "adaptive"),
+                DEFAULTS.replace(pass_cost=REFERENCE_COST, draft_cost=REFERENCE_COST), Limits(max_tokens=1024))
+    try:
+        c = client(run)
+        ask = {"model": "smollm2-135m", "messages": list(prompt.messages), "max_tokens": n}
+        prediction = {"type": "content", "content": CLAUSE}
+        without = c.chat.completions.create(**ask)
+        whole = c.chat.completions.create(**ask, prediction=prediction)
+        chunks = list(c.chat.completions.create(**ask, prediction=prediction, stream=True,
+                                                stream_options={"include_usage": True}))
+    finally:
+        run.stop()
+    streamed = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    assert without.choices[0].message.content == whole.choices[0].message.content == streamed == plain.text
+    assert without.usage.completion_tokens_details is None
+    print(f"prediction {len(predicted)} tokens, accepted/rejected {counts}; answer {len(plain.tokens)} tokens in "
+          f"{without.usage.model_extra['verifier_passes']} passes without it, "
+          f"{whole.usage.model_extra['verifier_passes']} / {chunks[-1].usage.model_extra['verifier_passes']} with")
+    for u in (whole.usage, chunks[-1].usage):
+        d = u.completion_tokens_details
+        assert (d.accepted_prediction_tokens, d.rejected_prediction_tokens) == counts
+        assert sum(counts) == len(predicted) > 20 and d.accepted_prediction_tokens > d.rejected_prediction_tokens
+        assert u.completion_tokens == len(plain.tokens)
+        assert u.model_extra["verifier_passes"] < without.usage.model_extra["verifier_passes"]
 
 
 def rss_bytes() -> int:

@@ -44,7 +44,9 @@ def tinylib(cache, output, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(verifier, tinylib):
-    run = start(verifier, DrafterChoice({"lookup": parse_spec("lookup")}, "lookup"), DEFAULTS, LIMITS)
+    """A server that reaches tinylib (a drafter of it names it at start); lookup is the default."""
+    choice = DrafterChoice({"lookup": parse_spec("lookup"), "lib": parse_spec("library:tinylib")}, "lookup")
+    run = start(verifier, choice, DEFAULTS, LIMITS)
     yield run
     run.stop()
 
@@ -55,7 +57,7 @@ def client(server):
 
 def test_a_request_names_a_library_by_name_only(server):
     with httpx.Client(base_url=server.url, timeout=60) as c:
-        for name, said in (("../etc", "library name"), ("no-such-library", "no library 'no-such-library'")):
+        for name, said in (("../etc", "no library '../etc'"), ("no-such-library", "no library 'no-such-library'")):
             r = c.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 4, "sources": name})
             assert r.status_code == 400, r.text
             err = r.json()["error"]

@@ -8,21 +8,18 @@ OLIFANT_UPDATE_SNAPSHOTS=1 (re)writes them.
 """
 import asyncio
 import json
-import os
 import re
 import stat
 import time
-from pathlib import Path
 
 import pytest
-from tui_fakes import (FAKE_IDENTITY, FakeSession, FakeVerifier, Identity, fake_app, fake_text, replay_spec,
-                       settle, static_text, train_tiny, wait_for)
+from tui_fakes import (FAKE_IDENTITY, FakeSession, FakeVerifier, Identity, check_snapshot, fake_app, fake_text,
+                       replay_spec, settle, static_text, train_tiny, wait_for)
 
 from olifant_mlx.tui import render
 from olifant_mlx.tui.app import OlifantApp
 from olifant_mlx.tui.flow import DocEditor, FlowText
 
-SNAPSHOTS = Path(__file__).parent / "snapshots"
 SIZE = (120, 36)
 MIT = ('THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED, '
        "INCLUDING BUT NOT LIMITED TO THE WARRANTIES OF MERCHANTABILITY, FITNESS FOR A PARTICULAR "
@@ -674,35 +671,6 @@ def test_themes_are_textuals():
 
 
 # ---- snapshots of the deterministic screens -----------------------------------------------
-
-def pinned_textual() -> str | None:
-    """The Textual version the snapshots are drawn with (.ci/constraints.txt)."""
-    constraints = Path(__file__).parents[1] / ".ci/constraints.txt"
-    for line in constraints.read_text().splitlines() if constraints.is_file() else ():
-        name, _, version = line.partition("==")
-        if name.strip().lower() == "textual":
-            return version.strip()
-    return None
-
-
-def check_snapshot(name: str, svg: str):
-    import textual
-
-    pinned = pinned_textual()
-    if pinned and textual.__version__ != pinned and os.environ.get("OLIFANT_UPDATE_SNAPSHOTS") != "1":
-        pytest.skip(f"the snapshots are Textual {pinned}'s (.ci/constraints.txt); this is {textual.__version__}")
-    path = SNAPSHOTS / f"{name}.svg"
-    if os.environ.get("OLIFANT_UPDATE_SNAPSHOTS") == "1":
-        SNAPSHOTS.mkdir(exist_ok=True)
-        path.write_text(svg)
-        return
-    if not path.is_file():
-        pytest.fail(f"missing snapshot {path}: run with OLIFANT_UPDATE_SNAPSHOTS=1 and review it")
-    if svg != path.read_text():
-        got = Path(os.environ.get("TMPDIR", "/tmp")) / f"{name}.got.svg"
-        got.write_text(svg)
-        pytest.fail(f"{name} differs from {path}: see {got} (OLIFANT_UPDATE_SNAPSHOTS=1 to accept)")
-
 
 @pytest.mark.parametrize("tab,size", [("chat", (80, 24)), ("document", (80, 24)), ("settings", (80, 24)),
                                       ("calculator", (120, 36)), ("compare", (120, 36))])

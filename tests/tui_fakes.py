@@ -2,13 +2,17 @@
 a fake tokenizer identity, tiny draft models trained for given tokenizers, and helpers."""
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
+import pytest
 from rich.text import Text
 
 from olifant_mlx.engine import Session, Step
 from olifant_mlx.tui.app import OlifantApp
 
+SNAPSHOTS = Path(__file__).parent / "snapshots"
 WORDS = ["the", " warranties", " of", " merchantability", ",", " fitness", "\n", " for", " a",
          " particular", " purpose"]
 
@@ -24,14 +28,18 @@ FAKE_IDENTITY = Identity()
 
 
 class FakeDetok:
-    """Like mlx-lm's streaming detokenizer: reading last_segment clears it."""
+    """Like mlx-lm's streaming detokenizer: reading last_segment clears it. Token t is
+    words[t] (by default WORDS, over and over)."""
+
+    def __init__(self, words=WORDS):
+        self.words = words
 
     def reset(self):
         self.text, self._seg = "", ""
 
     def add_token(self, t):
-        self._seg += WORDS[t % len(WORDS)]
-        self.text += WORDS[t % len(WORDS)]
+        self._seg += self.words[t % len(self.words)]
+        self.text += self.words[t % len(self.words)]
 
     def finalize(self):
         pass
@@ -182,3 +190,34 @@ def train_tiny(path, identity):
     corpus.write_text("the warranties of merchantability and fitness for a particular purpose. " * 20)
     train([str(corpus)], ByteTokenizer(identity), str(path), show_progress=False)
     return path
+
+
+# ---- SVG snapshots (tests/snapshots/; OLIFANT_UPDATE_SNAPSHOTS=1 (re)writes them) -------------
+
+def pinned_textual() -> str | None:
+    """The Textual version the snapshots are drawn with (.ci/constraints.txt)."""
+    constraints = Path(__file__).parents[1] / ".ci/constraints.txt"
+    for line in constraints.read_text().splitlines() if constraints.is_file() else ():
+        name, _, version = line.partition("==")
+        if name.strip().lower() == "textual":
+            return version.strip()
+    return None
+
+
+def check_snapshot(name: str, svg: str):
+    import textual
+
+    pinned = pinned_textual()
+    if pinned and textual.__version__ != pinned and os.environ.get("OLIFANT_UPDATE_SNAPSHOTS") != "1":
+        pytest.skip(f"the snapshots are Textual {pinned}'s (.ci/constraints.txt); this is {textual.__version__}")
+    path = SNAPSHOTS / f"{name}.svg"
+    if os.environ.get("OLIFANT_UPDATE_SNAPSHOTS") == "1":
+        SNAPSHOTS.mkdir(exist_ok=True)
+        path.write_text(svg)
+        return
+    if not path.is_file():
+        pytest.fail(f"missing snapshot {path}: run with OLIFANT_UPDATE_SNAPSHOTS=1 and review it")
+    if svg != path.read_text():
+        got = Path(os.environ.get("TMPDIR", "/tmp")) / f"{name}.got.svg"
+        got.write_text(svg)
+        pytest.fail(f"{name} differs from {path}: see {got} (OLIFANT_UPDATE_SNAPSHOTS=1 to accept)")

@@ -224,7 +224,7 @@ class OlifantApp(App):
         if self._modal():
             raise SkipAction()
         self.marks = MARK_MODES[(MARK_MODES.index(self.marks) + 1) % len(MARK_MODES)]
-        for tab in (self.chat_tab, self.doc_tab, self.query_one(CompareTab)):
+        for tab in self.query(WritingPane):
             tab.set_marks(self.marks)
 
     # ---- the workspace's keys: each to the tab it is for ---------------------------------
@@ -234,11 +234,16 @@ class OlifantApp(App):
         return self.query_one(f"#{kind or self.mode}", WritingPane)
 
     async def action_writer(self, action: str) -> None:
-        """A workspace key's action, run by the tab it is for: ctrl+b's by the Compare tab,
-        ctrl+g's there too when it shows, the others' by the Chat or Document tab last used
-        (ctrl+g from another tab goes back to it)."""
+        """A workspace key's action, run by the tab it is for: by the tab that shows when it
+        runs that key itself (its `own_keys`: the Review tab's ctrl+g, ctrl+s, ctrl+o); ctrl+b's
+        by the Compare tab, ctrl+g's there too when it shows; the others' by the Chat or
+        Document tab last used (ctrl+g from another tab goes back to it)."""
         if self._modal():
             raise SkipAction()
+        shown = self.query_one(f"#{self.tabs.active}")
+        if action in getattr(shown, "own_keys", ()):          # the Review tab's ctrl+g, ctrl+s, ctrl+o
+            await self.run_action(action, shown)
+            return
         tab = self.query_one(CompareTab) if action == "compare" else self.writer()
         if action == "send" and self.tabs.active == "compare":
             tab, action = self.query_one(CompareTab), "compare"

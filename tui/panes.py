@@ -79,6 +79,12 @@ def _precedents(app):
     return PrecedentsTab()
 
 
+def _review(app):
+    from olifant_mlx.tui.review_tab import ReviewTab
+
+    return ReviewTab()
+
+
 PANES = (
     Pane("chat", "Chat", "f2", _chat, "#composer", nav=True, numbers=True),
     Pane("document", "Document", "f3", _document, "#doc-editor", nav=True, numbers=True),
@@ -89,4 +95,5 @@ PANES = (
     Pane("sources", "Sources", "ctrl+l", _sources, "#sources-table", nav=True),
     # ctrl+p is the command palette; the other free ctrl letters are the editors' keys
     Pane("precedents", "Precedents", "ctrl+j", _precedents, "#precedents-table", nav=True),
+    Pane("review", "Review", "f12", _review, "#review-path", numbers=True),
 )

@@ -14,26 +14,32 @@ from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Static
 from olifant_mlx.files import NotARegularFile, check_file_path
 from olifant_mlx.tui.conversation import FORMATS, format_for
 
+NOTE = "created readable by you only (mode 0600)"
+
 
 class ExportScreen(ModalScreen):
-    """Ask for a path and a format; dismissed with (path, format), or None."""
+    """Ask for a path and a format; dismissed with (path, format), or None. `check` (the
+    Review tab's): the format from the path, no choice offered, a ValueError's message shown
+    under the path."""
     BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
 
-    def __init__(self, what: str, suggestion: str = ""):
+    def __init__(self, what: str, suggestion: str = "", check=None, note: str = NOTE):
         super().__init__()
         self.what = what
         self.suggestion = suggestion
+        self.check, self.note = check, note
         self._confirm = None
 
     def compose(self) -> ComposeResult:
         with Vertical(id="save-box"):
             yield Label(f"Export {self.what} to a file (nothing is written otherwise):")
             yield Input(self.suggestion, placeholder="/path/to/file.md", id="save-path", compact=True)
-            with RadioSet(id="save-format", compact=True):
-                yield RadioButton("from the file's extension", True, id="fmt-auto")
-                for key, name in FORMATS.items():
-                    yield RadioButton(f"{name} (.{key})", id=f"fmt-{key}")
-            yield Static("created readable by you only (mode 0600)", id="save-note")
+            if self.check is None:
+                with RadioSet(id="save-format", compact=True):
+                    yield RadioButton("from the file's extension", True, id="fmt-auto")
+                    for key, name in FORMATS.items():
+                        yield RadioButton(f"{name} (.{key})", id=f"fmt-{key}")
+            yield Static(self.note, id="save-note")
             with Horizontal(id="save-buttons"):
                 yield Button("Export", id="save-ok", variant="primary", compact=True)
                 yield Button("Cancel", id="save-cancel", compact=True)
@@ -62,7 +68,11 @@ class ExportScreen(ModalScreen):
         except NotARegularFile as e:
             self.query_one("#save-note", Static).update(str(e))
             return
-        fmt = format_for(path, self.chosen_format())
+        try:
+            fmt = self.check(path) if self.check is not None else format_for(path, self.chosen_format())
+        except ValueError as e:
+            self.query_one("#save-note", Static).update(str(e))
+            return
         if os.path.exists(path) and self._confirm != (path, fmt):
             self._confirm = (path, fmt)
             self.query_one("#save-note", Static).update(f"{path} exists: Export again to replace it")

@@ -13,7 +13,9 @@ Word file's path typed). `--sources` makes only the provenance shots: a
 library built here (in a temporary cache) from the MIT licence, the document continued with
 its copied spans marked, and the Sources tab (ctrl+l) with the first span's passage. `--models`
 makes only the Models tab at 80x24, listing a draft model and a library built here;
-`--precedents` the same library as precedents, and the Precedents tab (ctrl+j).
+`--precedents` the same library as precedents, and the Precedents tab (ctrl+j). `--review`
+makes only the Review tab's (F12): a contract written here, its clauses revised on one
+instruction, the first change rejected.
 """
 from __future__ import annotations
 
@@ -182,6 +184,62 @@ async def shoot_export(out: Path) -> Path:
     return svg
 
 
+CONTRACT = (("Title", "Master Services Agreement"), ("Heading 1", "1. Notices"),
+            ("Normal", "1.1 The Customer shall notify the Supplier of any claim within thirty (30) days of "
+                       "becoming aware of it."),
+            ("Normal", "1.2 Notices shall be in writing and delivered by hand or by registered post."),
+            ("Heading 1", "2. Liability"),
+            ("Normal", "2.1 The Supplier's total liability shall not exceed the fees paid in the twelve (12) "
+                       "months preceding the claim."))
+REVISE = "change the period for claims from thirty (30) days to sixty (60) days"
+
+
+async def shoot_review(out: Path, size) -> Path:
+    """The Review tab (F12) after a run: a contract's clauses revised on one instruction, the
+    first change rejected, the next one shown: tui-review-WxH.svg."""
+    app = OlifantApp(model="smollm2-135m", draft="auto", energy="none", model_dirs=[])
+    async with app.run_test(size=size) as pilot:
+        await pilot.press("f12")
+        app.query_one("#review-path").value = "msa.docx"          # in the current folder: the contract's
+        await pilot.press("enter")
+        t0 = time.monotonic()
+        while app.query_one("ReviewTab").review is None and time.monotonic() - t0 < 60:
+            await pilot.pause(0.2)
+        app.query_one("#review-instruction").value = REVISE
+        await pilot.press("enter", "plus", "ctrl+g")
+        await pilot.pause(0.5)
+        while app.workspace.generating:
+            await pilot.pause(0.2)
+        await pilot.press("r")
+        if size[0] >= 110:
+            await pilot.press("f9")
+        await pilot.pause(0.5)
+        app.set_focus(app.query_one("#review-clauses"))
+        svg = out / f"tui-review-{size[0]}x{size[1]}.svg"
+        write_atomic(svg, app.export_screenshot(title=f"olifant_mlx tui: review-{size[0]}x{size[1]}"), mode=PUBLIC)
+    return svg
+
+
+def review_shots(out: Path) -> list[Path]:
+    """A contract written here (a temporary folder, python-docx, the current folder meanwhile),
+    revised in the Review tab."""
+    import os
+
+    import docx
+
+    out, here = out.resolve(), os.getcwd()
+    with tempfile.TemporaryDirectory() as tmp:
+        d = docx.Document()
+        for style, text in CONTRACT:
+            d.add_paragraph(text, style=style)
+        d.save(Path(tmp) / "msa.docx")
+        os.chdir(tmp)
+        try:
+            return [asyncio.run(shoot_review(out, size)) for size in SIZES]
+        finally:
+            os.chdir(here)
+
+
 @contextlib.contextmanager
 def temporary_cache():
     """A temporary folder whose `cache` is $OLIFANT_CACHE meanwhile, finding the real cache's
@@ -261,6 +319,17 @@ def models_shots(out: Path) -> list[Path]:
         return [asyncio.run(shoot_models(out, (80, 24), drafts))]
 
 
+def only(args, out: Path) -> list[Path]:
+    """The shots of one tab or dialog (--export, --models, --review, --sources, --precedents)."""
+    if args.export:
+        return [asyncio.run(shoot_export(out))]
+    if args.models:
+        return models_shots(out)
+    if args.review:
+        return review_shots(out)
+    return sources_shots(out, args.max_tokens, args.precedents)
+
+
 def main(argv=None) -> int:
     from olifant_mlx.draftmodel.train import train
     from olifant_mlx.files import cache_dir
@@ -276,15 +345,12 @@ def main(argv=None) -> int:
     ap.add_argument("--models", action="store_true", help="only the Models tab at 80x24, with a library")
     ap.add_argument("--export", action="store_true", help="only the export dialog's shot (80x24)")
     ap.add_argument("--precedents", action="store_true", help="only the Precedents tab's shots")
+    ap.add_argument("--review", action="store_true", help="only the Review tab's shots (a contract revised)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    if args.export:
-        print(asyncio.run(shoot_export(out)))
-        return 0
-    if args.sources or args.precedents or args.models:
-        shots = models_shots(out) if args.models else sources_shots(out, args.max_tokens, args.precedents)
-        for svg in shots:
+    if args.export or args.sources or args.precedents or args.models or args.review:
+        for svg in only(args, out):
             print(svg)
         return 0
     energy = args.energy

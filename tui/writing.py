@@ -47,6 +47,7 @@ class WritingPane(TabPane):
     """A tab whose runs are its own: it starts them, stops them and shows what they post."""
     what = "this conversation"         # what export's dialog calls the tab's text
     copies = "the last answer"         # what copy takes
+    own_keys = ()                      # workspace keys ("send", "export", "copy") this tab runs itself
 
     def __init__(self, title: str, id: str):
         super().__init__(title, id=id)
@@ -62,6 +63,9 @@ class WritingPane(TabPane):
 
     def show_loading(self, on: bool) -> None:
         """Show (or stop showing) that the verifier is loading."""
+
+    def set_marks(self, mode: str) -> None:
+        """Draw the provenance marks in `mode` (F10: flow.MARK_MODES)."""
 
     # ---- starting and stopping ----------------------------------------------------
 

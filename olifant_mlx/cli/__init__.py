@@ -55,6 +55,8 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
                           "calculator, draft models"),
     Command("serve", "serve", "an OpenAI-compatible local HTTP server (completions, chat, per-request "
                               "drafters, stats and energy in usage)"),
+    Command("audit", "audit", "check an audit log (--audit-log): its hash chain, and the first line changed, "
+                              "removed, inserted or reordered"),
 )}
 
 

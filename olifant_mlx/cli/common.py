@@ -228,6 +228,10 @@ def prepare(args):
         from olifant_mlx.drafters.history import check_path
 
         check_path(options.history)      # a FIFO, a folder or a dangling link: refused now
+    if options.audit_log:
+        from olifant_mlx.audit import check_path as check_audit_log
+
+        check_audit_log(options.audit_log)      # a FIFO, a folder, a torn last line: refused now
     if spec.model_file:
         check_draft_model(spec.model_file, args.model)
     if getattr(args, "prompt_cache_file", None):

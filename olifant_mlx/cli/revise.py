@@ -135,15 +135,18 @@ def notes(doc, selection, session) -> None:
 def revise_all(session, options, paragraphs, args, per_clause: bool):
     """Each paragraph revised in turn, a progress bar (or, off a terminal, a line a clause) on
     stderr; (the Revisions, the seconds it took)."""
+    from olifant_mlx.engine import PromptCache
     from olifant_mlx.revise import finish, plan_revision
 
     progress = Progress(paragraphs, session, enabled=not args.json or sys.stderr.isatty())
-    revisions, start = [], time.perf_counter()
+    revisions, start, drafting = [], time.perf_counter(), None
+    cache = PromptCache() if options.kv_cache else None     # the instruction's prompt read once
     try:
         for p in paragraphs:
             request = plan_revision(session, p, args.instruction, options, None if per_clause else args.max_tokens,
-                                    system_prompt=args.system_prompt, chat_template=not args.ignore_chat_template,
-                                    template_kwargs=template_kwargs(args))
+                                    drafting, cache, system_prompt=args.system_prompt,
+                                    chat_template=not args.ignore_chat_template, template_kwargs=template_kwargs(args))
+            drafting = request.drafting           # what it learns goes on to the next clause
             text, last = [], None
             for r in session.stream(request):
                 text.append(r.text)

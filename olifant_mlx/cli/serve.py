@@ -39,9 +39,11 @@ def require_stack() -> None:
 
 def prepare(args):
     """Everything checked before the verifier loads. Returns (choice, defaults, limits, host,
-    api_key, meter, socket)."""
+    api_key, meter, access, audit, socket): `access` the access file's {key: Entry}, `audit` the
+    audit log (an audit.AuditLog, or None), which the server writes itself (the requests'
+    defaults have none)."""
     require_stack()
-    from olifant_mlx.server.app import bind
+    from olifant_mlx.server.app import bind, own_audit
     from olifant_mlx.server.config import check_api_keys, check_bind, check_port, parse_drafters
 
     defaults = options_from(args)        # serve's option flags: the requests' defaults
@@ -53,7 +55,8 @@ def prepare(args):
     if not keys and not args.api_key_file and os.environ.get(KEY_ENV):
         keys = [os.environ[KEY_ENV]]
     keys += read_key_file(args.api_key_file) if args.api_key_file else []
-    api_key = check_api_keys(keys) or None
+    access = read_access_file(args.access_file) if args.access_file else {}
+    api_key = check_api_keys(keys + list(access)) or None
     host = check_bind(args.host, api_key)
     port = check_port(args.port)
     draft = f"neural:{args.draft_model}" if args.draft_model else args.draft
@@ -64,18 +67,31 @@ def prepare(args):
         if spec.model_file:
             for model in models:        # every served verifier drafts with every drafter
                 check_draft_model(spec.model_file, model)
-    check_libraries(defaults, args, models)
+    check_libraries(defaults, args, models, access)
+    if defaults.audit_log:
+        from olifant_mlx.audit import check_path
+
+        check_path(defaults.audit_log)      # a FIFO, a folder, a torn last line: refused now
+    defaults, audit = own_audit(defaults)
     meter = open_meter(args.energy)
     sock = bind(host, port)
-    return choice, defaults, limits, host, api_key, meter, sock
+    return choice, defaults, limits, host, api_key, meter, access, audit, sock
 
 
-def check_libraries(defaults, args, models) -> None:
-    """The libraries serve's --sources and --precedents name, each checked against every
-    served verifier's tokenizer before any weights load."""
+def check_libraries(defaults, args, models, access=None) -> None:
+    """The libraries serve's --sources and --precedents and an access file name, each checked
+    against every served verifier's tokenizer before any weights load."""
+    from olifant_mlx.library import LibraryError
+
     for name in {n for n in (defaults.sources, defaults.precedents) if n}:
         for model in models:
             check_library(name, model)
+    for name in sorted({n for entry in (access or {}).values() for n in entry.libraries or ()}):
+        for model in models:
+            try:
+                check_library(name, model)
+            except LibraryError as e:
+                raise LibraryError(f"--access-file {args.access_file}: {e}") from None
     if defaults.precedents:
         check_precedents(defaults, args)
 
@@ -86,6 +102,8 @@ def serve_help(name: str) -> str | None:
     help = BINDINGS[name].help
     if name in SERVE_HELPS or help is None:
         return SERVE_HELPS.get(name)
+    if not BINDINGS[name].clients:          # the server's own: no request sets it
+        return help
     return f"{help}; a request's default (its field \"{request_field(name)}\")"
 
 
@@ -96,7 +114,7 @@ def cmd_serve(args) -> int:
     from olifant_mlx.server.queue import GenerationQueue, make_setup, prompt_cache
     from olifant_mlx.verifier import load_verifier
 
-    choice, defaults, limits, host, api_key, meter, sock = prepare(args)
+    choice, defaults, limits, host, api_key, meter, access, audit, sock = prepare(args)
     configure_logging()
     shown = f"[{host}]" if ":" in host else host
     port = sock.getsockname()[1]
@@ -104,7 +122,8 @@ def cmd_serve(args) -> int:
                      f"{' and ' + ', '.join(args.models) if args.models else ''} ...\n")
     others = [make_setup(functools.partial(load_verifier, name), choice, defaults, meter) for name in args.models]
     queue = GenerationQueue(make_setup(lambda: load_verifier(args.model, adapter_path=args.adapter_path),
-                                       choice, defaults, meter), limits.queue_size, others, prompt_cache(limits))
+                                       choice, defaults, meter), limits.queue_size, others, prompt_cache(limits),
+                            audit=audit)
 
     def stopped(*_):
         """A service manager's SIGTERM, which uvicorn re-raises after its graceful shutdown: a
@@ -118,11 +137,13 @@ def cmd_serve(args) -> int:
     try:
         info = queue.start()
         app = create_app(queue, defaults, limits, api_key, loopback_only=host in LOOPBACK,
-                         access_log=not args.no_access_log)
+                         access_log=not args.no_access_log, access=access)
         served = f"http://{shown}:{port}/v1"
+        libraries = sorted(app.app.state.api.libraries())     # the only ones a request may reach
         sys.stderr.write(f"serving {info.id} on {served} (drafters: "
                          f"{', '.join(info.drafters)}; default {info.default_drafter}; energy: "
-                         f"{info.meter_label}){'; API key required' if api_key else ''}\n")
+                         f"{info.meter_label}{'; libraries: ' + ', '.join(libraries) if libraries else ''})"
+                         f"{'; API key required' if api_key else ''}\n")
         uvicorn_server(app, limits).run(sockets=[sock])
     finally:
         queue.close()
@@ -145,6 +166,19 @@ def read_key_file(path) -> list:
     if not keys:
         raise ConfigError(f"--api-key-file {path}: no key in it (one a line)")
     return [check_api_key(k, f"every key in --api-key-file {path} (line {i + 1})") for i, k in enumerate(keys)]
+
+
+def read_access_file(path) -> dict:
+    """{key: server.access.Entry} of an access file: each key bound to its matters and libraries."""
+    from olifant_mlx.files import read_regular
+    from olifant_mlx.server.access import parse_access
+    from olifant_mlx.server.config import ConfigError
+
+    try:
+        text = read_regular(path).decode("utf-8")
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"--access-file {path}: cannot be read ({e})") from None
+    return parse_access(text, path)
 
 
 MAX_MODELS = 4      # verifiers one server holds in memory at once (all loaded at start)
@@ -197,6 +231,10 @@ def add_serve(s):
     s.add_argument("--api-key-file", metavar="FILE",
                    help="API keys, one a line (a client each, with its own prompt cache; '#' starts "
                         "a comment): with or instead of --api-key")
+    s.add_argument("--access-file", metavar="FILE",
+                   help="API keys bound to their own matters and libraries: one JSON object a line, "
+                        "{\"key\": KEY, \"id\": NAME, \"matters\": [...], \"libraries\": [...]} "
+                        "(docs/server.md#what-a-key-can-see); with or instead of --api-key")
     s.add_argument("--energy", metavar="BACKEND", help=energy_help())
     add_option_args(s, ["max_tokens"], max_tokens=serve_help("max_tokens"))
     s.set_defaults(max_tokens=Limits.default_max_tokens)

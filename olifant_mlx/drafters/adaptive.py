@@ -80,6 +80,12 @@ class AcceptanceEstimate:
             return max(own, self.p(Signal(signal.source, shorter, signal.share)))
         return own
 
+    def expect(self, source: str, p: float, weight: float = 2.0) -> None:
+        """Start an unseen source at rate `p`, as if `weight` of its drafts had been tested
+        (what the caller knows of it before any pass: a prediction is meant to be repeated)."""
+        if source not in self.counts:
+            self.counts[source] = [p * weight, weight, self.step]
+
     def update(self, signal: Signal, accepted: bool):
         for key in (signal.source, signal):
             acc, tested = self._get(key)

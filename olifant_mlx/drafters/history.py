@@ -20,7 +20,6 @@ the history is never created through a link someone left pointing elsewhere.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import os
 import struct
@@ -29,7 +28,7 @@ import numpy as np
 
 from olifant_mlx.drafters.lookup import agreement, copy_signals
 from olifant_mlx.draftmodel.igtree import TokenizerMismatch
-from olifant_mlx.files import NotARegularFile, check_file_path, make_private, open_regular
+from olifant_mlx.files import NotARegularFile, check_file_path, make_private, open_regular, write_all
 
 MAGIC = b"OLIFHST1"
 VERSION = 1
@@ -61,16 +60,6 @@ def records_end(spans) -> int:
     for offset, n in spans:
         end = offset + 4 * n
     return end
-
-
-def write_all(fd: int, data: bytes) -> None:
-    """os.write until every byte is written: a short write (a full disk) is not the end."""
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        if n <= 0:
-            raise OSError(errno.ENOSPC, "no byte could be written")
-        view = view[n:]
 
 
 @contextlib.contextmanager

@@ -28,6 +28,7 @@ PREDICTION_K = 32  # the most drafts a pass with a prediction takes by default (
 #                    adaptive drafter's cost-aware planner chooses each pass's length below it
 NEAR = 32          # a rejoin this many tokens ahead of the lost place needs one token of agreement
 FAR_AGREEMENT = 2  # anywhere else, this many
+EXPECTED = 0.8     # how often a prediction's draft is taken to be right before any pass says
 
 
 class PredictionSource(DrafterBase):
@@ -92,7 +93,11 @@ def predicting(drafter, prediction: Sequence[int]):
 
     if isinstance(drafter, AdaptiveDrafter):
         inner = predicting(drafter.inner, prediction)
-        return drafter if inner is drafter.inner else drafter.around(inner)
+        if inner is drafter.inner:
+            return drafter
+        out = drafter.around(inner)
+        out.acceptance.expect(PredictionSource.name, EXPECTED)
+        return out
     if isinstance(drafter, HybridDrafter):
         return drafter.with_source(PredictionSource(prediction))
     return drafter

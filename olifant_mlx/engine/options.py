@@ -137,15 +137,22 @@ class GenerationOptions:
     stop: tuple = option((), what="stop sequences", kind="texts")
     truncate: bool = option(False, what="truncate", kind="flag")
     history: str | None = option(None, what="the history file", kind="text", optional=True)
+    # the opt-in audit log (olifant_mlx.audit): a line per generation, never a word of its text
+    audit_log: str | None = option(None, what="the audit log", kind="text", optional=True)
     # provenance (olifant_mlx.provenance): the spans of the output found verbatim in a library
     sources: str | None = option(None, what="the sources library", kind="text", optional=True)
     min_source_tokens: int = option(12, what="the minimum source length", low=1, note=" of tokens")
     max_verbatim: int | None = option(None, what="max verbatim", low=1, optional=True)
     verbatim_action: str = option("warn", what="the verbatim action", kind="choice", choices=VERBATIM_ACTIONS)
     matter: str | None = option(None, what="the matter", kind="text", optional=True)
+    # the wall (a server's, per API key): the matters whose documents retrieval, pins and provenance
+    # may reach, beside the documents of no matter; None: every matter
+    matters: tuple | None = option(None, what="the matters", kind="texts", optional=True)
     # drafting with precedents (olifant_mlx.precedents): passages put into the prompt ahead of the request
     precedents: str | None = option(None, what="the precedents library", kind="text", optional=True)
     precedent_files: tuple = option((), what="pinned precedents", kind="texts")
+    # a server's requests pin documents of the precedents library by their path there, never a file
+    precedent_documents: tuple = option((), what="pinned documents", kind="texts")
     precedent_tokens: int | None = option(None, what="the precedent budget", low=1, optional=True,
                                           note=" of tokens")
     # the KV rule after a correction (engine.loop.LeadRule): "auto" decides per pass, True

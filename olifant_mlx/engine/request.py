@@ -27,11 +27,12 @@ from olifant_mlx.engine.options import GenerationOptions, LibraryOptionError, Op
 
 class ContextError(ValueError):
     """A prompt that, with the tokens asked for, does not fit the verifier's context;
-    `prompt_tokens` and `max_tokens` are the numbers (a surface words its own message)."""
+    `prompt_tokens` and `max_tokens` are the numbers (a surface words its own message), `what`
+    the input that does not fit: "prompt", or "prediction" (then `max_tokens` is its length)."""
 
-    def __init__(self, message: str, prompt_tokens: int = 0, max_tokens: int = 0):
+    def __init__(self, message: str, prompt_tokens: int = 0, max_tokens: int = 0, what: str = "prompt"):
         super().__init__(message)
-        self.prompt_tokens, self.max_tokens = prompt_tokens, max_tokens
+        self.prompt_tokens, self.max_tokens, self.what = prompt_tokens, max_tokens, what
 
 
 @dataclass(frozen=True)
@@ -190,14 +191,15 @@ def prediction_ids(session, prediction, prompt_tokens: int) -> tuple:
     if limit and prompt_tokens + len(ids) > limit:
         raise ContextError(f"the prediction is {len(ids):,} tokens, and with the prompt's {prompt_tokens:,} that "
                            f"is more than {session.verifier.name}'s context holds ({limit:,}): shorten it",
-                           prompt_tokens, len(ids))
+                           prompt_tokens, len(ids), "prediction")
     return tuple(ids)
 
 
 def provenance_index(verifier, opts: GenerationOptions, library: str | None, used=None):
     """The index a generation's copied spans are found in: the passages the prompt was given
-    (unless options.sources names a library), else the library's; None for none. OptionsError
-    for a library missing or built for another tokenizer, or --max-verbatim without one."""
+    (unless options.sources names a library), else the library's (behind a wall, options.matters,
+    its documents of those matters and of none alone); None for none. OptionsError for a library
+    missing or built for another tokenizer, or --max-verbatim without one."""
     ident = verifier.identity
     if used is not None and used.passages and not opts.sources:
         from olifant_mlx.precedents import provenance_index as of_passages
@@ -219,4 +221,8 @@ def provenance_index(verifier, opts: GenerationOptions, library: str | None, use
         raise LibraryOptionError(f"--sources {library}: the library was built for another tokenizer than "
                                  f"{verifier.name}'s: build one with `library build NEW_NAME FOLDER --model "
                                  f"{verifier.name}`", "sources", library)
+    if opts.matters is not None:        # a server key's wall: the library as if it held nothing else
+        from olifant_mlx.provenance import walled_index
+
+        return walled_index(index, opts.matters)
     return index

@@ -16,7 +16,8 @@ the energy meter, the opt-in history and the verifier's fitted pass cost. A gene
 choices are a `Request` (engine.request: `plan` makes one, checked once); `stream(request)`
 runs it, and `stream(prompt, options, drafter=...)` plans one first. `with_drafter` is this
 Session with another default drafter, the verifier still loaded. Prompts and outputs stay in
-memory: only an opt-in history file (options.history) is ever written.
+memory: only an opt-in history file (options.history) is ever written; an opt-in audit log
+(options.audit_log) gets a line per generation with its counts and citations, never its text.
 """
 from __future__ import annotations
 
@@ -273,7 +274,7 @@ class Session:
         the context leaves room for it); either is capped at what the verifier's context leaves
         beside the prompt and the answer. A prompt that leaves no room is a ContextError, or with
         `truncate` goes without precedents (and is cut as any other)."""
-        if not (opts.precedents or opts.precedent_files):
+        if not (opts.precedents or opts.precedent_files or opts.precedent_documents):
             return prompt, None
         from olifant_mlx import precedents
 
@@ -295,7 +296,8 @@ class Session:
         elif left is not None and budget > left:
             budget, capped = left, True          # a budget past the context could never be prefilled
         used = precedents.gather(self.verifier.identity, precedents.query_of(prompt), opts.precedents,
-                                 opts.precedent_files, budget, opts.matter, room, capped)
+                                 opts.precedent_files, budget, opts.matter, room, capped, opts.matters,
+                                 opts.precedent_documents)
         return precedents.with_block(prompt, used), used
 
     def prompt_for(self, text: str, system_prompt: str | None = None,
@@ -357,6 +359,10 @@ class Session:
         else:
             request = plan(self, prompt, options, drafter, cache, continuation, prediction=prediction)
         responses = self._stream(request, should_stop, on_prefill)
+        if request.options.audit_log:       # a line when it ends: counts and citations, never its text
+            from olifant_mlx.audit import audited, open_log
+
+            responses = audited(open_log(request.options.audit_log), request, responses, key=None)
         return responses if self.shard is None else self._to_the_end(responses)
 
     def _to_the_end(self, responses):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import hmac
 import json
 import logging
@@ -201,13 +202,43 @@ class Mailbox:
 
 
 class Api:
-    """The routes over one GenerationQueue (started: its ModelInfo is known)."""
+    """The routes over one GenerationQueue (started: its ModelInfo is known). `keys`: the API
+    keys, in the Guard's order; `access`: {key: server.access.Entry} of an access file's keys
+    (the others, and a server without keys, see what the server's --matter and libraries let
+    them: server.access)."""
 
-    def __init__(self, queue: GenerationQueue, defaults, limits: Limits, fingerprint: str):
+    def __init__(self, queue: GenerationQueue, defaults, limits: Limits, fingerprint: str, keys=(),
+                 access=None):
+        from olifant_mlx.audit import key_id
+        from olifant_mlx.server.access import Access
+
         self.queue, self.defaults, self.limits = queue, defaults, limits
         self.info = queue.info
         self.fingerprint = fingerprint
         self.created = int(time.time())
+        libraries = self.libraries()
+        access = access or {}
+        # what each key (by the Guard's index) may see, its defaults, and its name in the audit log
+        self.access = [access[k].access(defaults, libraries) if k in access else
+                       Access.of_server(defaults, libraries) for k in keys]
+        self.ids = [a.id or key_id(k) for a, k in zip(self.access, keys)]
+        self.open = Access.of_server(defaults, libraries)        # a server without keys
+        self.key_defaults = [a.defaults(defaults) for a in self.access]
+        self.open_defaults = self.open.defaults(defaults)
+
+    def libraries(self) -> set:
+        """The libraries named when the server started: --precedents, --sources, and those its
+        drafters draft from (of every served verifier)."""
+        named = {self.defaults.precedents, self.defaults.sources}
+        named |= {lib for _, _, i in self.queue.models.values() for _, lib in i.libraries}
+        return {n for n in named | {lib for _, lib in self.info.libraries} if n}
+
+    def access_of(self, request):
+        """(Access, its request defaults, its audit id) of the request's API key."""
+        owner = request.scope.get("state", {}).get("api_key")
+        if owner is None or not self.access:
+            return self.open, self.open_defaults, None
+        return self.access[owner], self.key_defaults[owner], self.ids[owner]
 
     def served(self) -> dict:
         """{id: ModelInfo} of the verifiers served (the default first)."""
@@ -241,13 +272,48 @@ class Api:
         return OpenAIJSON(self.model_object(self.info_for(request.path_params["model"])))
 
     async def chat(self, request):
-        req = await self.parse(request, ChatRequest)
-        return await self.run(request, plan_chat(req, self.info_for(req.model), self.defaults, self.limits))
+        return await self.generate(request, ChatRequest, plan_chat, "chat")
 
     async def completions(self, request):
-        req = await self.parse(request, CompletionRequest)
-        return await self.run(request, plan_completion(req, self.info_for(req.model), self.defaults,
-                                                       self.limits))
+        return await self.generate(request, CompletionRequest, plan_completion, "completion")
+
+    async def generate(self, request, body, planner, kind):
+        """A request checked, planned over its key's defaults and put behind its key's wall
+        (server.access), then run; a refusal is a line of the audit log too."""
+        access, defaults, key = self.access_of(request)
+        who = {"key": key, "endpoint": kind}
+        req = None
+        try:
+            req = await self.parse(request, body)
+            info = self.info_for(req.model)
+            who["model"] = info.id
+            plan = planner(req, info, defaults, self.limits)
+            plan = dataclasses.replace(plan, options=access.wall(plan.options, dict(info.libraries).get(plan.drafter)))
+            audit = self.queue.audit
+            if audit is not None and audit.failed:      # fail closed: no request goes unlogged
+                raise ApiError(503, "the server's audit log cannot be written: no request is served until it "
+                                    "can (see the server's log)", code="audit_unavailable")
+        except ApiError as e:
+            await self.refused(who, e, req)
+            raise
+        return await self.run(request, plan, who)
+
+    async def refused(self, who: dict, e: ApiError, req=None) -> None:
+        """The audit log's line of a request refused before it was queued: who, the status and
+        code, and what it asked for (a matter, a library), never its text."""
+        audit = self.queue.audit
+        if audit is None:
+            return
+        from olifant_mlx.audit import AuditError
+
+        asked = {f: str(getattr(req, f))[:100] for f in ("matter", "precedents", "sources")
+                 if getattr(req, f, None) is not None}
+        line = {**who, "status": e.status, "outcome": "refused", "reason": e.code or "invalid_request",
+                "param": e.param, "asked": asked}
+        try:
+            await run_in_threadpool(audit.append, line)
+        except AuditError as err:
+            log.error("%s", err)
 
     async def parse(self, request, model):
         """The body, read with its cap, then parsed and validated: a small one here (well under
@@ -272,19 +338,21 @@ class Api:
             chunks.append(chunk)
         return b"".join(chunks)
 
-    async def run(self, request: Request, plan):
+    async def run(self, request: Request, plan, who: dict | None = None):
         events = Mailbox(asyncio.get_running_loop(), wake_on_text=plan.stream)
         job = Job(new_id(plan.kind), plan.prompt, plan.options, plan.drafter,
                   time.monotonic() + plan.timeout_s, events.put, plan.explicit_max, plan.param, plan.model,
-                  owner=request.scope.get("state", {}).get("api_key"))
+                  owner=request.scope.get("state", {}).get("api_key"), prediction=plan.prediction,
+                  prediction_k=plan.prediction_k, audit=who)
         try:
             self.queue.submit(job)
-        except QueueFull as e:
-            raise ApiError(429, f"the server is busy ({self.queue.size} requests waiting): retry in "
-                                f"{e.retry_after} s", code="queue_full",
-                           headers={"Retry-After": str(e.retry_after)}) from None
-        except QueueClosed:
-            raise ApiError(503, "the server is shutting down", code="shutdown") from None
+        except (QueueFull, QueueClosed) as e:
+            error = ApiError(429, f"the server is busy ({self.queue.size} requests waiting): retry in "
+                                  f"{e.retry_after} s", code="queue_full",
+                             headers={"Retry-After": str(e.retry_after)}) if isinstance(e, QueueFull) else \
+                ApiError(503, "the server is shutting down", code="shutdown")
+            await self.refused(who or {}, error)
+            raise error from None
         watcher = asyncio.create_task(self.watch(request, job, events))
         streaming = ended = False
         try:
@@ -385,13 +453,14 @@ async def _server_error(request, exc: Exception):
 
 
 def create_app(queue: GenerationQueue, defaults, limits: Limits, api_key=None,
-               loopback_only: bool = True, access_log: bool = True):
+               loopback_only: bool = True, access_log: bool = True, access=None):
     """The ASGI app for a started queue. `api_key`: None, a key or a list of keys (each its own
-    prompt cache). `loopback_only`: answer only requests addressed to a loopback name (a server
-    bound to 127.0.0.1 / ::1)."""
+    prompt cache); `access`: {key: server.access.Entry} of the keys an access file binds to their
+    own matters and libraries (the others get the server's). `loopback_only`: answer only
+    requests addressed to a loopback name (a server bound to 127.0.0.1 / ::1)."""
     from olifant_mlx import __version__
 
-    api = Api(queue, defaults, limits, f"olifant_mlx-{__version__}")
+    api = Api(queue, defaults, limits, f"olifant_mlx-{__version__}", api_keys(api_key), access)
     routes = [Route("/health", api.health, methods=["GET"]),
               Route("/v1/models", api.models, methods=["GET"]),
               Route("/v1/models/{model:path}", api.model, methods=["GET"]),
@@ -465,28 +534,41 @@ class Running:
         self.thread.join(10)
 
 
+def own_audit(defaults):
+    """(the requests' defaults, the audit log): a server writes its audit log itself, a line per
+    request with its API key's id (options.audit_log, as serve's --audit-log gives it), so its
+    Session writes none (the requests' options have no audit_log)."""
+    from olifant_mlx.audit import open_log
+
+    if not defaults.audit_log:
+        return defaults, None
+    return defaults.replace(audit_log=None), open_log(defaults.audit_log)
+
+
 def start(verifier, choice, defaults=None, limits: Limits | None = None, api_key=None,
           host: str = "127.0.0.1", port: int = 0, meter=None, access_log: bool = True,
-          others=(), connections: ConnectionLimits | None = None) -> Running:
+          others=(), connections: ConnectionLimits | None = None, access=None) -> Running:
     """A whole server on threads: the worker (over `verifier`, a Verifier or a loader, and the
     `others` a request may name in "model") and uvicorn on `host`:`port` (0: a free port). The
-    bind rule of `check_bind` applies."""
+    bind rule of `check_bind` applies; `access` binds keys to their matters and libraries
+    (create_app), `defaults.audit_log` is the server's audit log (own_audit)."""
     from olifant_mlx.engine.session import GenerationOptions
     from olifant_mlx.server.config import LOOPBACK, check_bind
     from olifant_mlx.server.queue import make_setup, prompt_cache
 
-    defaults = defaults or GenerationOptions(max_tokens=(limits or Limits()).default_max_tokens)
+    defaults, audit = own_audit(defaults or GenerationOptions(max_tokens=(limits or Limits()).default_max_tokens))
     limits = limits or Limits()
     host = check_bind(host, api_key)
     sock = bind(host, port)
     queue = GenerationQueue(make_setup(verifier, choice, defaults, meter), limits.queue_size,
-                            [make_setup(v, choice, defaults, meter) for v in others], prompt_cache(limits))
+                            [make_setup(v, choice, defaults, meter) for v in others], prompt_cache(limits),
+                            audit=audit)
     try:
         queue.start()
     except BaseException:
         sock.close()
         raise
-    app = create_app(queue, defaults, limits, api_key, host in LOOPBACK, access_log)
+    app = create_app(queue, defaults, limits, api_key, host in LOOPBACK, access_log, access)
     return Running(app, sock, limits, queue, connections)
 
 

@@ -13,6 +13,7 @@ after it ends: the worker keeps only counts (`recent`).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import math
 import threading
@@ -27,6 +28,10 @@ log = logging.getLogger("olifant_mlx.server")
 # was cut by a rule, not by its end or its length
 FINISH = {"eos": "stop", "stop": "stop", "max_tokens": "length", "stopped": "length",
           "verbatim": "content_filter"}
+
+
+# the status of a job that ended while it waited (it never started)
+QUEUED_STATUS = {"deadline": 504, "shutdown": 503, "disconnected": 499}
 
 
 class QueueClosed(Exception):
@@ -95,10 +100,13 @@ class Job:
     the context); `deadline` a time.monotonic() value; `sink(event)` is called from the worker."""
 
     def __init__(self, id, prompt, options, drafter, deadline, sink, explicit_max=True, param="prompt",
-                 model=None, owner=None):
+                 model=None, owner=None, prediction=None, prediction_k=None, audit=None):
         self.id, self.prompt, self.options, self.drafter = id, prompt, options, drafter
         self.model = model             # a served verifier's id (None: the default one)
         self.owner = owner             # whose prompt cache it reads and adds to (the API key's index)
+        self.prediction = prediction   # the predicted output's text, or None
+        self.prediction_k = prediction_k   # its draft length (None: the request's num_draft_tokens)
+        self.audit = audit             # its audit line's who: the key's id, the endpoint, the model
         self.deadline, self.sink, self.explicit_max, self.param = deadline, sink, explicit_max, param
         self.created = time.monotonic()
         self.stop_flag = threading.Event()
@@ -135,8 +143,9 @@ class GenerationQueue:
     requests (keyed by model): a request prefills only its prompt's tokens past the longest
     prefix it shares with a cached one (a conversation's next turn, a shared system prompt)."""
 
-    def __init__(self, setup, size: int = 16, others=(), prompt_cache=None):
+    def __init__(self, setup, size: int = 16, others=(), prompt_cache=None, audit=None):
         self._setup = setup
+        self.audit = audit               # an audit.AuditLog: a line per job (counts and citations, no text)
         self._others = tuple(others)
         self.models = {}
         self.size = size
@@ -204,6 +213,7 @@ class GenerationQueue:
             self._cv.notify_all()
         for job in waiting:
             job.cancel("shutdown")
+            self._audit(job, "shutdown")
             job.emit(Failed(503, "the server is shutting down", "shutdown"))
         if running is not None:
             running.cancel("shutdown")
@@ -263,6 +273,7 @@ class GenerationQueue:
         request = self._plan(job, session, drafters[job.drafter], info)
         if request is None:
             return
+        request = prediction_length(request, drafters[job.drafter], job.prediction_k)
         queue_s = time.monotonic() - job.created
         job.emit(Started(len(request.ids), queue_s))
         last, found = None, []
@@ -276,15 +287,16 @@ class GenerationQueue:
         except Exception as e:
             # the type and where, never the message (it could quote the prompt)
             log.error("generation failed: %s", type(e).__name__)
-            self._record(job, "error", 0, job.passes)
+            self._record(job, "error", 0, job.passes, request, found)
             job.emit(Failed(500, "the generation failed on the server (see its log)", "server_error"))
             return
         stats = last.stats
         stop = job.reason if stats.stop_reason == "stopped" else stats.stop_reason
-        self._record(job, stop, stats.tokens, stats.steps)
+        self._record(job, stop, stats.tokens, stats.steps, request, found)
         used = request.precedents
         job.emit(Finished(FINISH.get(stats.stop_reason, "stop"),
-                          usage(stats, last.energy, len(request.ids), job.drafter, stop, queue_s, info.meter_label),
+                          usage(stats, last.energy, len(request.ids), job.drafter, stop, queue_s, info.meter_label,
+                                job.prediction is not None),
                           response_sources(found, "precedents" if request.traced else request.library),
                           used.as_list() if used is not None else None))
 
@@ -295,52 +307,89 @@ class GenerationQueue:
 
         refused = None if job.options.sources is None else unknown_library(job.options.sources)
         if refused is not None:
-            return self._refuse(job, "bad_sources", Failed(400, refused, "invalid_value", "sources"))
+            return self._refuse(job, "bad_sources", Failed(400, refused.message, refused.code, "sources"))
         cache = None if self.prompt_cache is None else OwnedCache(self.prompt_cache, job.owner)
         try:
             # a completion's text is appended to its prompt: it keeps the space before its first word
             return plan(session, job.prompt, job.options, drafted, cache, not isinstance(job.prompt, Chat),
-                        fit_max_tokens=not job.explicit_max)
+                        fit_max_tokens=not job.explicit_max, prediction=job.prediction)
         except ContextError as e:
+            if e.what == "prediction":
+                return self._refuse(job, "context", Failed(
+                    400, f"prediction: {e.max_tokens:,} tokens, and with the prompt's {e.prompt_tokens:,} that is "
+                         f"more than {info.id}'s context holds ({info.context_length:,}): shorten the prediction",
+                    "context_length_exceeded", "prediction"))
             return self._refuse(job, "context", Failed(
                 400, f"the prompt is {e.prompt_tokens:,} tokens and {e.max_tokens:,} more are asked for, but "
                      f"{info.id}'s context holds {info.context_length:,}: shorten the prompt or ask for "
                      f"fewer tokens (max_tokens)", "context_length_exceeded", job.param))
         except OptionsError as e:        # precedents or a library that cannot be used
+            from olifant_mlx.bindings import BINDINGS, request_field
+
             why = "bad_precedents" if (e.option or "").startswith("precedent") else "bad_sources"
-            message = str(e)
+            param = request_field(e.option) if e.option in BINDINGS else e.option or None
             if isinstance(e, LibraryOptionError):   # its files and fix are the operator's: in the log
-                log.warning("request %s: %s", job.id, message)
-                message = library_refusal(e.option, e.library)
-            return self._refuse(job, why, Failed(400, message, "invalid_value", e.option or None))
+                log.warning("request %s: %s", job.id, e)
+                refused = library_refusal(param or "precedents", e.library)
+                return self._refuse(job, why, Failed(400, refused.message, refused.code, param))
+            return self._refuse(job, why, Failed(400, str(e), "invalid_value", param))
         except Exception as e:           # a chat template that refuses the conversation, ...
             return self._refuse(job, "bad_prompt", Failed(400, f"the prompt cannot be formatted for this "
                                                                f"model: {e}", "invalid_prompt", job.param))
 
     def _refuse(self, job: Job, why: str, failed: Failed) -> None:
-        self._record(job, why, 0, 0)
+        self._record(job, why, 0, 0, refused=failed)
         job.emit(failed)
 
-    def _record(self, job, stop_reason, tokens, passes):
+    def _record(self, job, stop_reason, tokens, passes, request=None, found=(), refused=None):
         with self._cv:
             self.counts[stop_reason] += 1
             self.recent.append(Record(job.id, stop_reason, tokens, passes, job.cancelled_at_pass))
+        self._audit(job, stop_reason, tokens, request, found, refused)
+
+    def _audit(self, job, stop_reason, tokens=0, request=None, found=(), refused=None) -> None:
+        """The job's line in the audit log (with one): who, the status, and what audit.fields
+        says of it; a line that cannot be written is said on the log (and the server refuses
+        requests until one can be: Api.generate)."""
+        if self.audit is None or job.audit is None:
+            return
+        from olifant_mlx import audit
+
+        if refused is not None:
+            status, outcome, reason = refused.status, "refused", refused.code or stop_reason
+        else:
+            outcome, reason = audit.outcome_of(stop_reason), stop_reason
+            status = 500 if outcome == "error" else 200 if request is not None else QUEUED_STATUS.get(reason, 499)
+        try:
+            self.audit.append({**job.audit, "status": status,
+                               **audit.fields(job.options, request, tokens, found, outcome, reason)})
+        except audit.AuditError as e:
+            log.error("%s", e)
 
 
-def library_refusal(field: str, name: str) -> str:
-    """What a client is told of a library it named that cannot be used: the same words whether
-    it is missing, damaged or built for another tokenizer, and no path nor any other library's
-    name (the server's clients may not all be allowed to know them); the log has the reason. A
-    name no library can have ('../etc') is told so."""
-    from olifant_mlx.library import NAME_RE
+def prediction_length(request, drafted, k):
+    """The request drafting up to `k` tokens a pass where its drafter follows its prediction and
+    chooses its own draft length (the adaptive drafter: its planner sizes each pass by cost);
+    else as it is (`k` None: the request named its num_draft_tokens). `drafted`: the server's
+    shared drafter, which plan() leaves untouched."""
+    from olifant_mlx.drafters.adaptive import AdaptiveDrafter
 
-    if not NAME_RE.fullmatch(name):
-        return (f"{field} {name[:100]!r}: not a library name (letters, digits, '.', '_' or '-', "
-                f"at most 64)")
-    return f"{field} {name!r}: no library {name!r} can be used by this server"
+    if k is None or request.drafter is drafted.drafter or not isinstance(request.drafter, AdaptiveDrafter):
+        return request
+    return dataclasses.replace(request, options=request.options.replace(k=k))
 
 
-def unknown_library(name) -> str | None:
+def library_refusal(field: str, name: str):
+    """What a client is told of a library it named that cannot be used (an ApiError's message
+    and code): the words of one it may not reach or that is missing (access.unknown_library),
+    whether it is missing, damaged or built for another tokenizer, with no path nor any other
+    library's name; the server's log has the reason."""
+    from olifant_mlx.server.access import unknown_library as refusal
+
+    return refusal(field, name)
+
+
+def unknown_library(name):
     """Why a request's `sources` cannot be used (library_refusal), or None."""
     from olifant_mlx.library import LibraryError, load
 
@@ -413,15 +462,23 @@ def make_setup(verifier, choice, defaults, meter=None, warm_up: bool = True):
     return setup
 
 
-def usage(stats, energy, prompt_tokens, drafter, stop_reason, queue_s, meter_label) -> dict:
-    """OpenAI's usage fields, then ours: drafting, speed, energy (None when not measured)."""
+def usage(stats, energy, prompt_tokens, drafter, stop_reason, queue_s, meter_label, predicted=False) -> dict:
+    """OpenAI's usage fields, then ours: drafting, speed, energy (None when not measured).
+    `predicted`: the request gave a prediction, whose accepted and rejected tokens
+    (completion_tokens_details, as OpenAI counts them) are then added."""
     joules = energy.total_j if energy is not None else None
     per_100 = energy.j_per_100_tokens(stats.tokens) if energy is not None else None
+    details = {}
+    if predicted:       # an empty prediction has no tokens: none accepted, none rejected
+        counts = stats.extra.get("prediction", {})
+        details["completion_tokens_details"] = {"accepted_prediction_tokens": counts.get("accepted", 0),
+                                                "rejected_prediction_tokens": counts.get("rejected", 0)}
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": stats.tokens,
         "total_tokens": prompt_tokens + stats.tokens,
         "prompt_tokens_details": {"cached_tokens": stats.extra.get("cached_tokens", 0)},
+        **details,
         "drafter": drafter,
         "drafted_tokens": stats.drafted,
         "accepted_tokens": stats.accepted,

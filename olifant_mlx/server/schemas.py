@@ -16,6 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, FiniteFloat, ValidationError, create_model
 
 from olifant_mlx.bindings import BINDINGS, REQUEST, bound, request_field
+from olifant_mlx.drafters.prediction import PREDICTION_K
 from olifant_mlx.engine.options import check_option, options
 from olifant_mlx.engine.session import Chat, GenerationOptions, OptionsError
 from olifant_mlx.server.config import Limits
@@ -23,14 +24,16 @@ from olifant_mlx.server.queue import ModelInfo
 
 INT64 = 1 << 63
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
-ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "invalid_request_error",
+ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+               404: "invalid_request_error",
                405: "invalid_request_error", 413: "invalid_request_error", 415: "invalid_request_error",
                429: "rate_limit_error", 500: "server_error", 503: "server_error", 504: "timeout_error"}
 UNION_TAGS = {"str", "int", "float", "bool", "dict", "list", "none"}
 UNION_HINTS = {"prompt": "must be text, a list of one text, or a list of token ids",
                "stop": "must be a text or a list of texts",
                "content": "must be text or a list of {\"type\": \"text\", \"text\": ...} parts",
-               "tool_choice": "must be a text or an object"}
+               "tool_choice": "must be a text or an object",
+               "prediction": "must be {\"type\": \"content\", \"content\": text or a list of text parts}"}
 
 
 class ApiError(Exception):
@@ -70,6 +73,12 @@ class Message(Strict):
     role: str
     content: str | list[ContentPart] | None = None
     name: str | None = None
+
+
+class Prediction(Strict):
+    """OpenAI's predicted output: the text the answer is expected to mostly repeat."""
+    type: Literal["content"]
+    content: str | list[ContentPart]
 
 
 FIELD_TYPES = {"whole": int, "number": FiniteFloat, "flag": bool, "text": str, "texts": list[str]}
@@ -114,6 +123,7 @@ class Common(Strict):
     # ours, as mlx-lm's server spells them where it has them
     draft: str | None = None                 # a configured drafter's name, or "none"
     timeout: FiniteFloat | None = None       # seconds: this request's deadline
+    prediction: Prediction | None = None     # OpenAI's predicted output (chat), on completions too
 
 
 class ChatBody(Common):
@@ -155,7 +165,7 @@ def parse_body(raw: bytes, model: type[Strict]) -> Strict:
         err = e.errors(include_url=False, include_input=False)[0]
         param = _param(err["loc"])
         msg = UNION_HINTS.get(param.rsplit(".", 1)[-1] if param else "", err["msg"]) \
-            if any(_is_tag(p) for p in err["loc"]) else err["msg"]
+            if any(_is_tag(p) for p in err["loc"]) or err["type"] == "model_type" else err["msg"]
         raise ApiError(400, f"{param or 'body'}: {msg}", param, "invalid_type"
                        if err["type"].endswith("_type") else err["type"]) from None
     except RecursionError:
@@ -197,6 +207,8 @@ class Plan:
     timeout_s: float
     model: str
     param: str                  # the field that holds the prompt
+    prediction: str | None = None   # the predicted output's text (None: no prediction)
+    prediction_k: int | None = None  # the draft length it asks for (None: num_draft_tokens given)
 
 
 def plan_chat(req: ChatRequest, info: ModelInfo, defaults: GenerationOptions, limits: Limits) -> Plan:
@@ -272,15 +284,37 @@ def _unsupported(value, param, message):
 def _text(content, i) -> str:
     if content is None:
         raise ApiError(400, f"messages[{i}].content: give the message's text", f"messages[{i}].content")
+    return _joined(content, f"messages[{i}].content")
+
+
+def _joined(content, param) -> str:
+    """Text, or its text parts joined (as OpenAI's content parts are: one after the other);
+    any other part is a 400 naming `param`."""
     if isinstance(content, str):
         return content
     texts = []
     for part in content:
         if part.type != "text" or part.text is None:
-            raise ApiError(400, f"messages[{i}].content: only text parts are supported, got "
-                                f"{part.type[:32]!r}", f"messages[{i}].content", "unsupported_content")
+            raise ApiError(400, f"{param}: only text parts are supported, got {part.type[:32]!r}", param,
+                           "unsupported_content")
         texts.append(part.text)
     return "".join(texts)
+
+
+def _prediction(req, defaults: GenerationOptions, changes: dict) -> tuple:
+    """(the prediction's text, the draft length it asks for) of a request; (None, None) without
+    one. Its length is PREDICTION_K (serve -k when higher) unless num_draft_tokens is given; a
+    text that is not valid Unicode is a 400 naming the field (the tokenizer would only fail)."""
+    if req.prediction is None:
+        return None, None
+    text = _joined(req.prediction.content, "prediction.content")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ApiError(400, f"prediction.content is not valid Unicode text: character {e.start + 1} is a lone "
+                            f"surrogate U+{ord(text[e.start]):04X} (send the text as UTF-8, or the character it "
+                            f"stands for)", "prediction.content", "invalid_value") from None
+    return text, None if "k" in changes else max(defaults.k, PREDICTION_K)
 
 
 def _plan(req, kind, prompt, max_tokens, max_param, info, defaults, limits, prompt_param) -> Plan:
@@ -329,8 +363,9 @@ def _plan(req, kind, prompt, max_tokens, max_param, info, defaults, limits, prom
     if req.stream_options is not None and not stream:
         raise ApiError(400, "stream_options: only with stream: true", "stream_options")
     include_usage = bool(stream and req.stream_options and req.stream_options.include_usage)
+    prediction, prediction_k = _prediction(req, defaults, changes)
     return Plan(kind, prompt, options, max_tokens is not None, drafter, stream, include_usage,
-                timeout, info.id, prompt_param)
+                timeout, info.id, prompt_param, prediction, prediction_k)
 
 
 def request_options(req) -> dict:
