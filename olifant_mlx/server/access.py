@@ -31,6 +31,7 @@ import re
 from dataclasses import dataclass
 
 from olifant_mlx.server.config import ConfigError, check_api_key
+from olifant_mlx.server.queue import library_refusal
 from olifant_mlx.server.schemas import ApiError
 
 ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -87,8 +88,10 @@ class Access:
 
 
 def unknown_library(param: str, name: str) -> ApiError:
-    """The one answer to a library a request may not reach, whether it exists or not."""
-    return ApiError(400, f"{param}: no library {name[:100]!r} on this server", param, "library_not_found")
+    """The one answer to a library a request may not reach, whether it exists or not (and to
+    one it may reach that cannot be used: queue.library_refusal)."""
+    refused = library_refusal(param, name)
+    return ApiError(refused.status, refused.message, param, refused.code)
 
 
 @dataclass(frozen=True)

@@ -307,7 +307,7 @@ class GenerationQueue:
 
         refused = None if job.options.sources is None else unknown_library(job.options.sources)
         if refused is not None:
-            return self._refuse(job, "bad_sources", Failed(400, refused.message, refused.code, "sources"))
+            return self._refuse(job, "bad_sources", refused)
         cache = None if self.prompt_cache is None else OwnedCache(self.prompt_cache, job.owner)
         try:
             # a completion's text is appended to its prompt: it keeps the space before its first word
@@ -330,8 +330,7 @@ class GenerationQueue:
             param = request_field(e.option) if e.option in BINDINGS else e.option or None
             if isinstance(e, LibraryOptionError):   # its files and fix are the operator's: in the log
                 log.warning("request %s: %s", job.id, e)
-                refused = library_refusal(param or "precedents", e.library)
-                return self._refuse(job, why, Failed(400, refused.message, refused.code, param))
+                return self._refuse(job, why, library_refusal(param or "precedents", e.library))
             return self._refuse(job, why, Failed(400, str(e), "invalid_value", param))
         except Exception as e:           # a chat template that refuses the conversation, ...
             return self._refuse(job, "bad_prompt", Failed(400, f"the prompt cannot be formatted for this "
@@ -379,14 +378,12 @@ def prediction_length(request, drafted, k):
     return dataclasses.replace(request, options=request.options.replace(k=k))
 
 
-def library_refusal(field: str, name: str):
-    """What a client is told of a library it named that cannot be used (an ApiError's message
-    and code): the words of one it may not reach or that is missing (access.unknown_library),
-    whether it is missing, damaged or built for another tokenizer, with no path nor any other
-    library's name; the server's log has the reason."""
-    from olifant_mlx.server.access import unknown_library as refusal
-
-    return refusal(field, name)
+def library_refusal(field: str, name: str) -> Failed:
+    """The one answer to a library a request names that it may not reach or that cannot be used:
+    the same words whether it is missing, another key's, damaged or built for another tokenizer,
+    with no path nor any other library's name (access.unknown_library answers so too); the
+    server's log has the reason."""
+    return Failed(400, f"{field}: no library {name[:100]!r} on this server", "library_not_found", field)
 
 
 def unknown_library(name):
