@@ -348,9 +348,9 @@ def flags_of(before: str, after: str, edits, finish_reason: str) -> tuple:
 
 def check_output(path, document_path) -> str:
     """--output's format (its suffix) after checking, before any slow work, that the file can be
-    written: a regular file or a new one in a folder that exists and is writable, not the
-    document itself. RevisionError otherwise."""
-    from olifant_mlx.files import NotARegularFile, check_file_path
+    written: a regular file or a new one in a folder that exists and takes a new file (probed),
+    not the document itself. RevisionError otherwise."""
+    from olifant_mlx.files import check_writable
 
     path = os.fspath(path)
     suffix = Path(path).suffix.lower()
@@ -358,13 +358,12 @@ def check_output(path, document_path) -> str:
         raise RevisionError(f"--output {path}: the file's suffix picks the format: {', '.join(WRITE)}")
     if os.path.exists(path) and os.path.samefile(path, document_path):
         raise RevisionError(f"--output {path} is the document itself: write the redline to another file")
-    try:
-        check_file_path(path, "--output file")
-    except NotARegularFile as e:
-        raise RevisionError(str(e)) from None
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+    if os.path.exists(path) and not os.access(path, os.W_OK):
         raise RevisionError(f"--output {path}: cannot be written here (permission denied)")
+    try:
+        check_writable(path, "--output file")       # a probe file made and removed: /proc, read-only mounts
+    except ValueError as e:
+        raise RevisionError(str(e)) from None
     if suffix == ".docx":
         from olifant_mlx.exports import need_docx
 

@@ -166,12 +166,14 @@ def test_the_output_is_checked_before_any_work(tmp_path, contract):
         revise.check_output(src, src)
     with pytest.raises(RevisionError, match="folder does not exist"):
         revise.check_output(tmp_path / "nowhere" / "out.md", src)
+    with pytest.raises(RevisionError, match="/proc"):
+        revise.check_output("/proc/redline.docx", src)
     locked = tmp_path / "locked"
     locked.mkdir()
     locked.chmod(0o500)
     try:
         if not os.access(locked, os.W_OK):       # root writes anywhere: the check is then moot
-            with pytest.raises(RevisionError, match="cannot be written"):
+            with pytest.raises(RevisionError, match="not a writable directory"):
                 revise.check_output(locked / "out.md", src)
     finally:
         locked.chmod(0o700)
