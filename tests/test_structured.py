@@ -207,3 +207,14 @@ def test_the_tui_settings_row_takes_a_file_or_the_schema(tmp_path):
     row.value = str(tmp_path / "missing.json")
     model.set("json_schema", lambda: read_option("json_schema", row))
     assert model.settings is None and "JSON schema" in model.errors["json_schema"]
+
+
+def test_without_the_library_the_error_names_the_install_command(monkeypatch, tmp_path, capsys):
+    import sys
+
+    from olifant_mlx.cli import main
+
+    monkeypatch.setitem(sys.modules, "llguidance", None)       # as if it were not installed
+    code = main(["generate", "--model", str(tmp_path / "no-such-model"), "--json-schema", '{"type": "object"}'])
+    err = capsys.readouterr().err
+    assert code == 1 and "pip install 'olifant_mlx[structured]'" in err and "no-such-model" not in err, err
