@@ -316,8 +316,9 @@ class GenerationQueue:
                 400, f"the prompt is {e.prompt_tokens:,} tokens and {e.max_tokens:,} more are asked for, but "
                      f"{info.id}'s context holds {info.context_length:,}: shorten the prompt or ask for "
                      f"fewer tokens (max_tokens)", "context_length_exceeded", job.param))
-        except OptionsError as e:        # precedents or a library that cannot be used
-            why = "bad_precedents" if (e.option or "").startswith("precedent") else "bad_sources"
+        except OptionsError as e:        # precedents, a library or a schema that cannot be used
+            why = "bad_precedents" if (e.option or "").startswith("precedent") else \
+                "bad_schema" if e.option == "json_schema" else "bad_sources"
             return self._refuse(job, why, Failed(400, str(e), "invalid_value", e.option or None))
         except Exception as e:           # a chat template that refuses the conversation, ...
             return self._refuse(job, "bad_prompt", Failed(400, f"the prompt cannot be formatted for this "
