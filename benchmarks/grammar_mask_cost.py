@@ -8,8 +8,8 @@ bitmask, what all three write), then the token is consumed. Measured per library
 the schema's compile time, the mask's time per token (median, mean, 90th percentile), the time
 to consume a token, a rollback of 4 tokens and their replay (the verifier's rollback), and
 whether the library says which tokens the grammar forces next (free drafts). Then the part that
-is the same for all three: the bitmask turned into an MLX boolean mask and applied to one row of
-logits (numpy's unpackbits against MLX's own shifts).
+is the same for all three: the bitmask applied to one row of MLX logits, as a boolean mask
+(numpy's unpackbits or MLX's own shifts, then mx.where) or as an added row of 0 and -inf.
 
     python benchmarks/grammar_mask_cost.py [--tokenizer FOLDER ...] [--out FILE.json]
 
@@ -264,9 +264,15 @@ def mlx_application(vocab: int, rounds: int = 200) -> dict:
         bits = ((words[:, None] >> shifts) & 1).reshape(-1)[:vocab].astype(mx.bool_)
         return mx.where(bits, logits, -mx.inf)
 
+    neg = np.array([-np.inf, 0.0], dtype=np.float32)
+
+    def by_bias():          # what olifant_mlx.structured does: a row of 0 and -inf, added
+        bits = np.unpackbits(bitmask.view(np.uint8), bitorder="little")[:vocab]
+        return logits + mx.array(np.take(neg, bits))
+
     out = {}
-    assert mx.array_equal(by_numpy(), by_mlx()).item()
-    for name, f in (("numpy_unpackbits", by_numpy), ("mlx_shifts", by_mlx)):
+    assert mx.array_equal(by_numpy(), by_mlx()).item() and mx.array_equal(by_numpy(), by_bias()).item()
+    for name, f in (("numpy_unpackbits_where", by_numpy), ("mlx_shifts_where", by_mlx), ("numpy_bias_add", by_bias)):
         us = []
         for _ in range(rounds):
             t = time.perf_counter()
