@@ -218,3 +218,14 @@ def test_without_the_library_the_error_names_the_install_command(monkeypatch, tm
     code = main(["generate", "--model", str(tmp_path / "no-such-model"), "--json-schema", '{"type": "object"}'])
     err = capsys.readouterr().err
     assert code == 1 and "pip install 'olifant_mlx[structured]'" in err and "no-such-model" not in err, err
+
+
+@pytest.mark.slow
+def test_smollm2_contract_extractions_parse_against_the_schema(smol):
+    """benchmarks/structured_output.py's extraction, smaller: three contracts, each answer valid
+    against the contract schema (docs/results/structured-extraction.json has all 20)."""
+    session = Session(smol, "lookup", GenerationOptions(max_tokens=160, json_schema=json.dumps(CONTRACTS["schema"])))
+    for contract in CONTRACTS["contracts"][2:5]:
+        r = session.generate(Chat.of(CONTRACTS["instruction"] + "\n\n" + contract["text"]))
+        assert r.finish_reason == "eos", (contract["id"], r.text)
+        jsonschema.validate(json.loads(r.text), CONTRACTS["schema"])
