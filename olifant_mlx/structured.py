@@ -22,20 +22,15 @@ from pathlib import Path
 
 import numpy as np
 
-from olifant_mlx.engine.options import OptionsError
-
 INSTALL = "pip install 'olifant_mlx[structured]'"
 JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 MAX_SCHEMA_BYTES = 256 << 10
 NEG = np.array([-np.inf, 0.0], dtype=np.float32)
 
 
-class SchemaError(OptionsError):
-    """A schema that cannot constrain a generation (an OptionsError of `json_schema`, so every
-    surface answers it as a bad option: the server a 400); the message names where it came from."""
-
-    def __init__(self, message: str):
-        super().__init__(message, "json_schema")
+class SchemaError(ValueError):
+    """A schema that cannot constrain a generation (a user's error: the command line exits 1, the
+    server answers 400); the message names where it came from."""
 
 
 def library():

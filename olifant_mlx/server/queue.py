@@ -297,6 +297,7 @@ class GenerationQueue:
         """The job's engine Request, planned once (the precedents gathered, the prompt encoded
         and fitted, the provenance library opened); None, the failure sent, when it cannot run."""
         from olifant_mlx.engine.request import Chat, ContextError, OptionsError, plan
+        from olifant_mlx.structured import SchemaError
 
         refused = None if job.options.sources is None else unknown_library(job.options.sources)
         if refused is not None:
@@ -316,10 +317,11 @@ class GenerationQueue:
                 400, f"the prompt is {e.prompt_tokens:,} tokens and {e.max_tokens:,} more are asked for, but "
                      f"{info.id}'s context holds {info.context_length:,}: shorten the prompt or ask for "
                      f"fewer tokens (max_tokens)", "context_length_exceeded", job.param))
-        except OptionsError as e:        # precedents, a library or a schema that cannot be used
-            why = "bad_precedents" if (e.option or "").startswith("precedent") else \
-                "bad_schema" if e.option == "json_schema" else "bad_sources"
+        except OptionsError as e:        # precedents or a library that cannot be used
+            why = "bad_precedents" if (e.option or "").startswith("precedent") else "bad_sources"
             return self._refuse(job, why, Failed(400, str(e), "invalid_value", e.option or None))
+        except SchemaError as e:         # a schema this verifier's tokenizer cannot take
+            return self._refuse(job, "bad_schema", Failed(400, str(e), "invalid_schema", "response_format"))
         except Exception as e:           # a chat template that refuses the conversation, ...
             return self._refuse(job, "bad_prompt", Failed(400, f"the prompt cannot be formatted for this "
                                                                f"model: {e}", "invalid_prompt", job.param))
