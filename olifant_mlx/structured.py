@@ -43,8 +43,9 @@ def library():
 
 
 def schema_text(schema, what: str) -> str:
-    """A schema (a dict, or its JSON text) as canonical JSON text; SchemaError naming `what`
-    when it is not a JSON object."""
+    """A schema (a dict, or its JSON text) as compact JSON text, its keys in their order (the
+    answer's keys follow the properties' order); SchemaError naming `what` when it is not a JSON
+    object."""
     if isinstance(schema, str):
         try:
             schema = json.loads(schema)
@@ -52,7 +53,7 @@ def schema_text(schema, what: str) -> str:
             raise SchemaError(f"{what}: not valid JSON: {e}") from None
     if not isinstance(schema, dict):
         raise SchemaError(f"{what}: a JSON schema is a JSON object, got {type(schema).__name__}")
-    return json.dumps(schema, sort_keys=True, ensure_ascii=False)
+    return json.dumps(schema, ensure_ascii=False)
 
 
 def read_schema(arg: str, what: str = "--json-schema") -> str:

@@ -138,6 +138,7 @@ def test_a_schema_is_read_from_a_file_or_given_as_text(tmp_path):
     f = tmp_path / "s.json"
     f.write_text(json.dumps(SCHEMA))
     assert json.loads(read_schema(str(f))) == SCHEMA
+    assert list(json.loads(read_schema(str(f)))["properties"]) == list(SCHEMA["properties"])   # in order
     assert json.loads(read_schema('{"type": "object"}')) == {"type": "object"}
     with pytest.raises(SchemaError, match=r"--json-schema .*missing\.json: no such file"):
         read_schema(str(tmp_path / "missing.json"))

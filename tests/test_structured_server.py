@@ -58,6 +58,7 @@ def test_a_json_schema_answer_follows_it_whole_and_streamed(served):
     whole = client.chat.completions.create(model="tiny", messages=MSG, response_format=FORMAT)
     answer = json.loads(whole.choices[0].message.content)
     jsonschema.validate(answer, SCHEMA)
+    assert list(answer) == list(SCHEMA["properties"])       # the keys in the schema's order
     assert whole.choices[0].finish_reason == "stop" and whole.choices[0].message.tool_calls is None
     streamed = client.chat.completions.create(model="tiny", messages=MSG, response_format=FORMAT, stream=True)
     assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == \
