@@ -88,6 +88,12 @@ BINDINGS = {
                  help="text that ends the generation (not shown)"),
     "truncate": bind(GENERATE, SERVE, RANKS, flags=("--truncate",),
                      help="a prompt too long for the verifier's context keeps its last tokens"),
+    # a server takes its clients' schemas as OpenAI spells them: response_format, tools
+    "json_schema": bind(GENERATE, TUI, flags=("--json-schema",), metavar="FILE", label="JSON schema",
+                        hint="blank: free text; a file, or {...}",
+                        help="the answer is JSON that follows this JSON schema: a FILE, or the schema itself "
+                             "as JSON text ('{\"type\": \"object\"}': any JSON object); needs the "
+                             "[structured] extra (docs/structured-output.md)"),
     # writes the prompts and outputs to a local file: a server keeps none of its clients' text
     "history": bind(GENERATE, flags=("--history",), metavar="FILE",
                     help="opt-in: a hybrid drafter also drafts from earlier sessions kept in FILE, and this "

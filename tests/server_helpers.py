@@ -84,7 +84,7 @@ BAD = [  # (path, body: dict / bytes, headers, status, code or param)
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": [
         {"type": "image_url", "image_url": {"url": "file:///etc/passwd"}}]}]}, None, 400, "unsupported_content"),
     ("/v1/chat/completions", {"messages": MSG, "logprobs": True}, None, 400, "logprobs"),
-    ("/v1/chat/completions", {"messages": MSG, "tools": [{"type": "function"}]}, None, 400, "tools"),
+    ("/v1/chat/completions", {"messages": MSG, "tools": [{"type": "function"}]}, None, 400, "tools[0]"),
     ("/v1/chat/completions", {"messages": MSG, "max_completion_tokens": 99999}, None, 400, "max_completion_tokens"),
     ("/v1/chat/completions", {"messages": MSG, "chat_template_kwargs": {"tokenize": True}}, None, 400,
      "chat_template_kwargs"),

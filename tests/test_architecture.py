@@ -61,14 +61,16 @@ def test_libraries_never_import_the_cli_or_the_ui():
         # the options' checks, bindings for their request fields; engine.cache for the prefix
         # cache it keeps across requests; `teardown` is its worker thread's clean end; `library`
         # to check a request's library name without listing the others; `audit` for its audit
-        # log), and only the serve command uses it
+        # log; `structured` to check a request's JSON schema before it is queued), and only the
+        # serve command uses it
         if m.startswith("olifant_mlx.server"):
             assert all(t == "olifant_mlx" or t.startswith(("olifant_mlx.server", "olifant_mlx.engine.session",
                                                             "olifant_mlx.engine.request",
                                                             "olifant_mlx.engine.options", "olifant_mlx.engine.loop",
                                                             "olifant_mlx.engine.cache", "olifant_mlx.library",
                                                             "olifant_mlx.drafters", "olifant_mlx.teardown",
-                                                            "olifant_mlx.bindings", "olifant_mlx.audit"))
+                                                            "olifant_mlx.bindings", "olifant_mlx.audit",
+                                                            "olifant_mlx.structured"))
                        for t in ts), (m, ts)
         elif any(t.startswith("olifant_mlx.server") for t in ts):
             assert m.startswith("olifant_mlx.cli"), (m, ts)
@@ -257,11 +259,11 @@ def test_adding_one_is_one_entry(what, edits):
 def test_a_drafter_is_one_entry_beside_three_special_cases():
     """A drafter is a `DrafterKind` in `KINDS` and its module; the three functions elsewhere that
     name two kinds each handle those kinds alone (a new drafter needs no edit there): the chat
-    request's tool_choice values "none"/"auto" (a match of words, not of drafters), the TUI
+    request's tool_choice values "none"/"auto" (structured_output: a match of words, not of drafters), the TUI
     form's adaptive and auto, provenance's library and rest. A function that starts dispatching
     over the kinds fails this."""
     count = entries("a drafter")
-    assert count["places"] == [("server/schemas.py", "plan_chat"), ("tui/settings_tab.py", "split_spec"),
+    assert count["places"] == [("server/schemas.py", "structured_output"), ("tui/settings_tab.py", "split_spec"),
                                ("provenance.py", "library_of_spec")], count["places"]
 
 

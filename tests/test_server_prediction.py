@@ -147,13 +147,13 @@ def test_a_malformed_prediction_is_a_400_naming_it(server, client):
 
 
 def test_what_openai_refuses_beside_a_prediction_is_refused_here_anyway(client):
-    """n > 1, logprobs, penalties and tools are refused on every request of this server: with a
-    prediction by the same field as without one, nothing new to refuse."""
+    """n > 1, logprobs, penalties and malformed tools are refused on every request of this server:
+    with a prediction by the same field as without one, nothing new to refuse."""
     body = {"messages": CHAT, "prediction": content("x")}
     check_refused(client, [("/v1/chat/completions", {**body, "n": 2}, None, 400, "n"),
                            ("/v1/chat/completions", {**body, "logprobs": True}, None, 400, "logprobs"),
                            ("/v1/chat/completions", {**body, "presence_penalty": 1.0}, None, 400, "presence_penalty"),
-                           ("/v1/chat/completions", {**body, "tools": [{"type": "function"}]}, None, 400, "tools")])
+                           ("/v1/chat/completions", {**body, "tools": [{"type": "function"}]}, None, 400, "tools[0]")])
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -136,3 +136,27 @@ class TinyVerifier:
             def finalize(self):
                 self.last_segment = ""
         return D()
+
+
+JSON_CHARS = '{}[]":, abcdefghijklmnopqrstuvwxyz0123456789-._ABCDEFGHIJKLMNOP'   # ids 1..63
+
+
+class JsonTok(ChatTok):
+    """The tiny chat tokenizer over text that JSON is written in: id 0 ends the sequence, ids
+    1..63 are one character each, and it says its tokens' bytes (`token_bytes`), which is what
+    structured output reads of a tokenizer that is not a Hugging Face one."""
+    eos_token_ids = [0]
+
+    def encode(self, text, add_special_tokens=True):
+        return [JSON_CHARS.index(c) + 1 if c in JSON_CHARS else 8 for c in text]
+
+    def decode(self, ids):
+        return "".join(JSON_CHARS[i - 1] if 0 < i < VOCAB else "" for i in ids)
+
+    def token_bytes(self):
+        return [b"<eos>"] + [c.encode() for c in JSON_CHARS]
+
+
+def tiny_json_verifier():
+    """The tiny model with JsonTok: a verifier that structured output can constrain."""
+    return Verifier(tiny_llama(0), JsonTok(), JsonTok(), "tiny", context_length=2048)

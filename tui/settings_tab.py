@@ -204,6 +204,14 @@ def read_option(name: str, widget):
         return _number(text, o.what, o.optional)
     if o.kind == "texts":
         return tuple(t.strip() for t in text.split(",") if t.strip())
+    if o.kind == "schema":          # a file, or the schema's JSON text; checked as it is typed
+        if not text.strip():
+            return None
+        from olifant_mlx.structured import check_schema, read_schema
+
+        schema = read_schema(text, BINDINGS[name].label)
+        check_schema(schema, BINDINGS[name].label)
+        return schema
     return text.strip() or (None if o.optional else "")
 
 

@@ -7,7 +7,7 @@ import json
 import sys
 
 from olifant_mlx.drafters.registry import help_text
-from olifant_mlx.bindings import BINDINGS, GENERATE, bound
+from olifant_mlx.bindings import BINDINGS, GENERATE, bound, flag_of
 from olifant_mlx.engine.options import default_of, options
 
 MODEL_HELP = ("verifier: alias (smollm2-135m, gemma3-270m, qwen2.5-coder-1.5b), GGUF file, MLX folder or hub id "
@@ -99,7 +99,7 @@ def add_option_args(p, names, **helps) -> None:
         p.add_argument(*b.flags, **{k: v for k, v in kw.items() if v is not None or k == "help"})
 
 
-_FLAG_TYPES = {"whole": int, "number": float, "text": str, "texts": str}
+_FLAG_TYPES = {"whole": int, "number": float, "text": str, "texts": str, "schema": str}
 
 
 def add_generation_args(p, prompt: bool = True) -> None:
@@ -188,6 +188,10 @@ def options_from(args):
         if dest is None or not hasattr(args, dest):
             continue
         value = getattr(args, dest)
+        if o.kind == "schema" and value is not None:     # a FILE, or the schema's JSON text
+            from olifant_mlx.structured import read_schema
+
+            value = read_schema(value, flag_of(name))
         values[name] = (not value if BINDINGS[name].negated else value) if o.kind == "flag" else \
             tuple(value or ()) if o.kind == "texts" else value
     return GenerationOptions(**values)
@@ -212,6 +216,11 @@ def prepare(args):
     from olifant_mlx.drafters import parse_spec, uses_history
 
     options = options_from(args)
+    if options.json_schema is not None:      # compiled once without a model: an unsupported feature fails now
+        from olifant_mlx.structured import check_schema
+
+        arg = args.json_schema.strip()
+        check_schema(options.json_schema, flag_of("json_schema") + ("" if arg.startswith("{") else f" {arg}"))
     template_kwargs(args)
     check_adapter_path(getattr(args, "adapter_path", None))
     if getattr(args, "adapter_path", None) and getattr(args, "sharded", None):

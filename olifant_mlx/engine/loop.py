@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from olifant_mlx.drafters.base import CostAware, Drafter, as_drafter
 from olifant_mlx.engine import cache as kv
 from olifant_mlx.engine.collective import Collective
+from olifant_mlx.engine.constraint import ForcedDrafts
 from olifant_mlx.engine.costs import LeadRule
 from olifant_mlx.engine.options import MAX_K, GenerationOptions  # noqa: F401  (MAX_K: engine.loop's name too)
 from olifant_mlx.engine.sampling import picker
@@ -268,7 +269,7 @@ class UncachedVerification:
 def generate_steps(model, prompt, drafter=None, options: GenerationOptions | None = None, *,
                    eos_ids=(), bos_id: int | None = None, stats: Stats | None = None, on_prefill=None,
                    vocab_size: int | None = None, shared: Collective | None = None, prompt_cache=None,
-                   sampling=None, processors=None, **fields):
+                   sampling=None, processors=None, constraint=None, **fields):
     """Yield a Step per verifier pass until max_tokens or an EOS token (not emitted), as
     `options` say (engine.options.GenerationOptions: k, max_tokens, the KV regime and its
     quantization, sampling, the lead rule and the cost models; `fields` change some of them,
@@ -291,7 +292,8 @@ def generate_steps(model, prompt, drafter=None, options: GenerationOptions | Non
     shares are prefilled, and the cache goes back to it at the end (at the last Step, or when
     the caller closes the generator between Steps). `kv_bits` (KV regime) quantizes the cache
     as mlx-lm does (QuantizedKVCache, `kv_group_size`), once it holds `quantized_kv_start`
-    tokens, checked between passes."""
+    tokens, checked between passes. `constraint` (engine.constraint: structured output) masks
+    every choice; each pass drafts its forced tokens, then the drafter's (ForcedDrafts)."""
     options, rule = _options(options, fields)
     prompt = [int(t) for t in prompt]
     vocab_size = vocab_size or model_vocab_size(model)
@@ -299,6 +301,7 @@ def generate_steps(model, prompt, drafter=None, options: GenerationOptions | Non
     drafter = as_drafter(drafter)
     plan_rule = _lead_rule(options, rule, drafter, shared)
     skip = 0 if drafter.wants_bos or bos_id is None or prompt[0] != bos_id else 1
+    drafter = _constrained(drafter, constraint, prompt, skip)
     seq = list(prompt)                      # everything the verifier has seen or will see
     _start(drafter, seq[skip:], options.draft_cost)
     stats = stats if stats is not None else Stats()
@@ -306,7 +309,7 @@ def generate_steps(model, prompt, drafter=None, options: GenerationOptions | Non
     if options.max_tokens == 0:
         return
     pick = picker(options.sampling if sampling is None else sampling,
-                  options.processors() if processors is None else processors)
+                  options.processors() if processors is None else processors, constraint)
     if shared is not None:
         drafter, pick = shared.drafter(drafter), shared.choices(pick)
     plan = Plan(drafter, plan_rule, options.k, options.max_tokens, frozenset(int(e) for e in eos_ids),
@@ -323,6 +326,15 @@ def generate_steps(model, prompt, drafter=None, options: GenerationOptions | Non
         raise
     if prompt_cache is not None:
         verifier.keep(prompt_cache, seq)
+
+
+def _constrained(drafter, constraint, prompt, skip):
+    """The drafter, under a constraint (started on the prompt) one that drafts its forced tokens
+    first and cuts what it forbids."""
+    if constraint is None:
+        return drafter
+    constraint.start(prompt)
+    return ForcedDrafts(drafter, constraint, prompt[:skip])
 
 
 def _options(options, fields) -> tuple:

@@ -10,6 +10,7 @@ the same message.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from dataclasses import dataclass
 
@@ -45,8 +46,9 @@ class LibraryOptionError(OptionsError):
 @dataclass(frozen=True)
 class Option:
     """What one GenerationOptions field takes. `kind`: "whole", "number" (finite), "flag",
-    "text", "texts" (a tuple of non-empty strings), "choice" (one of `choices`) or "cost" (a
-    pass-cost model: coefficients() and observe())."""
+    "text", "texts" (a tuple of non-empty strings), "choice" (one of `choices`), "schema" (a
+    JSON schema: the text of a JSON object; the surfaces that type one name its file) or "cost"
+    (a pass-cost model: coefficients() and observe())."""
     what: str                         # its name in messages: "top-p"
     kind: str = "whole"
     low: float | None = None
@@ -104,12 +106,23 @@ def check_option(name: str, value, high=None) -> None:
         what = "must be non-empty strings"
     elif o.kind == "text":
         ok, what = isinstance(value, str) and bool(value), "must be a non-empty text"
+    elif o.kind == "schema":
+        ok, what = _is_json_object(value), "must be a JSON schema (the text of a JSON object)"
     elif o.kind == "cost":
         ok = hasattr(value, "coefficients") and hasattr(value, "observe")
         what = "must be a pass-cost model (coefficients(), observe())"
     if not ok:
         raise OptionsError(f"{o.what} {what}{' (or none)' if o.optional and o.kind != 'cost' else ''}"
                            f", got {value!r}", name)
+
+
+def _is_json_object(value) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        return isinstance(json.loads(value), dict)
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -136,6 +149,8 @@ class GenerationOptions:
     extra_eos_tokens: tuple = option((), what="extra EOS tokens", kind="texts")
     stop: tuple = option((), what="stop sequences", kind="texts")
     truncate: bool = option(False, what="truncate", kind="flag")
+    # structured output (olifant_mlx.structured): the answer is JSON that follows this schema
+    json_schema: str | None = option(None, what="the JSON schema", kind="schema", optional=True)
     history: str | None = option(None, what="the history file", kind="text", optional=True)
     # the opt-in audit log (olifant_mlx.audit): a line per generation, never a word of its text
     audit_log: str | None = option(None, what="the audit log", kind="text", optional=True)

@@ -116,6 +116,11 @@ class Request:
     cache: object = None            # an engine.cache PromptCache / PrefixCache, or None
     continuation: bool = False
     prediction: tuple = ()          # ids the answer is expected to mostly repeat (drafters.prediction)
+    grammar: object = None          # options.json_schema compiled for the verifier (structured.Grammar), or None
+
+    def constraint(self):
+        """A fresh engine.constraint.Constraint for one generation of this request, or None."""
+        return self.grammar.constraint() if self.grammar is not None else None
 
     @property
     def drafter(self) -> Drafter:
@@ -173,9 +178,11 @@ def plan(session, prompt, options: GenerationOptions | None = None, drafter=None
     if predicted:
         drafted = Drafting(drafted.requested, drafted.spec, predicting(drafted.drafter, predicted))
     library = sources_library(opts, drafted)
-    return Request(tuple(ids), opts, drafted, session.eos_ids(opts), library,
+    eos_ids = session.eos_ids(opts)
+    grammar = session.grammar(opts.json_schema, eos_ids) if opts.json_schema is not None else None
+    return Request(tuple(ids), opts, drafted, eos_ids, library,
                    provenance_index(session.verifier, opts, library, used), used, cache,
-                   continuation and not isinstance(given, Chat), predicted)
+                   continuation and not isinstance(given, Chat), predicted, grammar)
 
 
 def prediction_ids(session, prediction, prompt_tokens: int) -> tuple:

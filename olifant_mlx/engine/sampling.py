@@ -60,22 +60,28 @@ class Sampling:
         return self.draw(self.filtered(logits)[0], position)
 
 
-def picker(sampling: Sampling | None, processors=()):
+def picker(sampling: Sampling | None, processors=(), constraint=None):
     """pick(logits, position, context): the verifier's token(s). `logits` holds one position
     (1-d: an int is returned) or consecutive positions from `position` on (2-d: a list);
     `context` is the token sequence, whose first position + i tokens are what row i follows
-    (the history a logits processor sees, as in mlx-lm: prompt and generated tokens)."""
+    (the history a logits processor sees, as in mlx-lm: prompt and generated tokens). A
+    `constraint` (engine.constraint.Constraint) masks each row last, after the tokens it follows,
+    so a choice never depends on the pass it was made in."""
     processors = tuple(processors)
 
     def process(logits, position, context):
-        if not processors:
+        if not processors and constraint is None:
             return logits
         rows = logits.reshape(-1, logits.shape[-1])
         out = []
         for i in range(rows.shape[0]):
-            row, history = rows[i:i + 1], mx.array(context[:position + i])
-            for proc in processors:
-                row = proc(history, row)
+            row = rows[i:i + 1]
+            if processors:
+                history = mx.array(context[:position + i])
+                for proc in processors:
+                    row = proc(history, row)
+            if constraint is not None:
+                row = row + mx.array(constraint.bias(context[:position + i], row.shape[-1]))
             out.append(row)
         return mx.concatenate(out, axis=0).reshape(logits.shape)
 
@@ -88,13 +94,13 @@ def picker(sampling: Sampling | None, processors=()):
 
     def lazy(logits, position, context=()):
         """One position's token as an unevaluated 0-d array (mx.async_eval can start it while
-        Python goes on); None where a logits processor needs the tokens themselves."""
-        if processors:
+        Python goes on); None where a logits processor or a constraint needs the tokens themselves."""
+        if processors or constraint is not None:
             return None
         if sampling is None:
             return mx.argmax(logits, axis=-1)
         return sampling.pick_lazy(logits, position)
 
     pick.lazy = lazy
-    pick.lazy_ok = not processors
+    pick.lazy_ok = not processors and constraint is None
     return pick

@@ -234,6 +234,8 @@ class Session:
             ident = verifier.identity
             self.history = SessionHistory(self.options.history, ident.digest, ident.vocab_size)
         self.drafting = drafting(drafter, verifier.identity, self.history)   # the default drafter
+        self._grammars = {}            # (schema, EOS ids) -> structured.Grammar, the latest kept
+        self._grammar_tokenizer = None
 
     @property
     def lead(self):
@@ -333,6 +335,22 @@ class Session:
             f"tokens (--max-tokens), or --truncate to keep the prompt's last "
             f"{max(room, 0):,} tokens", len(ids), opts.max_tokens)
 
+    def grammar(self, schema: str, eos_ids):
+        """`schema` (a JSON schema's text) compiled for this verifier's tokenizer (structured.Grammar):
+        the tokenizer converted once, a schema compiled once (the last 16 kept); a SchemaError
+        (an OptionsError's kin: a ValueError) when the schema is not supported."""
+        from olifant_mlx.structured import Grammar, llg_tokenizer
+
+        key = (schema, tuple(eos_ids))
+        if key not in self._grammars:
+            if self._grammar_tokenizer is None or self._grammar_tokenizer[0] != key[1]:
+                width = self.vocab_size or self.verifier.identity.vocab_size
+                self._grammar_tokenizer = (key[1], llg_tokenizer(self.verifier.tokenizer, width, key[1]))
+            while len(self._grammars) >= 16:
+                self._grammars.pop(next(iter(self._grammars)))
+            self._grammars[key] = Grammar.of(schema, self._grammar_tokenizer[1], key[1])
+        return self._grammars[key]
+
     def eos_ids(self, opts: GenerationOptions) -> tuple:
         extra = tuple(self.verifier.token_id(t) for t in opts.extra_eos_tokens)
         return tuple(self.verifier.eos_ids) + extra
@@ -388,7 +406,8 @@ class Session:
         text = Decoding(self.verifier, request)
         ident = self.verifier.identity
         guard = Guard(request.tracker(ident if hasattr(ident, "decode") else None))
-        steps = self._steps(ids, request.drafter, opts, stats, on_prefill, request.eos_ids, request.cache)
+        steps = self._steps(ids, request.drafter, opts, stats, on_prefill, request.eos_ids, request.cache,
+                            request.constraint())
         for step in steps:
             segments = text.add(step)
             found, trip = guard.feed(step.emitted)
@@ -412,13 +431,14 @@ class Session:
         yield Response("", [], [], None, stats, "max_tokens",
                        self._finish(ids, [], stats, request.drafter, start, request.prediction), precedents=used)
 
-    def _steps(self, ids, drafter, opts, stats, on_prefill, eos_ids, cache=None):
+    def _steps(self, ids, drafter, opts, stats, on_prefill, eos_ids, cache=None, constraint=None):
         """The engine loop for one generation (a Step per verifier pass); a sharded verifier
         keeps no cache between generations (every rank would have to keep the same one)."""
         v = self.verifier
         return generate_steps(v.model, ids, drafter, opts, eos_ids=eos_ids, bos_id=v.bos_id,
                               stats=stats, on_prefill=on_prefill, vocab_size=self.vocab_size,
-                              shared=self.shard, prompt_cache=cache if self.shard is None else None)
+                              shared=self.shard, prompt_cache=cache if self.shard is None else None,
+                              constraint=constraint)
 
     def _finish(self, ids, tokens, stats, drafter, start, prediction=()):
         """Energy of the generation; the opt-in history remembers prompt and output; a

@@ -403,16 +403,23 @@ class Api:
     async def events(self, job: Job, events: Mailbox, batch: list, responder: Responder, watcher):
         """The server-sent events of a streamed answer: every event taken in one wake-up goes
         out in one write (the same bytes as one write per event)."""
-        finished = False
+        finished, held = False, [] if responder.plan.tools else None   # with tools: is it a call?
         try:
             out = [sse(responder.chunk("", first=True))] if responder.plan.kind == "chat" else []
             while True:
                 for event in batch:
                     if isinstance(event, Delta):
-                        out.append(sse(responder.chunk(event.text)))
+                        if held is None:
+                            out.append(sse(responder.chunk(event.text)))
+                        else:
+                            held.append(event.text)
                     elif isinstance(event, Finished):
                         finished = True
-                        last = responder.chunk(None, event.finish_reason)
+                        if held is None:
+                            last = responder.chunk(None, event.finish_reason)
+                        else:
+                            *calls, last = responder.last_chunks("".join(held), event.finish_reason)
+                            out += [sse(c) for c in calls]
                         if responder.plan.include_usage:   # sources go with the usage ...
                             out += [sse(last), sse(responder.usage_chunk(event.usage, event.sources,
                                                                          event.precedents))]

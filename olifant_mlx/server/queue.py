@@ -304,6 +304,7 @@ class GenerationQueue:
         """The job's engine Request, planned once (the precedents gathered, the prompt encoded
         and fitted, the provenance library opened); None, the failure sent, when it cannot run."""
         from olifant_mlx.engine.request import Chat, ContextError, LibraryOptionError, OptionsError, plan
+        from olifant_mlx.structured import SchemaError
 
         refused = None if job.options.sources is None else unknown_library(job.options.sources)
         if refused is not None:
@@ -332,6 +333,8 @@ class GenerationQueue:
                 log.warning("request %s: %s", job.id, e)
                 return self._refuse(job, why, library_refusal(param or "precedents", e.library))
             return self._refuse(job, why, Failed(400, str(e), "invalid_value", param))
+        except SchemaError as e:         # a schema this verifier's tokenizer cannot take
+            return self._refuse(job, "bad_schema", Failed(400, str(e), "invalid_schema", "response_format"))
         except Exception as e:           # a chat template that refuses the conversation, ...
             return self._refuse(job, "bad_prompt", Failed(400, f"the prompt cannot be formatted for this "
                                                                f"model: {e}", "invalid_prompt", job.param))

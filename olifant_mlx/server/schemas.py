@@ -6,7 +6,9 @@ A request becomes a `Plan` (prompt, GenerationOptions, drafter name, streaming) 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -23,7 +25,8 @@ from olifant_mlx.server.config import Limits
 from olifant_mlx.server.queue import ModelInfo
 
 INT64 = 1 << 63
-ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                404: "invalid_request_error",
                405: "invalid_request_error", 413: "invalid_request_error", 415: "invalid_request_error",
@@ -73,6 +76,8 @@ class Message(Strict):
     role: str
     content: str | list[ContentPart] | None = None
     name: str | None = None
+    tool_calls: list | None = None           # an assistant's earlier calls
+    tool_call_id: str | None = None          # a tool's answer to one of them
 
 
 class Prediction(Strict):
@@ -209,6 +214,7 @@ class Plan:
     param: str                  # the field that holds the prompt
     prediction: str | None = None   # the predicted output's text (None: no prediction)
     prediction_k: int | None = None  # the draft length it asks for (None: num_draft_tokens given)
+    tools: tuple | None = None      # the functions the answer may call (their names), or None
 
 
 def plan_chat(req: ChatRequest, info: ModelInfo, defaults: GenerationOptions, limits: Limits) -> Plan:
@@ -217,13 +223,7 @@ def plan_chat(req: ChatRequest, info: ModelInfo, defaults: GenerationOptions, li
                             f"with a prompt", "messages", "no_chat_template")
     _unsupported(req.logprobs, "logprobs", "logprobs are not available from this server")
     _unsupported(req.top_logprobs, "top_logprobs", "logprobs are not available from this server")
-    _unsupported(req.tools, "tools", "tools (function calling) are not supported")
-    if req.tool_choice not in (None, "none", "auto"):
-        raise ApiError(400, "tool_choice: tools (function calling) are not supported", "tool_choice",
-                       "unsupported_parameter")
-    if req.response_format not in (None, {"type": "text"}):
-        raise ApiError(400, "response_format: only {\"type\": \"text\"} is supported", "response_format",
-                       "unsupported_parameter")
+    tools, schema = structured_output(req)
     if not req.messages:
         raise ApiError(400, "messages: give at least one message", "messages")
     if len(req.messages) > limits.max_messages:
@@ -232,9 +232,12 @@ def plan_chat(req: ChatRequest, info: ModelInfo, defaults: GenerationOptions, li
     for i, m in enumerate(req.messages):
         role = ROLES.get(m.role)
         if role is None:
-            raise ApiError(400, f"messages[{i}].role must be system, developer, user or assistant, "
+            raise ApiError(400, f"messages[{i}].role must be system, developer, user, assistant or tool, "
                                 f"got {m.role[:32]!r}", f"messages[{i}].role")
-        messages.append({"role": role, "content": _text(m.content, i)})
+        if role == "assistant" and m.content is None and m.tool_calls:
+            messages.append({"role": role, "content": _calls_text(m.tool_calls, i)})
+        else:
+            messages.append({"role": role, "content": _text(m.content, i)})
     kwargs = req.chat_template_kwargs or {}
     if len(kwargs) > 16 or not all(isinstance(k, str) and k.isidentifier() and not k.startswith("_")
                                    and isinstance(v, (str, int, float, bool, type(None)))
@@ -245,10 +248,118 @@ def plan_chat(req: ChatRequest, info: ModelInfo, defaults: GenerationOptions, li
                       "documents", "chat_template", "continue_final_message", "return_dict"}:
         raise ApiError(400, "chat_template_kwargs: those names are the server's to set",
                        "chat_template_kwargs")
+    if tools:               # the template shows them to the model where it can (Qwen's does)
+        kwargs = {**kwargs, "tools": [dict(t) for t in req.tools]}
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
-    return _plan(req, "chat", Chat(tuple(messages), dict(kwargs)), max_tokens, param, info, defaults,
+    plan = _plan(req, "chat", Chat(tuple(messages), dict(kwargs)), max_tokens, param, info, defaults,
                  limits, "messages")
+    if schema is None and tools is None:
+        return plan
+    return dataclasses.replace(plan, options=plan.options.replace(json_schema=schema) if schema else plan.options,
+                               tools=tools)
+
+
+def structured_output(req) -> tuple:
+    """(the names of the functions the answer may call, or None; the JSON schema's text the
+    answer is constrained to, or None) of a chat request's `response_format`, `tools` and
+    `tool_choice`, as OpenAI defines them: a call is forced by tool_choice "required" (any of the
+    tools) or a named function; "auto" (the default with tools) leaves the answer free, and it is
+    a call when it is one as JSON; "none" never calls. Every schema is compiled here, before the
+    request is queued: what cannot constrain an answer is a 400 naming its field."""
+    from olifant_mlx.structured import SchemaError, check_schema, schema_text, tool_call_schema
+
+    schema, param = _response_format(req.response_format), "response_format.json_schema.schema"
+    tools, choice = _tools(req.tools), req.tool_choice
+    if choice is not None and tools is None and choice != "none":
+        raise ApiError(400, "tool_choice: give the tools it chooses among (tools)", "tool_choice", "invalid_value")
+    if tools is not None:
+        choice = "auto" if choice is None else choice
+        if isinstance(choice, dict):
+            name = (choice.get("function") or {}).get("name") if choice.get("type") == "function" else None
+            if not isinstance(name, str) or name not in tools:
+                raise ApiError(400, f"tool_choice: a function among the tools ({', '.join(tools)}), as "
+                                    '{"type": "function", "function": {"name": NAME}}', "tool_choice", "invalid_value")
+            schema, param = tool_call_schema(req.tools, name), "tools"
+        elif choice == "required":
+            schema, param = tool_call_schema(req.tools), "tools"
+        elif choice == "none":
+            tools = None
+        elif choice != "auto":
+            raise ApiError(400, "tool_choice must be none, auto, required or a function", "tool_choice",
+                           "invalid_value")
+    if schema is None:
+        return tools, None
+    try:
+        text = schema_text(schema, param)
+        check_schema(text, param)
+    except SchemaError as e:
+        raise ApiError(400, str(e), param, "invalid_schema") from None
+    return tools, text
+
+
+def _response_format(fmt):
+    """The schema a response_format asks for (a dict), or None for text."""
+    if fmt is None or fmt == {"type": "text"}:
+        return None
+    kind = fmt.get("type")
+    if kind == "json_object":
+        return {"type": "object"}
+    if kind == "json_schema":
+        spec = fmt.get("json_schema")
+        if not isinstance(spec, dict) or not isinstance(spec.get("name", ""), str):
+            raise ApiError(400, 'response_format.json_schema: give {"name": ..., "schema": {...}, "strict": ...}',
+                           "response_format.json_schema", "invalid_value")
+        schema = spec.get("schema", {"type": "object"})
+        if not isinstance(schema, dict):
+            raise ApiError(400, "response_format.json_schema.schema must be a JSON schema (an object)",
+                           "response_format.json_schema.schema", "invalid_value")
+        return schema
+    raise ApiError(400, 'response_format: the type is "text", "json_object" or "json_schema"',
+                   "response_format.type", "invalid_value")
+
+
+def _tools(tools) -> tuple | None:
+    """The function names of a request's tools (OpenAI's shape, checked), or None for none."""
+    if not tools:
+        return None
+    names = []
+    for i, t in enumerate(tools):
+        f = t.get("function") if isinstance(t, dict) and t.get("type") == "function" else None
+        name = f.get("name") if isinstance(f, dict) else None
+        if not isinstance(name, str) or not TOOL_NAME.match(name):
+            raise ApiError(400, f'tools[{i}]: a function, {{"type": "function", "function": {{"name": NAME '
+                                f'(letters, digits, _ and -, up to 64), "parameters": {{...}}}}}}', f"tools[{i}]",
+                           "invalid_value")
+        if not isinstance(f.get("parameters", {}), dict):
+            raise ApiError(400, f"tools[{i}].function.parameters must be a JSON schema (an object)",
+                           f"tools[{i}].function.parameters", "invalid_value")
+        if name in names:
+            raise ApiError(400, f"tools[{i}]: two functions named {name!r}", f"tools[{i}]", "invalid_value")
+        names.append(name)
+    return tuple(names)
+
+
+def _calls_text(calls, i) -> str:
+    """An assistant's earlier tool calls as the text it wrote them in (one JSON call a line)."""
+    try:
+        return "\n".join(json.dumps({"name": c["function"]["name"],
+                                      "arguments": json.loads(c["function"]["arguments"])}) for c in calls)
+    except (KeyError, TypeError, ValueError):
+        raise ApiError(400, f"messages[{i}].tool_calls: each needs function.name and function.arguments (JSON text)",
+                       f"messages[{i}].tool_calls", "invalid_value") from None
+
+
+def tool_call(text: str, tools) -> dict | None:
+    """The call an answer makes ({"name", "arguments"} as JSON, the name among `tools`), or None."""
+    try:
+        call = json.loads(text)
+    except ValueError:
+        return None
+    if not (isinstance(call, dict) and call.get("name") in tools and isinstance(call.get("arguments"), dict)):
+        return None
+    return {"id": "call_" + secrets.token_hex(12), "type": "function",
+            "function": {"name": call["name"], "arguments": json.dumps(call["arguments"], ensure_ascii=False)}}
 
 
 def plan_completion(req: CompletionRequest, info: ModelInfo, defaults: GenerationOptions,
@@ -422,11 +533,18 @@ class Responder:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.plan.model,
                 "system_fingerprint": self.fingerprint}
 
+    def call(self, text: str, finish_reason: str) -> tuple:
+        """(the tool call an answer makes, or None; its finish reason: "tool_calls" for a call)."""
+        call = tool_call(text, self.plan.tools) if self.plan.tools and finish_reason == "stop" else None
+        return call, "tool_calls" if call is not None else finish_reason
+
     def whole(self, text: str, finish_reason: str, usage: dict, sources: list | None = None,
               precedents: list | None = None) -> dict:
         if self.plan.kind == "chat":
-            choice = {"index": 0, "message": {"role": "assistant", "content": text},
-                      "logprobs": None, "finish_reason": finish_reason}
+            call, finish_reason = self.call(text, finish_reason)
+            message = {"role": "assistant", "content": text} if call is None else \
+                {"role": "assistant", "content": None, "tool_calls": [call]}
+            choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}
         else:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
         return with_sources({**self._head(self.object), "choices": [choice], "usage": usage}, sources, precedents)
@@ -444,6 +562,17 @@ class Responder:
         if self.plan.include_usage:
             out["usage"] = None
         return out
+
+    def last_chunks(self, text: str, finish_reason: str) -> list:
+        """The chunks that end a streamed answer with tools, whose text was held back: its tool
+        call (or its text, when it makes none), then the finish reason."""
+        call, finish_reason = self.call(text, finish_reason)
+        if call is None:
+            out = [self.chunk(text)] if text else []
+        else:
+            out = [self.chunk(None)]
+            out[0]["choices"][0]["delta"] = {"tool_calls": [{"index": 0, **call}]}
+        return out + [self.chunk(None, finish_reason)]
 
     def usage_chunk(self, usage: dict, sources: list | None = None, precedents: list | None = None) -> dict:
         obj = "chat.completion.chunk" if self.plan.kind == "chat" else "text_completion"
