@@ -155,6 +155,26 @@ class Grammar:
         return SchemaConstraint(self)
 
 
+class Grammars:
+    """A verifier's compiled schemas: its tokenizer converted once (per set of EOS ids), a schema
+    compiled once, the latest `keep` kept (a server sees the same few schemas again and again)."""
+
+    def __init__(self, tokenizer, width: int, keep: int = 16):
+        self.tokenizer, self.width, self.keep = tokenizer, width, keep
+        self.compiled = {}             # (schema, EOS ids) -> Grammar, oldest first
+        self.converted = None          # (EOS ids, llguidance's tokenizer)
+
+    def get(self, schema: str, eos_ids: tuple) -> Grammar:
+        key = (schema, eos_ids)
+        if key not in self.compiled:
+            if self.converted is None or self.converted[0] != eos_ids:
+                self.converted = (eos_ids, llg_tokenizer(self.tokenizer, self.width, eos_ids))
+            while len(self.compiled) >= self.keep:
+                self.compiled.pop(next(iter(self.compiled)))
+            self.compiled[key] = Grammar.of(schema, self.converted[1], eos_ids)
+        return self.compiled[key]
+
+
 class SchemaConstraint:
     """engine.constraint.Constraint over an llguidance matcher, kept in step with the sequence it
     is asked about: tokens no longer there are rolled back, new ones consumed."""

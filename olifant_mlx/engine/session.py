@@ -234,8 +234,7 @@ class Session:
             ident = verifier.identity
             self.history = SessionHistory(self.options.history, ident.digest, ident.vocab_size)
         self.drafting = drafting(drafter, verifier.identity, self.history)   # the default drafter
-        self._grammars = {}            # (schema, EOS ids) -> structured.Grammar, the latest kept
-        self._grammar_tokenizer = None
+        self.grammars = None           # structured.Grammars: compiled schemas, made when one is asked for
 
     @property
     def lead(self):
@@ -336,20 +335,13 @@ class Session:
             f"{max(room, 0):,} tokens", len(ids), opts.max_tokens)
 
     def grammar(self, schema: str, eos_ids):
-        """`schema` (a JSON schema's text) compiled for this verifier's tokenizer (structured.Grammar):
-        the tokenizer converted once, a schema compiled once (the last 16 kept); a SchemaError
-        (an OptionsError's kin: a ValueError) when the schema is not supported."""
-        from olifant_mlx.structured import Grammar, llg_tokenizer
+        """`schema` (a JSON schema's text) compiled for this verifier's tokenizer (structured.Grammars);
+        a SchemaError (a ValueError) when the schema is not supported."""
+        if self.grammars is None:
+            from olifant_mlx.structured import Grammars
 
-        key = (schema, tuple(eos_ids))
-        if key not in self._grammars:
-            if self._grammar_tokenizer is None or self._grammar_tokenizer[0] != key[1]:
-                width = self.vocab_size or self.verifier.identity.vocab_size
-                self._grammar_tokenizer = (key[1], llg_tokenizer(self.verifier.tokenizer, width, key[1]))
-            while len(self._grammars) >= 16:
-                self._grammars.pop(next(iter(self._grammars)))
-            self._grammars[key] = Grammar.of(schema, self._grammar_tokenizer[1], key[1])
-        return self._grammars[key]
+            self.grammars = Grammars(self.verifier.tokenizer, self.vocab_size or self.verifier.identity.vocab_size)
+        return self.grammars.get(schema, tuple(eos_ids))
 
     def eos_ids(self, opts: GenerationOptions) -> tuple:
         extra = tuple(self.verifier.token_id(t) for t in opts.extra_eos_tokens)
