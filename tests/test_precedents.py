@@ -69,17 +69,17 @@ def built(tmp_path, cache, smollm2):
 
 def test_search_ranks_the_intended_passage_first_and_cites_it(built, capsys):
     lib, _ = built
-    assert lib.meta["passages"] >= 7
+    assert lib.meta["passages"] == 4        # a region each: a heading and what follows it, under WINDOW_TOKENS
     best = passages.search(lib, "keep confidential information from third parties, auditors, three years")
-    # a passage is a paragraph and the ones after it (up to WINDOW_TOKENS): cited as such
-    assert best[0].paragraphs() == [CONFIDENTIALITY, GOVERNING_LAW] and best[0].path == "acme/nda.docx"
-    assert best[0].citation() == f"acme/nda.docx, paragraphs {best[0].paragraph}-{best[0].paragraph + 1}"
+    # a passage is a region of paragraphs (a heading and the clauses under it): cited as such
+    assert best[0].paragraphs() == ["Mutual NDA", CONFIDENTIALITY, GOVERNING_LAW] and best[0].path == "acme/nda.docx"
+    assert best[0].citation() == "acme/nda.docx, paragraphs 1-3"
     rent = passages.search(lib, "quarterly rent paid in advance")[0]
-    assert rent.text.startswith(RENT) and rent.path == "acme/lease.pdf" and rent.page == 1
+    assert RENT in rent.paragraphs() and rent.path == "acme/lease.pdf" and rent.page == 1
     # the command: ranked passages with their citations, as a table and as JSON
     assert main(["library", "search", "firm", "rent quarterly in advance", "-n", "2", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert len(rows) <= 2 and rows[0]["text"].startswith(RENT)
+    assert len(rows) <= 2 and RENT in rows[0]["text"]
     assert rows[0]["citation"].startswith("acme/lease.pdf, page 1")
     assert main(["library", "search", "firm", "terminate ninety days notice"]) == 0
     out = capsys.readouterr().out
@@ -120,7 +120,7 @@ def test_the_matter_wall_keeps_another_matters_document_out(built, smollm2):
 def test_passages_fill_the_budget_and_go_into_the_prompt_with_citations(built, smollm2, tmp_path):
     query = "Draft the confidentiality clause for Acme Ltd and Beta GmbH: three years, auditors"
     used = precedents.gather(smollm2, query, library="firm", budget=4000, matter="acme")
-    assert used.passages[0].paragraphs()[0] == CONFIDENTIALITY
+    assert CONFIDENTIALITY in used.passages[0].paragraphs()
     assert 0 < used.tokens <= 4000 and "[1] acme/nda.docx, paragraphs" in used.block
     chat = precedents.with_block(Chat.of(query, system_prompt="Be brief."), used)
     assert chat.messages[0] == {"role": "system", "content": "Be brief."}
@@ -153,8 +153,9 @@ def test_the_copied_spans_are_traced_to_the_passages_given(built, smollm2):
     found = tracker.close()
     assert found and found[0].tokens >= 15
     place = found[0].places[0]
-    nda = next(p for p in used.passages if p.paragraphs()[0] == CONFIDENTIALITY)
-    assert (place.path, place.paragraph, place.document) == ("acme/nda.docx", nda.paragraph, nda.document)
+    nda = next(p for p in used.passages if CONFIDENTIALITY in p.paragraphs())
+    where = nda.paragraph + nda.paragraphs().index(CONFIDENTIALITY)    # the clause's own paragraph
+    assert (place.path, place.paragraph, place.document) == ("acme/nda.docx", where, nda.document)
 
 
 def test_the_default_budget_grows_to_hold_the_best_passage_whole(built, smollm2):
@@ -204,6 +205,12 @@ def test_bad_precedents_get_clear_errors(built, smollm2, tmp_path, capsys, monke
     err = capsys.readouterr().err
     assert "built for tokenizer 'gemma3-270m'" in err and "library build NEW_NAME" in err and "Traceback" not in err
     (lib.path / "library.json").write_text(json.dumps(meta))
+    with sqlite3.connect(passages.path_of(lib)) as con:      # an index of the format before regions
+        con.execute("PRAGMA user_version = 1")
+    assert main(["library", "search", "firm", "rent"]) == 1
+    err = capsys.readouterr().err
+    assert f"is format 1, this version reads {passages.FORMAT}: rebuild it: `python -m olifant_mlx library build " \
+           f"firm {folder.resolve()} --tokenizer smollm2-135m`" in err and "Traceback" not in err
     passages.path_of(lib).unlink()              # a library built before passages were indexed
     assert main(["generate", "--model", "smollm2-135m", "--precedents", "firm", "-p", "confidential"]) != 0
     err = capsys.readouterr().err
@@ -228,10 +235,10 @@ def test_generate_with_precedents_cites_traces_and_equals_plain(built, capsys):
     plain, drafted = outs
     assert plain["text"] == drafted["text"] and plain["tokens"] == drafted["tokens"]
     cited = drafted["precedents"]
-    assert cited and cited[0]["path"] == "acme/nda.docx" and cited[0]["text"].startswith(CONFIDENTIALITY)
+    assert cited and cited[0]["path"] == "acme/nda.docx" and CONFIDENTIALITY in cited[0]["text"]
     assert drafted["sources"], drafted["text"]
-    place = drafted["sources"][0]["places"][0]
-    assert (place["path"], place["paragraph"]) == ("acme/nda.docx", cited[0]["paragraph"])
+    place = drafted["sources"][0]["places"][0]          # the clause's own paragraph, under the NDA's heading
+    assert (place["path"], place["paragraph"]) == ("acme/nda.docx", cited[0]["paragraph"] + 1)
     assert drafted["stats"]["steps"] < plain["stats"]["steps"]
 
 
