@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from olifant_mlx.engine.options import OptionsError
+from olifant_mlx.engine.options import OptionFileError, OptionsError
 from olifant_mlx.passages import PassageError, Passage, search
 
 DEFAULT_BUDGET = 512       # tokens of precedents when --precedent-tokens is not given (context permitting):
@@ -156,15 +156,15 @@ def pinned_passages(spec: str, lib, tokenizer) -> list[Passage]:
             return found
     if not path.exists():
         where = f" nor a document of library {lib.name!r}" if lib is not None else ""
-        raise OptionsError(f"--precedent {spec}: no such file{where}", "precedent_files")
+        raise OptionFileError(f"--precedent {spec}: no such file{where}", "precedent_files")
     why = documents.not_read(path, also=TEXT_SUFFIXES)
     if why is None and path.is_dir():
         why = "a folder (pin its documents one by one, or build a library of it)"
     if why is not None:
-        raise OptionsError(f"--precedent {spec}: not read: {why}", "precedent_files")
+        raise OptionFileError(f"--precedent {spec}: not read: {why}", "precedent_files")
     ext, outcome = documents.read_document(path)
     if ext is None:
-        raise OptionsError(f"--precedent {spec}: not read: {outcome.reason}", "precedent_files")
+        raise OptionFileError(f"--precedent {spec}: not read: {outcome.reason}", "precedent_files")
     sizes = [len(x) for x in tokenizer.encode_batch([p + "\n\n" for p in ext.paragraphs])]
     title = ext.paragraphs[0][:80] if ext.paragraphs else path.name
     return [Passage(-1, str(spec), title, None, i, page, n, text, 0.0, None, True)

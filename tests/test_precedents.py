@@ -11,7 +11,7 @@ from document_fixtures import cache_with_models, write_pdf
 from olifant_mlx import library, passages, precedents
 from olifant_mlx.cli import main
 from olifant_mlx.engine import Chat
-from olifant_mlx.engine.options import GenerationOptions, OptionsError
+from olifant_mlx.engine.options import GenerationOptions, OptionFileError, OptionsError
 from olifant_mlx.verifier import load_tokenizer
 
 CONFIDENTIALITY = ("Each party shall keep the Confidential Information of the other party strictly "
@@ -186,7 +186,7 @@ def test_bad_precedents_get_clear_errors(built, smollm2, tmp_path, capsys, monke
         precedents.gather(smollm2, "confidential auditors", library="firm", budget=20)
     broken = tmp_path / "broken.docx"
     broken.write_bytes(b"PK\x03\x04 not really a zip")
-    with pytest.raises(OptionsError, match="--precedent .*broken.docx: not read"):
+    with pytest.raises(OptionFileError, match="--precedent .*broken.docx: not read"):
         precedents.gather(smollm2, "x", pinned=(str(broken),))
     with pytest.raises(OptionsError, match="no such file nor a document of library 'firm'"):
         precedents.gather(smollm2, "x", library="firm", pinned=("nowhere/else.docx",))
@@ -217,8 +217,12 @@ def test_bad_precedents_get_clear_errors(built, smollm2, tmp_path, capsys, monke
     assert "no passage index" in err and f"library build firm {folder.resolve()}" in err
     assert main(["library", "search", "firm", "rent"]) != 0
     assert "no passage index" in capsys.readouterr().err
-    assert main(["generate", "--model", "smollm2-135m", "--precedent", str(tmp_path / "gone.pdf"), "-p", "x"]) != 0
+    # a pinned file that is not there is the user's error as every missing file is (1), not a usage error (2)
+    assert main(["generate", "--model", "smollm2-135m", "--precedent", str(tmp_path / "gone.pdf"), "-p", "x"]) == 1
     assert "gone.pdf: no such file" in capsys.readouterr().err
+    assert main(["generate", "--model", "smollm2-135m", "--precedents", "firm", "--precedent-tokens", "0",
+                 "-p", "x"]) == 2                                    # a bad number stays a usage error
+    capsys.readouterr()
 
 
 @pytest.mark.slow

@@ -234,6 +234,7 @@ EFFECTS = [
     ("apt-get install ", installed),
     ("pip install -e '.[test]'", installed),
     ("pip install -e '.[server]'", installed),
+    ("pip install -e '.[documents]'", installed),
     ("python -m olifant_mlx generate --model smollm2-135m -m 120 ", instruct_effect),
     ("python -m olifant_mlx chat ", chat_effect),
     ("python -m olifant_mlx train ", train_effect),

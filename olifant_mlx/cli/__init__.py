@@ -117,10 +117,11 @@ def main(argv=None) -> int:
         return args.func(args)
     except OptionsError as e:      # a usage error, said with the flag that caused it
         from olifant_mlx.bindings import flag_of
+        from olifant_mlx.engine.options import OptionFileError
 
         flag = flag_of(e.option)
         sys.stderr.write(f"error: {flag + ': ' if flag else ''}{e}\n")
-        return 2
+        return 1 if isinstance(e, OptionFileError) else 2     # a file not there: as every other one
     except BrokenPipeError:        # `... --json | head`: the reader left; say nothing more
         import os
 

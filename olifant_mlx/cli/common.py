@@ -244,7 +244,7 @@ def check_precedents(options, args) -> None:
     tokenizer: check_library): a library without a passage index, a pinned file that is not
     there, or a prompt given as ids (a prefilled answer, a cached prompt), which has no request
     to add them to."""
-    from olifant_mlx.engine.options import OptionsError
+    from olifant_mlx.engine.options import OptionFileError, OptionsError
 
     for flag in ("prefill_response", "prompt_cache_file"):
         if getattr(args, flag, None) is not None:
@@ -252,7 +252,7 @@ def check_precedents(options, args) -> None:
                                f"request, which is then no longer the one cached or prefilled", "precedents")
     for spec in options.precedent_files:
         if not os.path.exists(os.path.expanduser(spec)) and not options.precedents:
-            raise OptionsError(f"--precedent {spec}: no such file", "precedent_files")
+            raise OptionFileError(f"--precedent {spec}: no such file", "precedent_files")
     if options.precedents:
         from olifant_mlx import library, passages
 
@@ -361,16 +361,28 @@ def summary_lines(stats, session, energy, detailed: bool = False) -> list:
 
 
 def drafting_line(label: str, stats) -> str:
-    """The summary's drafting line: tokens per verifier pass (what drafting buys), the mean
-    accepted length defined beside it, and "—" where nothing was drafted (plain decoding:
-    acceptance and accepted length do not apply)."""
+    """The summary's drafting line: tokens per verifier pass (what drafting buys) and the passes
+    it saved, the drafted tokens accepted (acceptance: of those drafted; the mean accepted
+    length: per pass, defined beside it), and "—" where nothing was drafted (plain decoding).
+    Passes saved are the accepted draft tokens less the passes that gave no token of their own
+    (a pass whose drafts were all accepted holds the verifier's next token for the one after it,
+    and a pass that feeds a held correction alone gives none): said where there were any, so a
+    run whose acceptance is not 0 but which saved nothing says why."""
     drafted = stats.drafted > 0
     per_pass = f"{stats.tokens / stats.steps:.2f}" if stats.steps else "—"
-    return (f"Drafting: {label}: {per_pass} tokens per verifier pass ({stats.steps} passes for "
-            f"{stats.tokens} tokens, {max(stats.tokens - stats.steps, 0)} saved); acceptance "
-            f"{f'{stats.acceptance:.1%}' if drafted else '—'}, mean accepted length "
-            f"{f'{stats.mean_accepted_length:.2f}' if drafted else '—'} (draft tokens accepted per "
-            f"verifier pass); stopped by {stats.stop_reason or 'nothing'}")
+    saved = stats.tokens - stats.steps
+    held = stats.steps - (stats.tokens - stats.accepted)       # passes without a token of their own
+    saving = f"{saved} saved" if saved >= 0 else f"{-saved} more passes than tokens"
+    if drafted and held > 0:
+        saving += (f": {stats.accepted} draft token{'s' * (stats.accepted != 1)} accepted, {held} "
+                   f"pass{'es' * (held != 1)} with no "
+                   f"token of {'their' if held != 1 else 'its'} own")
+    accepted = (f"acceptance {stats.acceptance:.1%} ({stats.accepted} of {stats.drafted} drafted tokens), mean "
+                f"accepted length {stats.mean_accepted_length:.2f}" if drafted else
+                "acceptance —, mean accepted length —")
+    return (f"Drafting: {label}: {per_pass} tokens per verifier pass ({stats.steps} passes for {stats.tokens} "
+            f"tokens, {saving}); {accepted} (draft tokens accepted per verifier pass); stopped by "
+            f"{stats.stop_reason or 'nothing'}")
 
 
 def kv_window_note(prompt_tokens: int, options) -> str | None:
