@@ -223,6 +223,7 @@ def test_the_command_line_becomes_the_sweep_settings(tmp_path):
         sweep_settings(parse(["bench", "--verifier", "reference", "--reference", "legal"]))
 
 
+@pytest.mark.slow    # a sweep with its tables and figures: over the fast loop's 1.4 s
 def test_bench_without_prompts_runs_the_shipped_ones_and_says_what_it_ran(tmp_path, monkeypatch, capsys):
     """`bench` as the README names it: no --prompts runs the 12 clause openings shipped with the
     package; the header gives the prompts it ran and their tokens (not the default 100 prompts);

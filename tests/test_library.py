@@ -123,6 +123,7 @@ def test_library_cli_build_list_info_rm_and_models(tmp_path, cache, capsys):
     assert "is not a folder" in capsys.readouterr().err
 
 
+@pytest.mark.slow    # two builds through the CLI: over the fast loop's 1.4 s
 def test_library_build_says_read_of_text_and_counts_in_the_singular(tmp_path, cache, capsys):
     """Issue 48: `library build` of plain-text files said "5 extracted afresh" (text is read,
     not extracted) and a one-page PDF "1 pages"."""
