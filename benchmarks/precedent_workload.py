@@ -165,15 +165,16 @@ def read_workload() -> list[dict]:
 
 def workload_library(tokenizer, verifier: str):
     """The legal library for this verifier's tokenizer (built once, updated when it changes)."""
-    from olifant_mlx import library
+    from olifant_mlx import library, passages
 
     name = f"workload-{verifier}"
     folder = library_folder(documents(LEGAL_VALID))
     try:
         lib = library.load(name)
         if lib.fits(tokenizer) and lib.meta.get("passages") is not None:
+            passages.open_index(lib).close()        # a PassageError when built with another index format
             return lib
-    except library.LibraryError:
+    except (library.LibraryError, passages.PassageError):
         pass
     library.build(name, folder, tokenizer)
     return library.load(name)

@@ -22,6 +22,7 @@ versions is taken back). Each file is read once: its hash and its text come from
 """
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -164,8 +165,11 @@ def load(name: str, list_others: bool = True) -> Library:
     the file and the fix)."""
     path = libraries_dir() / check_name(name)
     if not (path / "library.json").exists() and not (path / "library.json").is_symlink():
-        have = ", ".join(lib.name for lib in list_libraries(warn=False)) or "none yet"
-        listed = f"libraries: {have}; " if list_others else ""
+        names = [lib.name for lib in list_libraries(warn=False)] if list_others else []
+        close = difflib.get_close_matches(name, names, n=1)
+        if close:            # a typo: the library meant, not the build of a new one under the typo
+            raise LibraryError(f"no library {name!r}: did you mean {close[0]!r}? (libraries: {', '.join(names)})")
+        listed = f"libraries: {', '.join(names) or 'none yet'}; " if list_others else ""
         raise LibraryError(f"no library {name!r} ({listed}build one with "
                            f"`python -m olifant_mlx library build {name} FOLDER --model VERIFIER`)")
     missing = [f for f in FILES if not (path / f).is_file()]

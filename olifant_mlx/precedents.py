@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from olifant_mlx.engine.options import LibraryOptionError, OptionsError
+from olifant_mlx.engine.options import LibraryOptionError, OptionFileError, OptionsError
 from olifant_mlx.passages import PassageError, Passage, UnusableIndex, search
 
 DEFAULT_BUDGET = 512       # tokens of precedents when --precedent-tokens is not given (context permitting):
@@ -230,13 +230,13 @@ def pinned_passages(spec: str, lib, tokenizer, limit: int | None = None, matters
     path = Path(spec).expanduser()
     if not path.exists():
         where = f" nor a document of library {lib.name!r}" if lib is not None else ""
-        raise OptionsError(f"--precedent {spec}: no such file{where}", "precedent_files")
+        raise OptionFileError(f"--precedent {spec}: no such file{where}", "precedent_files")
     why = not_pinnable(path)
     if why is not None:
-        raise OptionsError(f"--precedent {spec}: not read: {why}", "precedent_files")
+        raise OptionFileError(f"--precedent {spec}: not read: {why}", "precedent_files")
     ext, outcome = documents.read_document(path)
     if ext is None:
-        raise OptionsError(f"--precedent {spec}: not read: {outcome.reason}", "precedent_files")
+        raise OptionFileError(f"--precedent {spec}: not read: {outcome.reason}", "precedent_files")
     title = ext.paragraphs[0][:80] if ext.paragraphs else path.name
     paragraphs = [(i, text, page) for i, (text, page) in enumerate(zip(ext.paragraphs, ext.pages), 1)
                   if text.strip()]

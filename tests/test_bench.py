@@ -221,3 +221,23 @@ def test_the_command_line_becomes_the_sweep_settings(tmp_path):
     assert s.reference == {"legal": "c.txt"} and s.simulated and (s.n_prompts, s.max_tokens) == (100, 100)
     with pytest.raises(ValueError, match="NAME=VALUE"):
         sweep_settings(parse(["bench", "--verifier", "reference", "--reference", "legal"]))
+
+
+@pytest.mark.slow    # a sweep with its tables and figures: over the fast loop's 1.4 s
+def test_bench_without_prompts_runs_the_shipped_ones_and_says_what_it_ran(tmp_path, monkeypatch, capsys):
+    """`bench` as the README names it: no --prompts runs the 12 clause openings shipped with the
+    package; the header gives the prompts it ran and their tokens (not the default 100 prompts);
+    without an energy meter there is no tokens-per-joule figure."""
+    from olifant_mlx.cli import build_parser, main
+    from olifant_mlx.cli.bench import default_prompts, sweep_settings
+
+    s = sweep_settings(build_parser("olifant").parse_args(["bench"]))
+    assert s.tasks == {"legal": default_prompts()} and len(read_prompts(default_prompts())) == 12
+    monkeypatch.setattr("olifant_mlx.verifier.load_verifier", lambda *a, **k: tiny_verifier())
+    assert main(["bench", "--quick", "--no-mlx-lm", "--energy", "none", "--strategy", "lookup=lookup",
+                 "--results", str(tmp_path / "r.jsonl"), "--out-dir", str(tmp_path)]) == 0
+    err = " ".join(capsys.readouterr().err.split())           # rich folds its lines
+    assert "energy: not measured; 2 prompts (legal 2) x up to 24 tokens; 1 strategies" in err, err
+    assert len(load_rows(tmp_path / "r.jsonl")) == 2 * 2           # 2 prompts x (plain + lookup at k 3)
+    assert (tmp_path / "speedup_vs_k.png").is_file() and not (tmp_path / "tokens_per_joule.png").exists()
+    assert "tokens_per_joule.png skipped: energy was not measured" in err

@@ -129,6 +129,49 @@ def test_serve_after_a_request_exits_cleanly(sig, status):
     assert f"stopped serving {url}/v1\n" in err, err[-2000:]      # it says when it stops
 
 
+def ignoring_sigint():
+    """What `serve ... &` from a script (a non-interactive shell) leaves a command: SIGINT ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("run", range(20))
+def test_serve_stops_on_the_first_sigint_after_real_requests(run):
+    """Issue 48: the server answers a completion and a streamed chat (the client's connection
+    kept alive), then gets one SIGINT: it stops, says so, exits 130, no traceback, in every try;
+    every other try started as `serve &` from a script starts it (SIGINT inherited ignored,
+    where uvicorn's own handling ended with status 0)."""
+    import httpx
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "olifant_mlx", "serve", "--model", MODEL, "--port", str(port),
+                             "--no-access-log"], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                            preexec_fn=ignoring_sigint if run % 2 else None)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        with httpx.Client(base_url=url, timeout=300) as client:
+            deadline = time.monotonic() + 300
+            while True:
+                try:
+                    client.get("/health")
+                    break
+                except httpx.TransportError:
+                    assert proc.poll() is None and time.monotonic() < deadline, "the server did not start"
+                    time.sleep(0.2)
+            done = client.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 8}).json()
+            assert done["usage"]["completion_tokens"] == 8
+            chat = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8, "stream": True}
+            with client.stream("POST", "/v1/chat/completions", json=chat) as r:
+                assert [line for line in r.iter_lines() if line.strip()][-1] == "data: [DONE]"
+            proc.send_signal(signal.SIGINT)                 # the kept-alive connection still open
+            _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err[-2000:]
+    assert f"stopped serving {url}/v1\ninterrupted\n" in err and "Traceback" not in err and ABORT not in err, err
+
+
 @pytest.mark.parametrize("run", range(3))
 def test_tui_quits_with_status_0_after_a_generation(tmp_path, run, tmux_server):
     """In a real terminal (tmux, 80x24): continue a document (ctrl+g), wait for its stats, ctrl+q."""

@@ -73,6 +73,13 @@ def test_argument_errors_come_before_any_model_load(no_model_loads, capsys, tmp_
         code, err = run_main(base + extra, capsys)
         assert code in (1, 2) and why in err, (extra, code, err)
         assert "Traceback" not in err
+    # an empty prompt (issue 48: `-p ''` ran): refused as the usage error it is, before any load
+    for empty in ("", "  \n"):
+        code, err = run_main(["generate", "--model", "smollm2-135m", "-p", empty], capsys)
+        assert code == 2 and "the prompt (-p) is empty" in err, (empty, code, err)
+    code, err = run_main(["cache-prompt", "--model", "smollm2-135m", "-p", "", "--prompt-cache-file",
+                          str(tmp_path / "c.safetensors")], capsys)
+    assert code == 2 and "the prompt (-p) is empty" in err, err
     # a draft model for another tokenizer: refused from the tokenizer alone (no weights)
     code, err = run_main(base + ["--draft", f"olifant:{foreign_model}"], capsys)
     assert code == 1 and "trained for tokenizer 'other'" in err and "train --model smollm2-135m" in err
@@ -185,8 +192,15 @@ def test_drafting_line_gives_tokens_per_pass_and_dashes_where_nothing_was_drafte
     assert "acceptance —, mean accepted length — (draft tokens accepted per verifier pass)" in plain
     assert "0.0%" not in plain and "0.00" not in plain.split("pass (")[1]
     drafted = drafting_line("lookup", Stats(tokens=80, steps=50, drafted=100, accepted=30))
-    assert "1.60 tokens per verifier pass (50 passes for 80 tokens, 30 saved)" in drafted
-    assert "acceptance 30.0%, mean accepted length 0.60" in drafted
+    assert "1.60 tokens per verifier pass (50 passes for 80 tokens, 30 saved);" in drafted
+    assert "acceptance 30.0% (30 of 100 drafted tokens), mean accepted length 0.60" in drafted
+    # issue 48: 20 % acceptance and nothing saved, said so that the numbers add up
+    even = drafting_line("auto", Stats(tokens=120, steps=120, drafted=35, accepted=7, stop_reason="max_tokens"))
+    assert ("1.00 tokens per verifier pass (120 passes for 120 tokens, 0 saved: 7 draft tokens accepted, 7 "
+            "passes with no token of their own); acceptance 20.0% (7 of 35 drafted tokens), mean accepted "
+            "length 0.06 (draft tokens accepted per verifier pass)") in even
+    worse = drafting_line("auto", Stats(tokens=10, steps=12, drafted=8, accepted=1))
+    assert "(12 passes for 10 tokens, 2 more passes than tokens: 1 draft token accepted, 3 passes" in worse
 
 
 def test_kv_window_note_when_the_window_is_smaller_than_the_run():

@@ -99,7 +99,9 @@ def test_train_on_a_mixed_folder_in_one_command(folder, cache, tmp_path):
                             "--corpus", str(folder), "--out", str(tmp_path / "m.olif"), "--quiet"],
                            capture_output=True, text=True,
                            env={**os.environ, "OLIFANT_CACHE": str(cache), "COLUMNS": "200"}).stdout
-    assert "8 read, 11 skipped, 4 extracted afresh" in table and "encrypted" in table
+    # the second run: the documents' text from the cache; HTML and e-mail (never cached) extracted again,
+    # the plain text and Markdown files read, not extracted (issue 48: they were counted as extracted)
+    assert "8 read, 11 skipped, 2 extracted afresh" in table and "encrypted" in table
 
 
 HIDE = ("import runpy, sys\n"

@@ -271,3 +271,35 @@ def test_a_split_alias_resumes_and_checks_its_size(tmp_path, monkeypatch):
             aliases.alias_gguf("split-bad")
     finally:
         del aliases.ALIASES["split"]
+
+
+@pytest.mark.parametrize("weights", ["fp32", "bf16", "q4"])
+def test_the_weights_are_written_a_tensor_at_a_time_as_mlx_writes_them(tmp_path, weights):
+    """convert_gguf streams model.safetensors (issue 48: a 1.5B model in fp32 stood in memory
+    whole for one save): the file holds exactly the tensors mlx's own save_safetensors writes of
+    the same conversion, names, dtypes, shapes and values, and the reference reader takes it."""
+    from olifant_mlx.verifier.gguf_import import _config, _converted
+
+    write_gguf(tiny("llama"), "llama", tmp_path / "m.gguf")
+    out = convert_gguf(tmp_path / "m.gguf", tmp_path / "mlx", weights=weights)
+    streamed = mx.load(str(out / "model.safetensors"))
+    reader = gguf.GGUFReader(str(tmp_path / "m.gguf"))
+    meta = {k: f.contents() for k, f in reader.fields.items() if k.startswith("llama.") or k == "tokenizer.ggml.tokens"}
+    config = _config("llama", meta, has_output=any(t.name == "output.weight" for t in reader.tensors))
+    dtype = {"fp32": mx.float32, "bf16": mx.bfloat16, "q4": mx.float16}[weights]
+    made, parts = {}, []
+    for name, _, _, compute in _converted(tmp_path / "m.gguf", reader, "llama", config, dtype, weights == "q4"):
+        if compute is not None:
+            result = compute()
+            parts = list(result) if isinstance(result, tuple | list) else [result]
+        made[name] = mx.array(parts.pop(0))          # fp32 comes as the reader's numpy array
+    mx.save_safetensors(str(tmp_path / "mlx.safetensors"), made, metadata={"format": "mlx"})
+    saved = mx.load(str(tmp_path / "mlx.safetensors"))
+    assert sorted(streamed) == sorted(saved) and len(saved) >= 10
+    for name, a in saved.items():
+        b = streamed[name]
+        assert (a.dtype, a.shape) == (b.dtype, b.shape) and mx.array_equal(a, b).item(), name
+    if weights != "bf16":            # numpy has no bfloat16
+        safetensors_numpy = pytest.importorskip("safetensors.numpy")
+        assert sorted(safetensors_numpy.load_file(str(out / "model.safetensors"))) == sorted(saved)
+    assert (out / "model.safetensors").stat().st_mode & 0o777 == 0o600

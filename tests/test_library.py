@@ -110,6 +110,10 @@ def test_library_cli_build_list_info_rm_and_models(tmp_path, cache, capsys):
     assert [d["name"] for d in json.loads(capsys.readouterr().out)] == ["deeds"]
     assert main(["library", "info", "deeds", "--json"]) == 0
     assert len(json.loads(capsys.readouterr().out)["table"]) == 12
+    # a typo is answered with the library meant (issue 48: it said `library build deds FOLDER`)
+    assert main(["generate", "--model", "smollm2-135m", "--precedents", "deds", "-p", "x"]) == 1
+    err = capsys.readouterr().err
+    assert "no library 'deds': did you mean 'deeds'?" in err and "library build" not in err
     assert main(["models", "--json"]) == 0
     assert [d["name"] for d in json.loads(capsys.readouterr().out)["libraries"]] == ["deeds"]
     assert main(["library", "rm", "deeds"]) == 0
@@ -117,6 +121,28 @@ def test_library_cli_build_list_info_rm_and_models(tmp_path, cache, capsys):
     assert main(["library", "info", "deeds"]) == 1 and "no library 'deeds'" in capsys.readouterr().err
     assert main(["library", "build", "x", str(tmp_path / "nowhere"), "--tokenizer", "smollm2-135m"]) == 1
     assert "is not a folder" in capsys.readouterr().err
+
+
+@pytest.mark.slow    # two builds through the CLI: over the fast loop's 1.4 s
+def test_library_build_says_read_of_text_and_counts_in_the_singular(tmp_path, cache, capsys):
+    """Issue 48: `library build` of plain-text files said "5 extracted afresh" (text is read,
+    not extracted) and a one-page PDF "1 pages"."""
+    from document_fixtures import write_pdf
+
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "a.txt").write_text("The Tenant shall pay the rent.\n\nThe Landlord shall repair.\n")
+    (folder / "b.txt").write_text("One paragraph only.\n")
+    assert main(["library", "build", "notes", str(folder), "--tokenizer", "smollm2-135m"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "files: 2 read, 0 skipped" in out and "extracted" not in out
+    assert "read: 2 paragraphs" in out and "read: 1 paragraph " in out + " "
+    assert "2 changed or new files (0 unchanged, reused)" in out
+    write_pdf(folder / "c.pdf", ["A clause on one page."], header="Memo", per_page=3)
+    assert main(["library", "build", "notes", str(folder), "--tokenizer", "smollm2-135m"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "files: 3 read, 0 skipped, 1 extracted afresh" in out and ", 1 page " in out + " "
+    assert "1 changed or new file (2 unchanged, reused)" in out
 
 
 @pytest.mark.slow    # the real offline verifier

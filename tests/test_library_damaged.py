@@ -92,8 +92,8 @@ def test_an_unknown_name_lists_the_others_only_when_asked(cache):
 # TypeError, sqlite3.OperationalError, UnicodeDecodeError tracebacks)
 VALUES = ["CAST(X'466f726365' AS BLOB)", "CAST(X'ff41' AS TEXT)", "NULL", "4611686018427387904", "-3", "2.5",
           "''", "'clause'", "CAST(X'c3' AS TEXT)", "zeroblob(5)"]
-COLUMNS = ("words", "heading", "text", "title", "path", "document", "matter", "paragraph", "page", "tokens",
-           "last", "own", "own_tokens")
+COLUMNS = ("text", "title", "heading", "path", "document", "matter", "paragraph", "page", "tokens", "last",
+           "body", "name")
 
 
 def mutate(path, rng) -> str:
@@ -156,7 +156,7 @@ def test_a_mutated_passage_index_is_an_error_naming_it_on_every_path(cache, smol
     index.write_bytes(good)
     con = __import__("sqlite3").connect(index)
     with con:
-        con.execute("UPDATE passages SET own = CAST(X'466f726365' AS BLOB)")
+        con.execute("UPDATE passages SET body = CAST(X'466f726365' AS BLOB)")
     con.close()
     assert main(["library", "search", "bad", "'supplier shall deliver' lot"]) == 1
     err = capsys.readouterr().err

@@ -213,6 +213,17 @@ def serve_effect(ran):
     assert model["id"] == "smollm2-135m" and {"legal", "lookup", "none"} <= set(model["drafters"]), served
 
 
+def bench_effect(ran):
+    """The sweep on 2 of the clause openings shipped with the package: the header says so (not 100
+    prompts), its tables in bench-results/; a tokens-per-joule figure only if energy was measured."""
+    header = " ".join(ran.err.split())
+    found = re.search(r"energy: (.*?); 2 prompts \(legal 2\) x up to 24 tokens; 2 strategies", header)
+    assert found, header
+    out = ran.clone / "bench-results"
+    assert (out / "bench.md").is_file() and (out / "speedup_vs_k.png").is_file(), header
+    assert (out / "tokens_per_joule.png").exists() == (found.group(1) != "not measured"), header
+
+
 def installed(ran):
     """An install or a simulated one: its effect is that the commands after it run."""
 
@@ -223,6 +234,7 @@ EFFECTS = [
     ("apt-get install ", installed),
     ("pip install -e '.[test]'", installed),
     ("pip install -e '.[server]'", installed),
+    ("pip install -e '.[documents]'", installed),
     ("python -m olifant_mlx generate --model smollm2-135m -m 120 ", instruct_effect),
     ("python -m olifant_mlx chat ", chat_effect),
     ("python -m olifant_mlx train ", train_effect),
@@ -233,6 +245,7 @@ EFFECTS = [
     ("python -m olifant_mlx tui ", installed),          # run_tui: an answer is written ("done")
     ("python -m olifant_mlx calc ", calc_effect),
     ("python -m olifant_mlx energy", energy_effect),
+    ("python -m olifant_mlx bench ", bench_effect),
     ("mlx.distributed_config ", installed),             # not run (INSTEAD)
     ("mlx.launch --hostfile ", installed),              # not run (INSTEAD)
     ("mlx.launch --backend ring -n 3 ", sharded_effect),

@@ -104,6 +104,18 @@ def test_the_word_export_is_linear_and_takes_any_title(tmp_path, monkeypatch):
     assert names.count("Heading 1") == 3 and names.count("List Bullet") == 2     # Part, Sources, Precedents
 
 
+def test_the_word_export_names_the_drafter_not_the_cache_path(tmp_path):
+    """Issue 48: `generate --output x.docx` headed the answer with the resolved drafter spec,
+    the user's cache path in it; the heading names the files only (the Markdown export too)."""
+    spec = "adaptive:hybrid:/home/u/.cache/olifant_mlx/drafts/licenses.smollm2-135m.olif+rest:/home/u/lib/index.sfx"
+    chat = Conversation(kind="chat", title="nda")
+    chat.turns = [Turn("user", "draft it"), Turn("assistant", "Agreed.", verifier="smollm2-135m", drafter=spec)]
+    (tmp_path / "chat.docx").write_bytes(export_data(chat, "docx"))
+    text = docx_contents(tmp_path / "chat.docx")[0]
+    shown = "Assistant (smollm2-135m · drafter adaptive:hybrid:licenses.smollm2-135m.olif+rest:index.sfx)"
+    assert shown in text and "/home/u" not in text and shown in export_data(chat, "md")
+
+
 # ---- generate --output on the real verifier (slow) ------------------------------------------
 
 PROMPT = "Article 1\nThis Regulation lays down rules concerning"

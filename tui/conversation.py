@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from olifant_mlx.engine import Chat
 from olifant_mlx.exports import docx_bytes
 from olifant_mlx.tui.copied import appendix, cited
+from olifant_mlx.tui.render import short_spec
 
 KINDS = ("chat", "document")
 ROLES = ("system", "user", "assistant")
@@ -301,13 +302,19 @@ def _docx_blocks(conv: Conversation) -> list:
         if t.role == "user":
             blocks += [("heading", "You", []), ("text", t.content, [])]
             continue
-        who = " · ".join(x for x in (t.verifier, t.drafter and f"drafter {t.drafter}") if x)
+        who = _who(t)
         marks = [tuple(s["chars"]) for s in t.sources if s.get("chars")]
         blocks += [("heading", f"Assistant{f' ({who})' if who else ''}", []), ("text", t.content, marks)]
         line = _stats_line(t.stats, t.energy)
         if line:
             blocks.append(("note", line, []))
     return blocks
+
+
+def _who(t) -> str:
+    """An answer's verifier and drafter as its heading in an export shows them: the drafter's
+    files by their names, never a path of the user's cache (issue 48)."""
+    return " · ".join(x for x in (t.verifier, t.drafter and f"drafter {short_spec(t.drafter)}") if x)
 
 
 def export_text(conv: Conversation, fmt: str, settings: dict | None = None) -> str:
@@ -341,7 +348,7 @@ def _body(conv: Conversation, fmt: str) -> str:
             if t.role == "user":
                 out.append(f"## You\n\n{t.content}\n")
             else:
-                who = " · ".join(x for x in (t.verifier, t.drafter and f"drafter {t.drafter}") if x)
+                who = _who(t)
                 out.append(f"## Assistant{f' ({who})' if who else ''}\n\n{t.content}\n")
                 line = _stats_line(t.stats, t.energy)
                 if line:

@@ -119,11 +119,12 @@ def main(argv=None) -> int:
         return args.func(args)
     except OptionsError as e:      # a usage error, said with the flag that caused it
         from olifant_mlx.bindings import flag_of
+        from olifant_mlx.engine.options import OptionFileError
 
         flag = flag_of(e.option)
         said = flag and not str(e).startswith(f"{flag} ")      # "--precedent X: ..." names it already
         sys.stderr.write(f"error: {flag + ': ' if said else ''}{e}\n")
-        return 2
+        return 1 if isinstance(e, OptionFileError) else 2     # a file not there: as every other one
     except BrokenPipeError:        # `... --json | head`: the reader left; say nothing more
         import os
 

@@ -5,6 +5,14 @@ from olifant_mlx.cli.common import MODEL_HELP, add_weights_arg, draft_tokens, en
 from olifant_mlx.cli.sharding import add_sharding_args, sharded_command
 
 QUICK = {"prompts": 2, "max_tokens": 24, "ks": [3], "regimes": ["kv"]}
+DEFAULT_TASK = "legal"      # bench without prompts: the legal clause openings shipped with the package
+
+
+def default_prompts() -> str:
+    """The prompt file `bench` runs when none is given: 12 openings of contract clauses."""
+    from pathlib import Path
+
+    return str(Path(__file__).resolve().parent.parent / "data" / "bench-legal.jsonl")
 
 
 def _pairs(items, what):
@@ -66,6 +74,8 @@ def sweep_settings(args):
 
     cfg = _read_config(args.config) if args.config else {}
     tasks = {**cfg.get("tasks", {}), **_pairs(args.prompts, "--prompts")}
+    if not tasks and args.verifier == "model":      # transcripts bring their own; reference texts need files
+        tasks = {DEFAULT_TASK: default_prompts()}
     strategies = {**cfg.get("strategies", {}), **_pairs(args.strategy, "--strategy")}
     quick = QUICK if args.quick else {}
     n_prompts = _first(args.n_prompts, cfg.get("prompts"), quick.get("prompts"), 100)
@@ -103,7 +113,9 @@ def add_bench(b):
                    "transcripts used as one JSON file (ids and text)")
     b.add_argument("--reference", nargs="+", metavar="TASK=CORPUS",
                    help="held-out corpus whose documents the task's prompts begin")
-    b.add_argument("--prompts", nargs="+", metavar="TASK=FILE", help="prompt files per task")
+    b.add_argument("--prompts", nargs="+", metavar="TASK=FILE",
+                   help=f"prompt files per task (default: {DEFAULT_TASK}=the 12 openings of contract clauses "
+                        "shipped with olifant_mlx, olifant_mlx/data/bench-legal.jsonl)")
     b.add_argument("--strategy", nargs="+", metavar="NAME=SPEC",
                    help=f"drafters by name, SPEC one of {help_text()}, or mlx-lm[:MODEL] "
                         "(mlx-lm's own stream_generate, with MODEL as its draft_model; KV regime "

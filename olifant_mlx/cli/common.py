@@ -258,7 +258,7 @@ def check_precedents(options, args) -> None:
     tokenizer: check_library): a library without a passage index, a pinned file that is not
     there, or a prompt given as ids (a prefilled answer, a cached prompt), which has no request
     to add them to."""
-    from olifant_mlx.engine.options import OptionsError
+    from olifant_mlx.engine.options import OptionFileError, OptionsError
 
     for flag in ("prefill_response", "prompt_cache_file"):
         if getattr(args, flag, None) is not None:
@@ -281,9 +281,9 @@ def check_precedents(options, args) -> None:
         elif library_document(lib, spec):
             continue
         elif not path.exists() and lib is None:
-            raise OptionsError(f"--precedent {spec}: no such file", "precedent_files")
+            raise OptionFileError(f"--precedent {spec}: no such file", "precedent_files")
         elif path.exists() and not_pinnable(path) is not None:
-            raise OptionsError(f"--precedent {spec}: not read: {not_pinnable(path)}", "precedent_files")
+            raise OptionFileError(f"--precedent {spec}: not read: {not_pinnable(path)}", "precedent_files")
 
 
 def check_draft_model(path, model_spec) -> None:
@@ -388,16 +388,28 @@ def summary_lines(stats, session, energy, detailed: bool = False) -> list:
 
 
 def drafting_line(label: str, stats) -> str:
-    """The summary's drafting line: tokens per verifier pass (what drafting buys), the mean
-    accepted length defined beside it, and "—" where nothing was drafted (plain decoding:
-    acceptance and accepted length do not apply)."""
+    """The summary's drafting line: tokens per verifier pass (what drafting buys) and the passes
+    it saved, the drafted tokens accepted (acceptance: of those drafted; the mean accepted
+    length: per pass, defined beside it), and "—" where nothing was drafted (plain decoding).
+    Passes saved are the accepted draft tokens less the passes that gave no token of their own
+    (a pass whose drafts were all accepted holds the verifier's next token for the one after it,
+    and a pass that feeds a held correction alone gives none): said where there were any, so a
+    run whose acceptance is not 0 but which saved nothing says why."""
     drafted = stats.drafted > 0
     per_pass = f"{stats.tokens / stats.steps:.2f}" if stats.steps else "—"
-    return (f"Drafting: {label}: {per_pass} tokens per verifier pass ({stats.steps} passes for "
-            f"{stats.tokens} tokens, {max(stats.tokens - stats.steps, 0)} saved); acceptance "
-            f"{f'{stats.acceptance:.1%}' if drafted else '—'}, mean accepted length "
-            f"{f'{stats.mean_accepted_length:.2f}' if drafted else '—'} (draft tokens accepted per "
-            f"verifier pass); stopped by {stats.stop_reason or 'nothing'}")
+    saved = stats.tokens - stats.steps
+    held = stats.steps - (stats.tokens - stats.accepted)       # passes without a token of their own
+    saving = f"{saved} saved" if saved >= 0 else f"{-saved} more passes than tokens"
+    if drafted and held > 0:
+        saving += (f": {stats.accepted} draft token{'s' * (stats.accepted != 1)} accepted, {held} "
+                   f"pass{'es' * (held != 1)} with no "
+                   f"token of {'their' if held != 1 else 'its'} own")
+    accepted = (f"acceptance {stats.acceptance:.1%} ({stats.accepted} of {stats.drafted} drafted tokens), mean "
+                f"accepted length {stats.mean_accepted_length:.2f}" if drafted else
+                "acceptance —, mean accepted length —")
+    return (f"Drafting: {label}: {per_pass} tokens per verifier pass ({stats.steps} passes for {stats.tokens} "
+            f"tokens, {saving}); {accepted} (draft tokens accepted per verifier pass); stopped by "
+            f"{stats.stop_reason or 'nothing'}")
 
 
 def kv_window_note(prompt_tokens: int, options) -> str | None:

@@ -15,7 +15,7 @@ from olifant_mlx.cli.common import (MODEL_HELP, add_generation_args, add_mlx_lm_
                                     print_json, summary_lines, template_kwargs)
 from olifant_mlx.cli.output import answer_turn, document, output_format, write_output
 from olifant_mlx.cli.sharding import add_sharding_args, sharded_command
-from olifant_mlx.engine.options import default_of
+from olifant_mlx.engine.options import OptionsError, default_of
 
 DEMO_PROMPT = (  # the warranty disclaimer of the MIT licence: legal boilerplate verifiers know
     "THE SOFTWARE IS PROVIDED \"AS IS\", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED, "
@@ -196,6 +196,9 @@ def cmd_generate(args) -> int:
                          "the user's message, before the assistant's answer begins): put the text in the prompt")
     prompt_text = sys.stdin.read() if args.prompt == "-" else args.prompt
     check_text(prompt_text, "the prompt (-p)")       # before the model loads
+    if not prompt_text.strip() and not args.prompt_cache_file:     # a cached prompt may be continued as it is
+        raise OptionsError("the prompt (-p) is empty: give the instruction, or the text to continue "
+                           "('-p -' reads it from stdin)", "prompt")
     if args.output:
         output_format(args.output, probe=True)
     session, options = open_session(args)
@@ -274,6 +277,8 @@ def cmd_cache_prompt(args) -> int:
     GenerationOptions(max_kv_size=args.max_kv_size)           # checked before the model loads
     prompt_file.check_target(args.prompt_cache_file)
     text = sys.stdin.read() if args.prompt == "-" else args.prompt
+    if not text.strip():
+        raise OptionsError("the prompt (-p) is empty: nothing to cache", "prompt")
     v = load_verifier(args.model)
     if v.has_chat_template and not args.ignore_chat_template:
         rendered = v.tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,

@@ -91,12 +91,12 @@ def _build(args) -> int:
     if args.json:
         print_json(s, indent=2)
         return 0
-    from olifant_mlx.draftmodel.documents import Outcome, Report
+    from olifant_mlx.draftmodel.documents import Outcome, Report, plural
 
     files_table(Report([Outcome(**f) for f in s["files"]["files"]]), [args.folder])
     table(f"library {args.name} built", [
         ("where", s["path"]), ("documents", f"{s['documents']:,}"), ("tokens", f"{s['tokens']:,}"),
-        ("re-read", f"{s['reread']:,} changed or new files ({s['reused']:,} unchanged, reused)"),
+        ("re-read", f"{plural(s['reread'], 'changed or new file')} ({s['reused']:,} unchanged, reused)"),
         ("rebuild time", f"{s['rebuild_s']:.1f} s (read + tokenize {s['read_tokenize_s']:.1f} s, "
                          f"build {s['build_s']:.1f} s)"),
         ("use it", f"--draft library:{args.name}")])

@@ -5,6 +5,7 @@ bound, before the verifier loads; then the worker thread loads it and uvicorn se
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
@@ -126,14 +127,17 @@ def cmd_serve(args) -> int:
                             audit=audit)
 
     def stopped(*_):
-        """A service manager's SIGTERM, which uvicorn re-raises after its graceful shutdown: a
-        normal exit with status 0 through the `finally` below, which stops and joins the worker
-        (it releases its MLX streams as it ends: olifant_mlx.teardown). Ctrl-C stays the
-        130 of every command."""
+        """A service manager's SIGTERM while the verifier loads: a normal exit with status 0
+        through the `finally` below, which stops and joins the worker (it releases its MLX
+        streams as it ends: olifant_mlx.teardown). Ctrl-C is the 130 of every command."""
         raise SystemExit(0)
 
+    # A command started with `&` from a script inherits SIGINT ignored, and uvicorn restores the
+    # handler it found before re-raising the SIGINT it caught: that one vanished (status 0), and
+    # a Ctrl-C while the verifier loaded did nothing. serve stops on SIGINT whatever it inherited.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, stopped)
-    served = None
+    served, caught = None, []
     try:
         info = queue.start()
         app = create_app(queue, defaults, limits, api_key, loopback_only=host in LOOPBACK,
@@ -144,13 +148,38 @@ def cmd_serve(args) -> int:
                          f"{', '.join(info.drafters)}; default {info.default_drafter}; energy: "
                          f"{info.meter_label}{'; libraries: ' + ', '.join(libraries) if libraries else ''})"
                          f"{'; API key required' if api_key else ''}\n")
-        uvicorn_server(app, limits).run(sockets=[sock])
+        server = uvicorn_server(app, limits)
+        server.capture_signals = functools.partial(stop_signals, server, caught)
+        server.run(sockets=[sock])
     finally:
         queue.close()
         sock.close()
         if served:                      # a service manager's log, or the terminal, says it ended
             sys.stderr.write(f"stopped serving {served}\n")
+    if signal.SIGINT in caught:
+        raise KeyboardInterrupt         # main's "interrupted", status 130
     return 0
+
+
+@contextlib.contextmanager
+def stop_signals(server, caught: list):
+    """uvicorn's signal capture (`Server.capture_signals`), made ours: SIGINT and SIGTERM end its
+    loop (a second SIGINT: without waiting for open connections) and are kept in `caught`; the
+    handlers before it are put back and nothing is raised again, so what the command ends with
+    depends only on what came (cmd_serve: SIGINT 130, SIGTERM 0), never on what the shell that
+    started it left as SIGINT's disposition."""
+    def handle(sig, _frame):
+        caught.append(sig)
+        if sig == signal.SIGINT and server.should_exit:
+            server.force_exit = True
+        server.should_exit = True
+
+    before = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def read_key_file(path) -> list:

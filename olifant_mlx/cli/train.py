@@ -163,7 +163,8 @@ def files_table(files, folders=()) -> None:
     """Every file of a folder corpus: read (paragraphs, pages) or skipped, and why; each named
     relative to the folder given (`folders`: the corpora as given; files elsewhere keep their path)."""
     if files.outcomes:
-        table(f"files: {files.read} read, {files.skipped} skipped, {files.extracted} extracted afresh",
+        fresh = f", {files.documents_extracted} extracted afresh" if files.documents_extracted else ""
+        table(f"files: {files.read} read, {files.skipped} skipped{fresh}",
               [(relative_to(path, folders), what) for path, what in files.rows()])
 
 

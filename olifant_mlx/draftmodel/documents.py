@@ -136,6 +136,12 @@ class Report:
         """Files read afresh (not from the cache)."""
         return sum(o.status == "read" and not o.cached for o in self.outcomes)
 
+    @property
+    def documents_extracted(self) -> int:
+        """Of those, the documents whose text a reader extracted: Word, PDF, OpenDocument, RTF,
+        HTML and e-mail files (a plain text or Markdown file is read, not extracted)."""
+        return sum(o.status == "read" and not o.cached and extracted_format(o.path) for o in self.outcomes)
+
     def as_dict(self) -> dict:
         return {"read": self.read, "skipped": self.skipped, "extracted": self.extracted,
                 "files": [asdict(o) for o in self.outcomes]}
@@ -145,11 +151,23 @@ class Report:
         rows = []
         for o in self.outcomes:
             if o.status == "read":
-                what = f"read: {o.paragraphs:,} paragraphs" + (f", {o.pages:,} pages" if o.pages else "")
+                pages = f", {plural(o.pages, 'page')}" if o.pages else ""
+                what = f"read: {plural(o.paragraphs, 'paragraph')}{pages}"
                 rows.append((o.path, what + (" (cached)" if o.cached else "")))
             else:
                 rows.append((o.path, f"skipped: {o.reason}"))
         return rows
+
+
+def extracted_format(path) -> bool:
+    """A format whose text is extracted by a reader (not a plain text or Markdown file)."""
+    suffix = Path(path).suffix.lower()
+    return suffix in DOCUMENT_SUFFIXES and suffix not in IN_PROCESS
+
+
+def plural(n: int, word: str) -> str:
+    """"1 page", "2 pages" (the numbers with thousands separators)."""
+    return f"{n:,} {word}{'s' * (n != 1)}"
 
 
 # ---- the report of the run in progress ------------------------------------------------------

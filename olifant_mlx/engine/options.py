@@ -43,6 +43,12 @@ class LibraryOptionError(OptionsError):
         self.library = library
 
 
+class OptionFileError(OptionsError):
+    """A file an option names that is not there or cannot be read (`--precedent FILE`): the
+    user's error, as every other missing or unreadable file is (the CLI's status 1), not the
+    command line's (an OptionsError's 2)."""
+
+
 @dataclass(frozen=True)
 class Option:
     """What one GenerationOptions field takes. `kind`: "whole", "number" (finite), "flag",

@@ -240,9 +240,10 @@ def _measure(s: SweepSettings, runner, texts, drafters, mlx_lm, results, con):
     if skipped:
         con.print(f"warning: {skipped} line(s) of {results} are not result rows (cut short by a kill, "
                   f"or not a row object); ignored")
-    con.print(f"verifier {runner.name}; energy: {runner.label}; {len(texts)} task(s), "
-              f"{len(drafters)} strategies, k {s.ks}, regimes {s.regimes}, {s.n_prompts} prompts x "
-              f"{s.max_tokens} tokens; results -> {results}")
+    prompts = ", ".join(f"{task} {len(ps)}" for task, ps in texts.items())
+    con.print(f"verifier {runner.name}; energy: {runner.label}; {sum(len(ps) for ps in texts.values())} "
+              f"prompts ({prompts}) x up to {s.max_tokens} tokens; {len(drafters)} strategies, k {s.ks}, "
+              f"regimes {s.regimes}; results -> {results}")
     with Progress(TextColumn("bench"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeRemainingColumn(), console=con) as bar:
         task = bar.add_task("bench", total=None)
@@ -304,4 +305,6 @@ def _report(s: SweepSettings, runner, rows, calibration, curve, curve_path, con)
               f"{calibration['uncached_over_kv1']:.1f} cached steps")
     if not paths.get("speedup"):
         con.print("plots skipped: pip install 'olifant_mlx[plots]' (matplotlib)")
+    elif not paths.get("tokens_per_joule"):
+        con.print("tokens_per_joule.png skipped: energy was not measured")
     con.print("written: " + ", ".join(str(p) for p in paths.values()))

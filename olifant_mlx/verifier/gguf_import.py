@@ -20,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from olifant_mlx.files import NotARegularFile, open_regular_file, private_files, private_output, write_atomic
+from olifant_mlx.files import (NotARegularFile, atomic_writer, open_regular_file, private_files, private_output,
+                               write_atomic)
 
 SUPPORTED = ("llama", "qwen2", "gemma3")
 VERSIONS = (2, 3)
@@ -359,37 +360,99 @@ def convert_gguf(gguf_path, out_dir, weights: str = "fp32") -> Path:
         raise GGUFError(f"{path}: architecture {arch!r} is not supported (supported: {', '.join(SUPPORTED)})")
     names = {t.name for t in reader.tensors}
     config = _config(arch, meta, has_output="output.weight" in names, path=path)
-    dtype = getattr(mx, DTYPES[weights])
     quantization = native_quantization(reader, arch) if weights == "q4" else None
-    tensors = {}
-    if quantization is not None:
-        tensors = _quantized_weights(path, arch, config, reader)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if quantization is not None:             # the file's own blocks: the GGUF's size, kept whole
         config["quantization"] = quantization
-    for t in reader.tensors if quantization is None else ():
-        hf = _hf_name(arch, t.name)
-        if hf is None:
-            raise GGUFError(f"{path}: unexpected tensor {t.name} for architecture {arch}")
-        w = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
+        with private_output(out / "model.safetensors") as tmp:     # mlx writes the file itself
+            mx.save_safetensors(str(tmp), _quantized_weights(path, arch, config, reader), metadata={"format": "mlx"})
+    else:
+        with atomic_writer(out / "model.safetensors") as f:
+            write_safetensors(f, _converted(path, reader, arch, config, getattr(mx, DTYPES[weights]), weights == "q4"))
+    write_atomic(out / "config.json", json.dumps(config, indent=2))
+    _tokenizer(arch, meta, out)
+    mx.clear_cache()        # the buffers freed tensor by tensor: not kept beside the loaded verifier
+    return out
+
+
+def _converted(path, reader, arch, config, dtype, requantize: bool):
+    """(name, its planned dtype and shape, a function computing it) of every tensor the folder
+    holds, in the GGUF's order: dequantized, renamed and undone as llama.cpp exported it, cast to
+    `dtype`; with `requantize` the matrices as MLX 4-bit triplets (weight, scales, biases; group
+    Q4_GROUP, as mlx_lm.convert -q) and `config` given their quantization. Nothing is computed
+    until asked for, one tensor at a time (write_safetensors)."""
+    import gguf
+
+    from olifant_mlx.mlx_setup import mx
+
+    def dequantized(t):
+        w = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32, copy=False)
         w = w.reshape(tuple(int(x) for x in reversed(t.shape)))
         if arch == "llama" and t.name.endswith(("attn_q.weight", "attn_k.weight")):
             heads = config["num_attention_heads"] if "attn_q" in t.name else config["num_key_value_heads"]
             w = _unpermute(w, heads)
         if arch == "gemma3" and t.name.endswith("norm.weight"):
             w = w - 1.0
-        w = mx.array(w).astype(dtype)
-        if weights == "q4" and w.ndim == 2 and w.shape[-1] % Q4_GROUP == 0:
+        return w if dtype == mx.float32 else mx.array(w).astype(dtype)    # fp32: written as it is, no copy
+
+    out = []
+    for t in reader.tensors:
+        hf = _hf_name(arch, t.name)
+        if hf is None:
+            raise GGUFError(f"{path}: unexpected tensor {t.name} for architecture {arch}")
+        shape = tuple(int(x) for x in reversed(t.shape))
+        if requantize and len(shape) == 2 and shape[-1] % Q4_GROUP == 0:
             # matrices only (linear layers, the embedding); norms and biases stay fp16
             stem = hf[: -len("weight")]
-            tensors[hf], tensors[stem + "scales"], tensors[stem + "biases"] = mx.quantize(
-                w, group_size=Q4_GROUP, bits=4)
+            out += [(hf, mx.uint32, (shape[0], shape[1] * 4 // 32),
+                     lambda t=t: mx.quantize(dequantized(t), group_size=Q4_GROUP, bits=4)),
+                    (stem + "scales", dtype, (shape[0], shape[1] // Q4_GROUP), None),
+                    (stem + "biases", dtype, (shape[0], shape[1] // Q4_GROUP), None)]
             config["quantization"] = {"group_size": Q4_GROUP, "bits": 4}
         else:
-            tensors[hf] = w
-        mx.eval(tensors[hf])     # one tensor at a time: a 1.5B file never holds two copies
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    with private_output(out / "model.safetensors") as tmp:     # mlx writes the file itself
-        mx.save_safetensors(str(tmp), tensors, metadata={"format": "mlx"})
-    write_atomic(out / "config.json", json.dumps(config, indent=2))
-    _tokenizer(arch, meta, out)
+            out.append((hf, dtype, shape, lambda t=t: dequantized(t)))
     return out
+
+
+SAFETENSORS_DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "uint32": "U32"}
+
+
+def write_safetensors(f, tensors) -> None:
+    """A .safetensors file (the format mlx.core.save_safetensors writes, metadata "format":
+    "mlx") of `tensors`, [(name, dtype, shape, compute)], written one tensor at a time: the
+    header from the planned dtypes and shapes first, then each tensor as `compute()` makes it,
+    and dropped before the next. A converted 1.5B model (7 GB in fp32) so never stands in memory
+    whole, as it did when every tensor was kept for one save. A None `compute` is the next part
+    of the previous one's result: a `compute` may make several tensors (a quantized matrix's
+    weight, scales and biases), which the next entries name."""
+    from olifant_mlx.mlx_setup import mx
+
+    header, offset = {"__metadata__": {"format": "mlx"}}, 0
+    for name, dtype, shape, _ in tensors:
+        size = int(np.prod(shape, dtype=np.int64)) * dtype.size
+        header[name] = {"dtype": SAFETENSORS_DTYPES[str(dtype).split(".")[-1]], "shape": list(shape),
+                        "data_offsets": [offset, offset + size]}
+        offset += size
+    head = json.dumps(header, separators=(",", ":")).encode()
+    head += b" " * (-len(head) % 8)                     # the data 8-byte aligned, as safetensors pads
+    start = f.tell()
+    f.write(struct.pack("<Q", len(head)) + head)
+    parts = []
+    for name, dtype, shape, compute in tensors:
+        if compute is not None:
+            made = compute()
+            parts = list(made) if isinstance(made, (tuple, list)) else [made]
+        a = parts.pop(0)
+        if isinstance(a, np.ndarray):       # fp32 straight from the GGUF reader
+            made = mx.float32 if a.dtype == np.float32 else a.dtype
+        else:
+            mx.eval(a)
+            made = a.dtype
+        if made != dtype or tuple(a.shape) != tuple(shape):
+            raise GGUFError(f"tensor {name}: made {made} {tuple(a.shape)}, planned {dtype} {tuple(shape)}")
+        data = np.asarray(a.view(mx.uint16) if made == mx.bfloat16 else a)   # numpy has no bfloat16
+        f.write(memoryview(np.ascontiguousarray(data)).cast("B"))
+        del a, data
+    if f.tell() - start != 8 + len(head) + offset:
+        raise GGUFError(f"wrote {f.tell() - start:,} bytes of safetensors, planned {8 + len(head) + offset:,}")
