@@ -179,6 +179,7 @@ def test_the_output_is_checked_before_any_work(tmp_path, contract):
         locked.chmod(0o700)
 
 
+@pytest.mark.slow        # about 1.6 s (auto resolved over the suite's caches)
 def test_a_revision_is_planned_with_the_clause_as_its_prediction(contract):
     session = Session(tiny_chat_verifier(), "auto", GenerationOptions(k=32))
     encode = session.verifier.identity.encode
@@ -197,6 +198,7 @@ def holds(ids, part) -> bool:
     return any(ids[i:i + n] == part for i in range(len(ids) - n + 1))
 
 
+@pytest.mark.slow        # about 3.5 s on two cores: out of the fast loop
 def test_three_hundred_pages_read_at_once_and_revise_with_moving_progress_and_bounded_memory(tmp_path, capsys):
     """A 300-page text (3,000 clauses) is read and its clauses chosen at once; 120 of them revised
     with the tiny verifier give a progress line a clause with the estimate of the time left, and

@@ -385,7 +385,7 @@ def test_each_clause_is_drafted_live_and_esc_stops_keeping_those_done(tmp_path, 
 
 # ---- snapshots ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("size", [(80, 24), (160, 48)])
+@pytest.mark.parametrize("size", [(80, 24), pytest.param((160, 48), marks=pytest.mark.slow)])   # over 1.4 s
 def test_snapshot_review(size, tmp_path, monkeypatch):
     """The tab after a run: the clauses with what became of each, a change shown in its redline
     (one rejected), the keys; the document's path is the same on every machine."""
