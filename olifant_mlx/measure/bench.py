@@ -471,6 +471,8 @@ def make_row(cell: dict, tokens, ref, stats, window, cpu_s, plain_s=None):
         "rouge_l": rouge_l(ref, tokens), "exact_match": tokens == ref,
         "plain_seconds": plain_s if plain_s is not None else d["seconds"],
         "tokens_per_step": n / d["steps"] if d["steps"] else None,
+        # tokens fed per pass -> passes: a KV row is costed pass by pass (curves.modelled_seconds)
+        "pass_sizes": {str(size): c for size, c in sorted(stats.pass_sizes.items())},
         "partial_steps": d["partial_steps"], "led_steps": d["led_steps"],
         "reproposals": d["reproposals"],
         "compute_cpu_s_per_100_tokens": 100.0 * cpu_s / n if n and cpu_s is not None else None,
