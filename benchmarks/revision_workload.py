@@ -488,7 +488,7 @@ def cmd_tables(args) -> None:
     from olifant_mlx.measure.transcripts import TranscriptRunner, read_transcript_set
     from olifant_mlx.verifier import load_tokenizer
 
-    rows = []
+    rows, cpu_files = [], {}
     out = OUT / "tables"
     out.mkdir(parents=True, exist_ok=True)
     for v in args.verifiers:
@@ -497,6 +497,9 @@ def cmd_tables(args) -> None:
         for curve_name, curve in curves_for(v).items():
             if curve_name not in args.curves:
                 continue
+            if curve_name == "cpu":
+                cpu_files[v] = {"max_new": curve["max_new"], "load_average": [curve.get("load_average_start"),
+                                                                              curve["load_average"]]}
             for predicted, specs in ((False, SPECS), (True, PREDICTED)):
                 got = []
                 for scenario in ("legal", "medical"):
@@ -520,6 +523,8 @@ def cmd_tables(args) -> None:
                                                    "modelled_speedup")}}
                          for c in cells if c["strategy"] != "plain"]
     print(table(rows))
+    summary = summarize(rows)
+    print(summary_table(summary))
     if args.json:
         write_atomic(Path(args.json), json.dumps({
             "what": "every drafter replayed on each verifier's greedy revisions (docs/transcripts/revision-"
@@ -527,11 +532,50 @@ def cmd_tables(args) -> None:
                     "planners planning with that curve's fitted line); 'plain' groups the plain-language "
                     "rewrites of both scenarios",
             "max_tokens": args.max_tokens, "regime": "kv", "specs": SPECS, "predicted_specs": PREDICTED,
-            "curves": {"cpu": "docs/results/curves/VERIFIER-k32.json (this machine, measured)",
+            "curves": {"cpu": "docs/results/curves/VERIFIER-k32.json (this machine, measured; "
+                              "VERIFIER.json, 1-9 tokens and its fit beyond, where that is missing)",
+                       "cpu_files": cpu_files,
                        **{n: f"{APPLE.relative_to(ROOT)}: {c['what']}"
                           for n, c in json.loads(APPLE.read_text())["curves"].items()}},
-            "rows": rows}, indent=1) + "\n", 0o644)
+            "summary": summary, "rows": rows}, indent=1) + "\n", 0o644)
         print(f"wrote {args.json}", file=sys.stderr)
+
+
+SUMMARY_KS = (8, 16, 32)
+
+
+def summarize(rows) -> list:
+    """Per verifier, group and drafter: tokens per pass at k 8, 16 and 32 (planned under this
+    CPU's curve) and, under each curve, the best k and its modelled speedup (its own plans)."""
+    by = {(r["verifier"], r["group"], r["drafter"], r["curve"], r["k"]): r for r in rows}
+    out = []
+    for v, g, d in dict.fromkeys((r["verifier"], r["group"], r["drafter"]) for r in rows):
+        row = {"verifier": v, "group": g, "drafter": d,
+               "prompts": next(r["prompts"] for r in rows if (r["verifier"], r["group"], r["drafter"]) == (v, g, d))}
+        for k in SUMMARY_KS:
+            r = by.get((v, g, d, "cpu", k))
+            row[f"tokens_per_pass_k{k}"] = round(r["tokens_per_pass"], 3) if r else None
+        for c in dict.fromkeys(r["curve"] for r in rows):
+            mine = [r for r in rows if (r["verifier"], r["group"], r["drafter"], r["curve"]) == (v, g, d, c)
+                    and r["modelled_speedup"] is not None]
+            best = max(mine, key=lambda r: r["modelled_speedup"], default=None)
+            row[c] = {"best_k": best and best["k"], "modelled_speedup": best and round(best["modelled_speedup"], 3),
+                      "tokens_per_pass": best and round(best["tokens_per_pass"], 3)}
+        out.append(row)
+    return out
+
+
+def summary_table(summary) -> str:
+    curves = [c for c in summary[0] if isinstance(summary[0][c], dict)] if summary else []
+    head = ("| verifier | group | drafter | tok/pass k 8, 16, 32 | "
+            + " | ".join(f"{c}: best k, modelled" for c in curves) + " |")
+    lines = [head, "|---|---|---|---|" + "---|" * len(curves)]
+    for r in summary:
+        tpp = ", ".join("—" if r[f"tokens_per_pass_k{k}"] is None else f"{r[f'tokens_per_pass_k{k}']:.2f}"
+                        for k in SUMMARY_KS)
+        cells = [f"k {r[c]['best_k']}: {r[c]['modelled_speedup']:.2f}x" if r[c]["best_k"] else "—" for c in curves]
+        lines.append(f"| {r['verifier']} | {r['group']} | {r['drafter']} | {tpp} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def table(rows, curve_names=None) -> str:
