@@ -224,6 +224,20 @@ def baseline(spec: str) -> MlxLm | None:
     return MlxLm(arg) if kind == MLX_LM else None
 
 
+@dataclass(frozen=True)
+class Predicted:
+    """A prompt with its prediction: the text the answer is expected to mostly repeat (a prompt
+    file's `"prediction"`); every generation from it is given the prediction
+    (Session.generate(prediction=...)), which changes what is drafted, never the output."""
+    prompt: object
+    prediction: str
+
+
+def unpredicted(prompt) -> tuple:
+    """(the prompt itself, its prediction or None)."""
+    return (prompt.prompt, prompt.prediction) if isinstance(prompt, Predicted) else (prompt, None)
+
+
 class ModelRunner:
     """Generations on a loaded verifier, through the Session API (energy from `meter`); an
     `MlxLm` strategy runs mlx-lm's stream_generate on the same verifier instead. `options`:
@@ -249,7 +263,9 @@ class ModelRunner:
         return digest(prompt)
 
     def run(self, prompt, drafter, k, kv, max_tokens):
-        """(tokens, Stats, energy window or None, CPU seconds) of one generation."""
+        """(tokens, Stats, energy window or None, CPU seconds) of one generation (a Predicted
+        prompt's prediction given to it; mlx-lm's stream_generate takes none)."""
+        prompt, prediction = unpredicted(prompt)
         if isinstance(drafter, MlxLm):
             if not kv:
                 raise ValueError("mlx-lm's stream_generate has only the KV regime")
@@ -263,7 +279,7 @@ class ModelRunner:
         options = self.options.replace(k=k, max_tokens=max_tokens, kv_cache=kv)
         session = Session(self.verifier, drafter, options, self.meter)
         cpu0 = time.process_time()
-        r = session.generate(prompt)
+        r = session.generate(prompt, prediction=prediction)
         return r.tokens, r.stats, r.energy, time.process_time() - cpu0
 
 
@@ -324,14 +340,15 @@ class ReferenceRunner:
         truth = self.tokenizer.encode(self.continuations[prompt])[:max_tokens]
         return self.replay(ids, truth, drafter, k, kv)
 
-    def replay(self, ids, truth, drafter, k, kv, eos_ids=(), bos_id=None):
+    def replay(self, ids, truth, drafter, k, kv, eos_ids=(), bos_id=None, prediction=None):
         """One generation through the engine's loop with `truth` as the verifier's output
-        after prompt `ids` (a transcript replays with its verifier's EOS and BOS ids)."""
+        after prompt `ids` (a transcript replays with its verifier's EOS and BOS ids, and the
+        request's prediction ids where it had one)."""
         verifier = reference.ReferenceVerifier(self.tokenizer, ids, truth)
         verifier.eos_ids, verifier.bos_id = tuple(eos_ids), bos_id
         options = self.options.replace(k=k, max_tokens=len(truth), kv_cache=kv)
         session = Session(verifier, drafter, options)
-        r = session.generate(ids)
+        r = session.generate(ids, prediction=prediction)
         st = r.stats            # the stand-in verifier's time is no verifier's: only drafting counts
         st.prefill_s = st.decode_s = st.verify_s = 0.0
         return r.tokens, st, None, None
@@ -454,6 +471,8 @@ def make_row(cell: dict, tokens, ref, stats, window, cpu_s, plain_s=None):
         "rouge_l": rouge_l(ref, tokens), "exact_match": tokens == ref,
         "plain_seconds": plain_s if plain_s is not None else d["seconds"],
         "tokens_per_step": n / d["steps"] if d["steps"] else None,
+        # tokens fed per pass -> passes: a KV row is costed pass by pass (curves.modelled_seconds)
+        "pass_sizes": {str(size): c for size, c in sorted(stats.pass_sizes.items())},
         "partial_steps": d["partial_steps"], "led_steps": d["led_steps"],
         "reproposals": d["reproposals"],
         "compute_cpu_s_per_100_tokens": 100.0 * cpu_s / n if n and cpu_s is not None else None,
@@ -703,8 +722,9 @@ def _timed(fn):
 
 def read_prompts(path) -> list:
     """Prompts: a .jsonl with a "prompt" (or "text") field per line, or a "messages" list (a
-    Chat, formatted by the verifier's chat template), or text one per line. A line that is not
-    such an object is a ValueError naming the file and the line."""
+    Chat, formatted by the verifier's chat template), or text one per line. A JSON line may also
+    carry a "prediction" string (the text the answer is expected to mostly repeat): that prompt
+    is a Predicted. A line that is not such an object is a ValueError naming the file and the line."""
     path = str(path)
     jsonl = path.endswith((".jsonl", ".json"))
     out = []
@@ -726,6 +746,12 @@ def _jsonl_prompt(line: str, path: str, n: int):
         obj = json.loads(line)
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}:{n}: not JSON ({e.msg})") from None
+    if isinstance(obj, dict) and "prediction" in obj:
+        prediction = obj["prediction"]
+        if not isinstance(prediction, str):
+            raise ValueError(f"{path}:{n}: \"prediction\" wants a string")
+        rest = json.dumps({key: v for key, v in obj.items() if key != "prediction"})
+        return Predicted(_jsonl_prompt(rest, path, n), prediction)
     if isinstance(obj, dict) and "messages" in obj:
         if not isinstance(obj["messages"], list) or not obj["messages"]:
             raise ValueError(f"{path}:{n}: \"messages\" wants a non-empty list of messages")

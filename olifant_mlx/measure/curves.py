@@ -32,12 +32,14 @@ def machine() -> dict:
             "cpus": cpus(), "mlx_device": str(mx.default_device()), "node": digest(platform.node())}
 
 
-def measure_curve(verifier, text: str, max_new: int = 9, contexts=CONTEXTS, repeats: int = 3) -> dict:
+def measure_curve(verifier, text: str, max_new: int = 9, contexts=CONTEXTS, repeats: int = 3,
+                  uncached: bool = True) -> dict:
     """Best-of-`repeats` seconds of a KV pass of n = 1 … max_new new tokens after `context`
-    cached tokens, and of an uncached pass over context + n tokens, for each context length
-    (the text's ids repeated to length). Each repeat sweeps every n in turn, so that a stretch
-    of seconds in which the machine is busy with something else spoils one repeat of several
-    lengths, not every repeat of one length. The load average is kept beside it."""
+    cached tokens, and (unless `uncached` is False: a long KV curve, e.g. for k 32) of an
+    uncached pass over context + n tokens, for each context length (the text's ids repeated to
+    length). Each repeat sweeps every n in turn, so that a stretch of seconds in which the
+    machine is busy with something else spoils one repeat of several lengths, not every repeat
+    of one length. The load average is kept beside it, at the start and at the end."""
     from mlx_lm.models.cache import trim_prompt_cache
 
     from olifant_mlx.engine.cache import make_cache, prefill
@@ -45,14 +47,16 @@ def measure_curve(verifier, text: str, max_new: int = 9, contexts=CONTEXTS, repe
 
     model = verifier.model
     base = verifier.encode(text) or [0]
-    kv, uncached = {}, {}
+    kv, whole = {}, {}
     lengths = range(1, max_new + 1)
+    load_start = os.getloadavg()[0]
     for context in contexts:
         ids = (base * (context // len(base) + 2))[:context + max_new]
         cache = make_cache(model)
         mx.eval(prefill(model, cache, ids[:context]))
         kv[context] = {n: float("inf") for n in lengths}
-        uncached[context] = {n: float("inf") for n in lengths}
+        if uncached:
+            whole[context] = {n: float("inf") for n in lengths}
         for _ in range(repeats):
             for n in lengths:
                 new = mx.array(ids[context:context + n])[None]
@@ -60,12 +64,12 @@ def measure_curve(verifier, text: str, max_new: int = 9, contexts=CONTEXTS, repe
                 mx.eval(model(new, cache=cache))
                 kv[context][n] = min(kv[context][n], time.perf_counter() - t)
                 trim_prompt_cache(cache, n)
-            for n in lengths:
-                whole = mx.array(ids[:context + n])[None]
-                uncached[context][n] = min(uncached[context][n], _timed(lambda w=whole: mx.eval(model(w))))
+            for n in lengths if uncached else ():
+                fed = mx.array(ids[:context + n])[None]
+                whole[context][n] = min(whole[context][n], _timed(lambda w=fed: mx.eval(model(w))))
     return {"format": FORMAT, "verifier": verifier.name, "verifier_id": verifier_identity(verifier),
-            "machine": machine(), "load_average": os.getloadavg()[0], "time": time.time(),
-            "max_new": max_new, "kv": kv, "uncached": uncached}
+            "machine": machine(), "load_average": os.getloadavg()[0], "load_average_start": load_start,
+            "time": time.time(), "max_new": max_new, "kv": kv, "uncached": whole}
 
 
 def _timed(fn) -> float:

@@ -19,8 +19,9 @@ import json
 from pathlib import Path
 
 from olifant_mlx.engine import GenerationOptions, Session
+from olifant_mlx.engine.request import prediction_ids
 from olifant_mlx.files import cache_dir, read_regular, write_atomic
-from olifant_mlx.measure.bench import ReferenceRunner, digest, verifier_identity
+from olifant_mlx.measure.bench import ReferenceRunner, digest, unpredicted, verifier_identity
 
 FORMAT = 1
 LABEL = "simulated verifier: its own greedy transcript"
@@ -30,24 +31,32 @@ def transcript_file(verifier_id: str, prompt: str, max_tokens: int) -> Path:
     return cache_dir() / "transcripts" / verifier_id / f"{digest(prompt, max_tokens)}.json"
 
 
-def make_transcripts(verifier, prompts, max_tokens: int, on_progress=None) -> dict:
+def make_transcripts(verifier, prompts, max_tokens: int, on_progress=None, drafter="none",
+                     options: GenerationOptions | None = None) -> dict:
     """{prompt: transcript} for `verifier`: cached ones read, missing ones generated (greedy,
-    KV cache, the engine's plain loop) and cached as each finishes. A transcript holds the
-    prompt ids the engine fed, the tokens, their text and the verifier's EOS/BOS ids.
-    `prompts`: texts, or {key text: prompt} for prompts of another kind (a Chat)."""
+    KV cache, the engine's loop) and cached as each finishes. A transcript holds the prompt ids
+    the engine fed, the tokens, their text and the verifier's EOS/BOS ids. `prompts`: texts, or
+    {key text: prompt} for prompts of another kind (a Chat, or a bench.Predicted: a prompt with
+    its prediction, whose ids its transcript then keeps as `prediction_ids` for the replay).
+    `drafter` (a spec or a drafter) and `options` (its k; default plain decoding) only make the
+    generation faster: greedy speculative output is plain decoding's, so the transcript and its
+    cached file are the same."""
     vid = verifier_identity(verifier)
     out = {}
     items = prompts.items() if isinstance(prompts, dict) else ((p, p) for p in prompts)
-    for i, (key, prompt) in enumerate(items):
+    for i, (key, given) in enumerate(items):
+        prompt, prediction = unpredicted(given)
         path = transcript_file(vid, key, max_tokens)
         t = _read(path)
+        session = Session(verifier, drafter, (options or GenerationOptions(k=0)).replace(max_tokens=max_tokens))
         if t is None:
-            session = Session(verifier, "none", GenerationOptions(k=0, max_tokens=max_tokens))
-            r = session.generate(prompt)
+            r = session.generate(prompt, prediction=prediction)
             t = {"format": FORMAT, "verifier": verifier.name, "verifier_id": vid, "max_tokens": max_tokens,
                  "prompt": key, "prompt_ids": session.encode(prompt), "tokens": list(r.tokens),
                  "text": r.text, "eos_ids": list(verifier.eos_ids), "bos_id": verifier.bos_id}
             write_atomic(path, json.dumps(t))
+        if prediction is not None:
+            t = {**t, "prediction_ids": list(prediction_ids(session, prediction, len(t["prompt_ids"])))}
         out[key] = t
         if on_progress:
             on_progress(i + 1, len(prompts))
@@ -82,15 +91,19 @@ def read_transcript_set(path) -> list:
 
 class TranscriptRunner(ReferenceRunner):
     """A sweep's runner over transcripts: each prompt's verifier output is its transcript,
-    replayed through the engine's loop (ReferenceRunner.replay); no time is a verifier's."""
+    replayed through the engine's loop (ReferenceRunner.replay); no time is a verifier's. With
+    `predicted`, each replay is given its transcript's prediction (`prediction_ids`), as the
+    live request was: a drafter built on the hybrid drafts from it (drafters.prediction)."""
     label = LABEL
 
-    def __init__(self, tokenizer, transcripts: dict, options=None):
+    def __init__(self, tokenizer, transcripts: dict, options=None, predicted: bool = False):
         super().__init__(tokenizer, {}, options)
         self.transcripts = transcripts
+        self.predicted = predicted
         first = next(iter(transcripts.values()), {})
         self.name = f"transcript:{first.get('verifier', '?')}"
-        self.identity = digest("transcript", *sorted({t.get("verifier_id", "") for t in transcripts.values()}))
+        self.identity = digest("transcript", *sorted({t.get("verifier_id", "") for t in transcripts.values()}),
+                               *(("prediction",) if predicted else ()))
 
     def prompt_id(self, prompt) -> str:
         t = self.transcripts[prompt]
@@ -99,4 +112,5 @@ class TranscriptRunner(ReferenceRunner):
     def run(self, prompt, drafter, k, kv, max_tokens):
         t = self.transcripts[prompt]
         return self.replay(t["prompt_ids"], t["tokens"][:max_tokens], drafter, k, kv,
-                           eos_ids=t.get("eos_ids", ()), bos_id=t.get("bos_id"))
+                           eos_ids=t.get("eos_ids", ()), bos_id=t.get("bos_id"),
+                           prediction=t.get("prediction_ids") if self.predicted else None)
