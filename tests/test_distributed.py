@@ -29,6 +29,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
+import tiers  # noqa: E402
 from sharded_models import PROMPTS, own_output_draft_model, tiny_verifier  # noqa: E402
 from tiny_models import TinyVerifier, tiny_llama  # noqa: E402
 
@@ -412,12 +413,13 @@ def test_smollm2_shards_three_ways_in_tensor_parallel(smol, draft_path, tmp_path
     v, single = single_process_plain(smol, [DEMO_PROMPT], 10)
     olif = draft_path
     specs = [f"olifant:{olif}", f"hybrid:{olif}", f"adaptive:hybrid:{olif}"]
+    regimes = ["kv", "uncached"] if tiers.on() else ["kv"]     # the tiny models shard both in every run
     proc = direct_run(3, ["tests/sharded_run.py", "--model", "smollm2-135m", "--sharded", "tensor",
-                          "--draft", *specs, "--regimes", "kv", "uncached", "-k", "6", "-m", "10",
+                          "--draft", *specs, "--regimes", *regimes, "-k", "6", "-m", "10",
                           "--margins", "-p", DEMO_PROMPT], tmp_path, timeout=3000)
     res = result(proc)
     assert res["mode"] == "tensor" and res["ranks"] == 3
-    check_equalities(res, [DEMO_PROMPT], specs, ["kv", "uncached"], single, v)
+    check_equalities(res, [DEMO_PROMPT], specs, regimes, single, v)
 
 
 @pytest.mark.slow
@@ -495,9 +497,10 @@ def test_a_lost_rank_ends_the_run_everywhere_within_seconds(tiny, victim, sig, b
         assert sorted(ended) == sorted(set(range(3)) - {victim}), f"still running after {bound + 30} s"
         assert max(ended.values()) < bound, ended
         for r in ended:
-            assert procs[r].returncode == 1
-            lines = errors(procs[r].stderr.read().decode())
-            assert len(lines) == 1, lines
+            err = procs[r].stderr.read().decode()
+            assert procs[r].returncode == 1, (r, procs[r].returncode, err[-3000:])
+            lines = errors(err)
+            assert len(lines) == 1, (r, err[-3000:])
             assert f"rank {victim} of 3" in lines[0]
             assert ("disconnected" if sig == signal.SIGKILL else "stopped responding") in lines[0]
     finally:

@@ -409,7 +409,10 @@ def _die(line: str, status: int = 1):
     except Exception:
         pass
     try:
-        sys.stderr.write(line.rstrip("\n") + "\n")
+        # MLX's ring backend writes its own "[ring] " and its message in separate writes from
+        # its threads; a line of ours landing between them would not start a line. One write,
+        # after a newline, always does (at the cost of a blank line when nothing came before).
+        sys.stderr.write("\n" + line.rstrip("\n") + "\n")
         sys.stderr.flush()
     except Exception:
         pass
