@@ -11,6 +11,7 @@ from olifant_mlx.draftmodel.igtree import Builder
 from olifant_mlx.draftmodel.suffix import Corpus
 from olifant_mlx.engine import GenerationOptions, Step
 from olifant_mlx.measure.bench import FixedCost
+from tiers import extended
 
 
 class Ident:
@@ -186,7 +187,7 @@ def test_auto_on_a_drafting_hostile_transcript_is_within_2_percent_of_plain(tmp_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kv", [True, False], ids=["kv", "uncached"])
+@pytest.mark.parametrize("kv", [True, pytest.param(False, marks=extended)], ids=["kv", "uncached"])
 def test_auto_on_smollm2_equals_plain_where_drafting_pays_and_where_it_cannot(smol, kv):
     """The real verifier: auto (over whatever sources this machine has) emits plain's tokens
     with its own fitted cost (drafting), and under a cost where drafting cannot pay (the

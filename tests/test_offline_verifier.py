@@ -10,6 +10,7 @@ from olifant_mlx.cli.generate import demo_draft_model
 from olifant_mlx.drafters import (AdaptiveDrafter, HybridDrafter, LookupDrafter, NeuralDrafter,
                                   NgramDrafter, OlifantDrafter, WordNgramDrafter)
 from olifant_mlx.engine import GenerationOptions, Session, generate, generate_steps
+from tiers import kv_regimes
 
 pytestmark = pytest.mark.slow    # the real offline verifiers: minutes on two cores
 
@@ -29,7 +30,7 @@ def test_every_drafter_preserves_output(smol):
     model, tok, ours = smol.model, smol.tokenizer, smol.identity
     prompt = tok.encode(LEGAL)
     olifant = OlifantDrafter(demo_draft_model(ours, "smollm2-135m", ["builtin:licenses"])[0])
-    for kv in (True, False):
+    for kv in kv_regimes():       # both in the extended tier (tests/tiers.py)
         n = 20 if kv else 12  # uncached steps re-read the whole context: keep them few
         ref, _ = generate(model, prompt, max_tokens=n, kv_cache=kv)
         for d in (olifant, NgramDrafter(), WordNgramDrafter(ours), LookupDrafter(),

@@ -315,7 +315,7 @@ def test_smollm2_generations_with_the_library_drafter_exact(legal, smol):
     session = Session(smol, "library:legal", GenerationOptions(max_tokens=48, min_source_tokens=4))
     assert session.sources_library() == "legal"
     copied = 0
-    for k in (3, 10, 17, 24, 31):           # a document's opening: the drafter copies from it
+    for k in (3, 17, 31):                   # a document's opening: the drafter copies from it
         row = li.indexed[k]
         prompt = [int(t) for t in li.stream[row["start"]:row["start"] + 40]]
         result = session.generate(prompt)

@@ -11,6 +11,7 @@ import pytest
 
 from olifant_mlx.drafters import build_drafter
 from olifant_mlx.engine import generate
+from tiers import kv_regimes
 
 pytestmark = pytest.mark.slow    # the real offline verifier: minutes on two cores
 
@@ -40,7 +41,7 @@ def test_retrieval_peers_preserve_output(smol, files):
                 (f"rest:{sfx}", f"ngram-cache:{ngc}", f"adaptive:rest:{sfx}",
                  f"adaptive:ngram-cache:{ngc}")]
     accepted = 0
-    for kv in (True, False):
+    for kv in kv_regimes():       # both in the extended tier (tests/tiers.py)
         n = 24 if kv else 12  # uncached steps re-read the whole context: keep them few
         ref, _ = generate(model, prompt, max_tokens=n, kv_cache=kv)
         for d in drafters:

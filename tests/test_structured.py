@@ -13,6 +13,7 @@ import pytest
 pytest.importorskip("llguidance")
 jsonschema = pytest.importorskip("jsonschema")
 
+from tiers import extended  # noqa: E402
 from tiny_models import JsonTok, drafters, igtree_on_own_output, tiny_json_verifier  # noqa: E402
 
 from olifant_mlx.drafters import LookupDrafter, NgramDrafter, build_drafter  # noqa: E402
@@ -174,7 +175,7 @@ def test_chat_takes_the_flag_too():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kv_cache", [True, False])
+@pytest.mark.parametrize("kv_cache", [True, pytest.param(False, marks=extended)])
 def test_smollm2_speculative_under_a_schema_is_plain_under_it(smol, kv_cache):
     """A contract extraction on SmolLM2: valid against the contract schema, and the same tokens
     with lookup and n-gram drafting, k 3 and 8, as constrained plain decoding."""
