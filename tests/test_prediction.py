@@ -133,6 +133,7 @@ def test_a_request_carries_its_prediction_and_the_session_keeps_none():
     text = session.generate("abcdefgh", prediction="abcdxyz")      # text is encoded as the verifier writes it
     assert text.tokens == plain.tokens and text.stats.extra["prediction"]["tokens"] == 7
     assert "prediction" not in session.generate("abcdefgh").stats.extra
+    assert plan(session, "abcdefgh").drafter is session.drafter     # without one: the drafting of before
     with pytest.raises(TypeError, match="prediction"):
         session.stream(request, prediction=[1])
 
