@@ -1,13 +1,13 @@
 """What the engine receives instead of knowing: a pass-cost model (engine.costs.PassCostModel)
-for its lead rule and for a cost-aware drafter (drafters.base.CostAware), and a collective for
-a sharded verifier (engine.collective.Collective). Fakes of each, given to the real loop on a
-tiny model: the loop plans with them, hands a cost-aware drafter its model for one generation
-only, and the output stays the verifier's plain output."""
+for its lead rule and for a drafter that plans with one (given to `Drafter.open`), and a
+collective for a sharded verifier (engine.collective.Collective). Fakes of each, given to the
+real loop on a tiny model: the loop plans with them, hands a drafter its model for one
+generation only, and the output stays the verifier's plain output."""
 import pytest
 from tiny_models import tiny_llama
 
 from olifant_mlx.drafters import AdaptiveDrafter, LookupDrafter
-from olifant_mlx.drafters.base import CostAware, Drafter, DrafterBase, as_drafter
+from olifant_mlx.drafters.base import Drafter, DrafterBase, as_drafter
 from olifant_mlx.drafters.costs import PassCost
 from olifant_mlx.engine import GenerationOptions, generate, generate_steps
 from olifant_mlx.engine.collective import Collective
@@ -57,8 +57,6 @@ def test_the_cost_models_are_pass_cost_models():
     from olifant_mlx.measure.bench import FixedCost
 
     assert isinstance(FixedCost(), PassCostModel)
-    assert isinstance(AdaptiveDrafter(LookupDrafter()), CostAware)
-    assert not isinstance(LookupDrafter(), CostAware)
 
 
 def test_the_lead_rule_plans_with_the_cost_model_it_is_given(model):
@@ -77,14 +75,15 @@ def test_the_lead_rule_plans_with_the_cost_model_it_is_given(model):
 
 
 class Planner(DrafterBase):
-    """A cost-aware drafter (CostAware) that records the model each generation gave it."""
+    """A drafter that records the model each generation's `open` gave it."""
     name = "planner"
 
     def __init__(self):
         self.given = []
 
-    def start_planning(self, prompt, cost):
+    def open(self, prompt, learning=None, cost=None):
         self.given.append(cost)
+        return self
 
     def draft(self, context, k):
         return []
@@ -97,21 +96,25 @@ def test_a_cost_aware_drafter_gets_the_draft_cost_for_one_generation(model):
     generate(model, PROMPT, d, options=GenerationOptions(max_tokens=5))
     assert d.given == [cost, None]
     adaptive = AdaptiveDrafter(LookupDrafter())
-    own = adaptive.cost
     ref, _ = generate(model, PROMPT, max_tokens=30)
     tokens, _ = generate(model, PROMPT, adaptive, options=GenerationOptions(k=4, max_tokens=30, draft_cost=cost))
     assert tokens == ref and cost.seen                 # it planned with, and fed, the given model
-    assert adaptive.cost is own and adaptive.planning is cost
-    tokens, _ = generate(model, PROMPT, adaptive, options=GenerationOptions(k=4, max_tokens=30))
-    assert tokens == ref and adaptive.planning is own  # the next generation: its own fit again
+    own = adaptive.own.peek(adaptive.keys[0])[1]       # the fit it keeps: not the given model, unfed
+    assert own is not cost and own.sums is None
+    state = adaptive.open(PROMPT, None, None)          # the next generation: its own fit again
+    assert state.planning is state.cost and state.cost is not cost
 
 
 class Duck:
-    """A drafter by duck typing, with an optional method of its own but no plans_led_passes."""
+    """A drafter by duck typing, with an optional method of its own but no plans_led_passes;
+    each generation drafts with a copy of it (`as_drafter`'s open), which shares `log`."""
     name = "duck"
 
+    def __init__(self):
+        self.log = []
+
     def start(self, prompt):
-        pass
+        self.started = True
 
     def draft(self, context, k):
         return [7, 7][:k]
@@ -120,7 +123,7 @@ class Duck:
         pass
 
     def observe(self, step, kv_cache):
-        self.observed = True
+        self.log.append(getattr(self, "started", False))
 
 
 def test_as_drafter_declares_every_member_the_engine_reads(model):
@@ -128,7 +131,8 @@ def test_as_drafter_declares_every_member_the_engine_reads(model):
     assert isinstance(d, Drafter) and d.plans_led_passes is False
     ref, _ = generate(model, PROMPT, max_tokens=20)
     duck = Duck()
-    assert generate(model, PROMPT, duck, k=2, max_tokens=20)[0] == ref and duck.observed
+    assert generate(model, PROMPT, duck, k=2, max_tokens=20)[0] == ref
+    assert duck.log and all(duck.log) and not hasattr(duck, "started")    # a started copy observed
 
 
 class FakeCollective:

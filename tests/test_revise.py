@@ -310,11 +310,12 @@ def test_what_a_clause_teaches_the_drafter_and_its_cache_go_on_to_the_next(contr
     cache = PromptCache()
     first = revise.plan_revision(session, contract.paragraphs[4], "sixty days", session.options, 24, cache=cache)
     session.generate(first)
-    learnt = first.drafter.acceptance.counts
-    assert learnt and not session.drafter.acceptance.counts          # the session's own drafter untouched
+    learnt = session.learning.peek(first.drafter.keys[0])[0].acceptance.counts
+    assert learnt and session.learning.peek(session.drafter.keys[0]) is None    # the session's drafter's untouched
     second = revise.plan_revision(session, contract.paragraphs[5], "sixty days", session.options, 24, first.drafting,
                                   cache)
-    assert second.drafter is not first.drafter and second.drafter.acceptance.counts == learnt
+    assert second.drafter is not first.drafter
+    assert second.drafter.open([1, 2], session.learning).acceptance.counts == learnt
     assert [s.prediction for s in second.drafter.inner.sources if s.name == "prediction"] == \
         [session.verifier.identity.encode(contract.paragraphs[5].text)]
     shared = next(i for i, (a, b) in enumerate(zip(first.ids, second.ids)) if a != b)     # the instruction's part

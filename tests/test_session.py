@@ -78,7 +78,7 @@ def test_changing_the_drafter_keeps_the_verifier(verifier):
     model = session.verifier.model
     other = session.with_drafter("lookup:2")
     assert other.drafter.name == "lookup" and other.verifier.model is model
-    assert other.spec.text == "lookup:2" and other.lead_cost is session.lead_cost
+    assert other.spec.text == "lookup:2" and other.learning is session.learning
     assert session.spec.text == "ngram" and session.drafter.name.startswith("ngram")     # left as it was
 
 
@@ -101,15 +101,21 @@ def test_reference_verifier_runs_the_engine_loop():
 
 
 def test_the_lead_rule_plans_with_one_cost_curve_across_generations(verifier):
-    """`lead = "auto"` (the default): every generation's LeadRule fits the same pass-cost curve,
-    so what the verifier's passes cost is learnt once per session; the text is the plain one."""
+    """`lead = "auto"` (the default): every generation's LeadRule starts from the pass-cost curve
+    the last one kept in the session's learning, so what the verifier's passes cost is learnt
+    once per session; frozen, nothing is kept; the text is the plain one."""
+    from olifant_mlx.engine.costs import LEAD_COST
+
     session = Session(verifier, "lookup", GenerationOptions(k=3, max_tokens=24))
-    assert session.lead == "auto" and session.lead_cost.sums is None          # nothing fitted yet
+    assert session.lead == "auto" and session.learning.peek(LEAD_COST) is None     # nothing fitted yet
     first = session.generate("The Member States shall")
-    cost = session.lead_cost
-    seen = cost.sums[0]
+    seen = session.learning.peek(LEAD_COST).sums[0]
     second = session.generate("Article 4 of Regulation")
-    assert session.lead_cost is cost and cost.sums[0] != seen      # the same curve, more passes
+    assert session.learning.peek(LEAD_COST).sums[0] > seen          # the same curve, more passes
+    session.learning.frozen = True
+    kept = session.learning.peek(LEAD_COST)
+    session.generate("The Member States shall")
+    assert session.learning.peek(LEAD_COST) is kept
     for r, text in ((first, "The Member States shall"), (second, "Article 4 of Regulation")):
         plain, _ = generate(verifier.model, verifier.encode(text), max_tokens=24)
         assert r.tokens == plain

@@ -42,6 +42,7 @@ import time
 
 from olifant_mlx.drafters.base import Draft, DrafterBase, Signal
 from olifant_mlx.drafters.costs import PassCost, PassTimes
+from olifant_mlx.drafters.learning import Learning, LearntKey
 from olifant_mlx.drafters.registry import build_drafter
 
 COPIES = ("lookup", "history")   # signals (source, agreement length): longer is no worse
@@ -256,51 +257,83 @@ class AdaptiveDrafter(DrafterBase):
         self.inner = inner
         self.name = f"adaptive-{inner.name}"
         self.wants_bos = inner.wants_bos
-        # the verifier's speed and how often each kind of draft is right outlive one generation
+        # the verifier's speed and how often each kind of draft is right outlive one generation:
+        # kept under `keys[0]` in a drafters.learning.Learning (the Session's, else `own`)
         self.cost = PassCost(rel_slope)
-        self.given_cost = None            # this generation's model, where the engine gave one
         self.learner = CandidateLearner(prior, half_life)
-        self.acceptance = self.learner.acceptance
-        self.pass_times = PassTimes()
-        self.kv_cache = True              # until the engine says otherwise
-        self.led = False                  # the next pass is led by a correction
         # never below plain: stop consulting the drafter where it does not pay (None: always)
         self.guard = PlainGuard() if guard is None else guard or None
-        self.consulted = False            # this pass asked the inner drafter
-        self.learn_s = 0.0                # the last observe's own time: drafting's cost too
+        self.keys, self.own, self.fresh_guard = (LearntKey(self.name),), Learning(), False
+        self.expected = {}                # source -> the rate its drafts start at (a prediction's)
+        self._begin(None)
 
     def around(self, inner):
         """A drafter like this one over `inner`, for one request: it starts from this one's
-        estimates and cost fit (the verifier is the same) and writes neither back; its guard
-        starts afresh (what paid before may not be what this request drafts from)."""
+        estimates and cost fit (the verifier is the same) and keeps its own, which a drafter
+        made around it in turn starts from (revise's next clause); its guard starts afresh
+        (what paid before may not be what this request drafts from)."""
         other = copy.copy(self)
         other.inner, other.name = inner, f"adaptive-{inner.name}"
-        other.learner = copy.deepcopy(self.learner)
-        other.acceptance = other.learner.acceptance
-        other.cost = copy.deepcopy(self.cost)
         other.guard = PlainGuard() if self.guard is not None else None
-        other.pass_times = PassTimes()
+        other.keys, other.fresh_guard = (LearntKey(other.name),) + self.keys, True
+        other.expected = dict(self.expected)
         return other
+
+    def expect(self, source: str, p: float) -> None:
+        """Drafts of `source` start each generation at rate `p` until passes say otherwise
+        (AcceptanceEstimate.expect); for a drafter made for one request (`around`)."""
+        self.expected[source] = p
+
+    @property
+    def acceptance(self):
+        return self.learner.acceptance
 
     @property
     def planning(self):
         """The pass-cost model this generation plans with: the engine's, else its own fit."""
         return self.cost if self.given_cost is None else self.given_cost
 
+    def open(self, prompt, learning=None, cost=None):
+        """This drafter's state for one generation (drafters.base): the inner drafter's state,
+        and the estimates, cost fit and guard `learning` (None: its own) kept from the last
+        generation to finish, else its own; `cost`: the pass-cost model to plan with (None:
+        the fit)."""
+        state = copy.copy(self)
+        state.inner = self.inner.open(prompt, learning)
+        state.store = learning if learning is not None else self.own
+        state.learner, state.cost, kept_guard = state.store.take(self.keys, (self.learner, self.cost, self.guard))
+        state.guard = copy.deepcopy(self.guard) if self.fresh_guard else kept_guard
+        for source, p in self.expected.items():
+            state.acceptance.expect(source, p)
+        state._begin(cost)
+        return state
+
+    def finish(self):
+        """Keep this generation's estimates, cost fit and guard for the next (see open)."""
+        store = getattr(self, "store", None)
+        if store is not None:
+            store.keep(self.keys[0], (self.learner, self.cost, self.guard))
+        self.inner.finish()
+
     def start(self, prompt):
         self.start_planning(prompt, None)
 
     def start_planning(self, prompt, cost):
-        """`start`, planning this generation with `cost` (drafters.base.CostAware; None: the
-        drafter's own fitted model, which a given one leaves as it was)."""
-        self.given_cost = cost
+        """`start`, planning this generation with `cost` (None: the drafter's own fitted
+        model, which a given one leaves as it was): the drafter as its own state."""
         self.inner.start(prompt)
+        self._begin(cost)
+
+    def _begin(self, cost):
+        self.given_cost = cost
         self.pass_times = PassTimes()
         self.learner.offered = []         # a stopped generation's last offer has no outcome
         self.signals = []
-        self.led = False
+        self.kv_cache = True              # until the engine says otherwise
+        self.led = False                  # the next pass is led by a correction
         self.lengths = []                 # kept draft length per step, for inspection
-        self.consulted = False            # a stopped generation's last pass has no outcome
+        self.consulted = False            # this pass asked the inner drafter
+        self.learn_s = 0.0                # the last observe's own time: drafting's cost too
 
     def draft_scored(self, context, k):
         self.consulted = self.guard is None or self.guard.drafting()

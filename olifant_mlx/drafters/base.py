@@ -1,20 +1,29 @@
 """The drafter contract: cheap guesses of the verifier's next k tokens.
 
-Required: `start(prompt)` at the beginning of a generation, `draft(context, k)` -> up to k ids
-following `context` (the prompt, without BOS unless `wants_bos`, plus everything generated
-so far), `accept(tokens)` with the tokens appended to the context after each step.
-Optional, with defaults in `DrafterBase`: `draft_scored` (drafts with a confidence `Signal`
+A drafter object is shared by every generation that drafts with it; the engine drafts each
+generation with a state of its own, `open(prompt, learning, cost)`: started on the prompt
+(without BOS unless `wants_bos`), sharing what is read only (an IGTree, an index, a draft
+model's weights), holding what this generation learns, and taking what earlier ones left in
+`learning` (drafters.learning: the Session's, or the drafter's own when None); `cost` is the
+pass-cost model a drafter that sizes its drafts by the verifier's pass time (the adaptive one)
+plans this generation with (None: its own fit). `finish()` at the end of the generation keeps
+what it learnt for the next. The default `open` is a shallow copy of the drafter, started: a
+drafter whose `start` makes its per-generation members anew (as every one here does) needs no
+other.
+
+A state: `draft(context, k)` -> up to k ids following `context` (the prompt plus everything
+generated so far), `accept(tokens)` with the tokens appended to the context after each step;
+optional, with defaults in `DrafterBase`: `draft_scored` (drafts with a confidence `Signal`
 per token), `candidates` (every draft it could propose, for the adaptive drafter to choose
 from), `observe(step, kv_cache)` (called by the engine after every verifier pass) and
 `plans_led_passes` (True: the drafter sizes a pass led by a correction itself, see
-`engine.costs.LeadRule`). `as_drafter` gives a drafter the defaults of what it lacks, so the
-engine reads every member without asking whether it is there.
-
-`CostAware` is the one optional extension: a drafter that plans with a model of the
-verifier's pass time (the adaptive one) is started with the model for that generation.
+`engine.costs.LeadRule`). Used directly (`start(prompt)`, then `draft`/`accept`), a drafter
+object is its own state, for one generation at a time. `as_drafter` gives a drafter the
+defaults of what it lacks, so the engine reads every member without asking whether it is there.
 """
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol, runtime_checkable
@@ -63,15 +72,9 @@ class Drafter(Protocol):
 
     def observe(self, step, kv_cache: bool) -> None: ...
 
+    def open(self, prompt: Sequence[int], learning=None, cost=None) -> Drafter: ...
 
-@runtime_checkable
-class CostAware(Protocol):
-    """A drafter that sizes its drafts by a model of the verifier's pass time (the adaptive
-    one). The engine starts its generations with `start_planning(prompt, cost)` instead of
-    `start(prompt)`: `cost` is the pass-cost model (engine.costs.PassCostModel) to plan with in
-    that generation only, or None for the drafter's own fitted one."""
-
-    def start_planning(self, prompt: Sequence[int], cost) -> None: ...
+    def finish(self) -> None: ...
 
 
 class DrafterBase:
@@ -82,6 +85,16 @@ class DrafterBase:
     plans_led_passes = False   # True: sizes a pass led by a correction itself (the adaptive drafter)
 
     def start(self, prompt) -> None:
+        pass
+
+    def open(self, prompt, learning=None, cost=None):
+        """This drafter's state for one generation (see the module docstring): a shallow copy,
+        started on `prompt`."""
+        state = copy.copy(self)
+        state.start(prompt)
+        return state
+
+    def finish(self) -> None:
         pass
 
     def accept(self, tokens) -> None:
@@ -116,7 +129,7 @@ def none_from_spec(spec, tokenizer, history):
 
 
 REQUIRED = ("start", "draft", "accept")
-OPTIONAL = ("draft_scored", "candidates", "observe", "start_planning")
+OPTIONAL = ("draft_scored", "candidates", "observe", "finish")
 
 
 class _Adapted(DrafterBase):
@@ -134,6 +147,15 @@ class _Adapted(DrafterBase):
 
     def start(self, prompt):
         self.inner.start(prompt)
+
+    def open(self, prompt, learning=None, cost=None):
+        """The object's own `open` where it has one, else a shallow copy of it, started."""
+        own = getattr(self.inner, "open", None)
+        if callable(own):
+            return as_drafter(own(prompt, learning, cost))
+        state = _Adapted(copy.copy(self.inner))     # its bound methods: the copy's
+        state.start(prompt)
+        return state
 
     def draft(self, context, k):
         return self.inner.draft(context, k)

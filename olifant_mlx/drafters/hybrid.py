@@ -16,6 +16,7 @@ import copy
 
 from olifant_mlx.drafters.adaptive import CandidateLearner
 from olifant_mlx.drafters.base import EMPTY, Draft, DrafterBase, as_drafter
+from olifant_mlx.drafters.learning import Learning, LearntKey
 from olifant_mlx.drafters.lookup import LookupDrafter
 from olifant_mlx.drafters.olifant import OlifantDrafter, open_igtree
 from olifant_mlx.drafters.registry import build_drafter
@@ -40,19 +41,39 @@ class HybridDrafter(DrafterBase):
         self.short_lookup = LookupDrafter(max_ngram=min_match - 1, min_ngram=1, repeat=True)
         self.name = name
         self.learner = CandidateLearner(prior, half_life)
+        # the estimates outlive the generation (drafters.learning), its last offer not
+        self.keys, self.own = (LearntKey(name),), Learning()
 
     def with_source(self, source):
         """This hybrid with `source` among its sources (in place of one of the same name), for
-        one request: the draft model, history and other sources shared, the estimates copied."""
+        one request: the draft model, history and other sources shared; it starts from this
+        one's estimates and keeps its own (see AdaptiveDrafter.around)."""
         other = copy.copy(self)
         other.sources = [s for s in self.sources if s.name != source.name] + [source]
-        other.learner = copy.deepcopy(self.learner)
+        other.keys = (LearntKey(self.name),) + self.keys
         return other
+
+    def open(self, prompt, learning=None, cost=None):
+        """This drafter's state for one generation (drafters.base): its sources' states and
+        the estimates `learning` (None: its own) kept from the last generation to finish."""
+        state = copy.copy(self)
+        state.sources = [s.open(prompt, learning) for s in self.sources]
+        state.store = learning if learning is not None else self.own
+        state.learner = state.store.take(self.keys, self.learner)
+        state.learner.offered = []
+        return state
+
+    def finish(self):
+        store = getattr(self, "store", None)
+        if store is not None:
+            store.keep(self.keys[0], self.learner)
+        for s in self.sources:
+            s.finish()
 
     def start(self, prompt):
         for s in self.sources:
             s.start(prompt)
-        self.learner.offered = []     # the estimates outlive the generation, its last offer not
+        self.learner.offered = []
 
     def accept(self, tokens):
         for s in self.sources:

@@ -96,7 +96,7 @@ def predicting(drafter, prediction: Sequence[int]):
         if inner is drafter.inner:
             return drafter
         out = drafter.around(inner)
-        out.acceptance.expect(PredictionSource.name, EXPECTED)
+        out.expect(PredictionSource.name, EXPECTED)
         return out
     if isinstance(drafter, HybridDrafter):
         return drafter.with_source(PredictionSource(prediction))

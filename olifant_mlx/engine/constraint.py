@@ -57,14 +57,6 @@ class ForcedDrafts(DrafterBase):
         self.inner.start(prompt)
         self.last_forced = self.forced_total = 0
 
-    def start_planning(self, prompt, cost) -> None:
-        start = getattr(self.inner, "start_planning", None)
-        if start is None:
-            self.inner.start(prompt)
-        else:
-            start(prompt, cost)
-        self.last_forced = self.forced_total = 0
-
     def draft(self, context, k) -> list:
         whole = self.prompt_head + list(context)      # the verifier's sequence
         forced = [int(t) for t in self.constraint.forced(whole, k)][:k]

@@ -1,16 +1,20 @@
 """What the engine plans with: a model of the verifier's pass time, behind a small interface.
 
-The loop fits and fixes no cost model of its own: it is given them (GenerationOptions'
-`pass_cost` for its `LeadRule`, `draft_cost` for a cost-aware drafter, drafters.base.CostAware)
-and asks them only what `PassCostModel` declares. The fitted model is drafters.costs.PassCost,
-a fixed one for simulated verifiers measure.bench.FixedCost; the engine imports neither the
-adaptive drafter nor the measuring code.
+The loop fixes no cost model of its own: it is given them (GenerationOptions' `pass_cost` for
+its `LeadRule`, `draft_cost` for a drafter that plans with one, the adaptive drafter, through
+`Drafter.open`), or it takes the lead rule's fit from what a Session's generations learnt
+(drafters.learning, under `LEAD_COST`), and asks them only what `PassCostModel` declares.
+The fitted model is drafters.costs.PassCost, a fixed one for simulated verifiers
+measure.bench.FixedCost; the engine imports neither the adaptive drafter nor the measuring code.
 """
 from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
 from olifant_mlx.drafters.costs import PassCost, PassTimes
+from olifant_mlx.drafters.learning import LearntKey
+
+LEAD_COST = LearntKey("the lead rule's pass cost")   # the verifier's speed outlives one generation
 
 
 @runtime_checkable

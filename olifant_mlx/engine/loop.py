@@ -32,11 +32,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from olifant_mlx.drafters.base import CostAware, Drafter, as_drafter
+from olifant_mlx.drafters.base import Drafter, as_drafter
+from olifant_mlx.drafters.costs import PassCost
 from olifant_mlx.engine import cache as kv
 from olifant_mlx.engine.collective import Collective
 from olifant_mlx.engine.constraint import ForcedDrafts
-from olifant_mlx.engine.costs import LeadRule
+from olifant_mlx.engine.costs import LEAD_COST, LeadRule
 from olifant_mlx.engine.options import MAX_K, GenerationOptions  # noqa: F401  (MAX_K: engine.loop's name too)
 from olifant_mlx.engine.sampling import picker
 from olifant_mlx.engine.stats import Stats, Step
@@ -269,68 +270,93 @@ class UncachedVerification:
 def generate_steps(model, prompt, drafter=None, options: GenerationOptions | None = None, *,
                    eos_ids=(), bos_id: int | None = None, stats: Stats | None = None, on_prefill=None,
                    vocab_size: int | None = None, shared: Collective | None = None, prompt_cache=None,
-                   sampling=None, processors=None, constraint=None, **fields):
+                   sampling=None, processors=None, constraint=None, learning=None, **fields):
     """Yield a Step per verifier pass until max_tokens or an EOS token (not emitted), as
     `options` say (engine.options.GenerationOptions: k, max_tokens, the KV regime and its
-    quantization, sampling, the lead rule and the cost models; `fields` change some of them,
-    and without options they make them, with 100 tokens at most and lead=True: tests and
-    scripts). Greedy by default; with sampling options the verifier samples (see Sampling;
-    `sampling`, `processors`: given as objects instead); the options' logits processors
-    (mlx-lm's: processor(tokens, logits) -> logits) shape every choice. The drafter sees the
-    prompt without a leading BOS unless it `wants_bos`. `vocab_size` (default: found on the
-    model) bounds the ids: a prompt id outside it is refused, drafts are cut before one.
-    `lead`: True leads every pass after a correction with the drafts that follow it, "auto" a
-    LeadRule decides per pass (planning with `pass_cost`, a fresh fitted model if none; a
-    LeadRule object given as `lead=` is used as it is), False keeps the older KV rule
-    (corrections held back for the next step's free check), for measuring. A cost-aware
-    drafter (drafters.base.CostAware, the adaptive one) plans this generation with
-    `draft_cost` when it is set. With `shared` (engine.collective.Collective: a sharded
-    verifier's), the drafts and every choice of token are rank 0's, so every rank takes the
-    same passes and rollbacks, and every pass after a correction is led (pass times differ
-    between ranks). `prompt_cache` (KV regime; engine.cache's PromptCache or PrefixCache)
-    lends the cache of an earlier generation: only the prompt's tokens past the prefix it
-    shares are prefilled, and the cache goes back to it at the end (at the last Step, or when
-    the caller closes the generator between Steps). `kv_bits` (KV regime) quantizes the cache
-    as mlx-lm does (QuantizedKVCache, `kv_group_size`), once it holds `quantized_kv_start`
-    tokens, checked between passes. `constraint` (engine.constraint: structured output) masks
-    every choice; each pass drafts its forced tokens, then the drafter's (ForcedDrafts)."""
+    quantization, sampling, the lead rule and the cost models; `fields` change some of them, and
+    without options they make them, with 100 tokens at most and lead=True: tests and scripts).
+    Greedy by default; with sampling options the verifier samples (see Sampling; `sampling`,
+    `processors`: given as objects instead); the options' logits processors (mlx-lm's:
+    processor(tokens, logits) -> logits) shape every choice. The drafter sees the prompt without
+    a leading BOS unless it `wants_bos`. `vocab_size` (default: found on the model) bounds the
+    ids: a prompt id outside it is refused, drafts are cut before one. `lead`: True leads every
+    pass after a correction with the drafts that follow it, "auto" a LeadRule decides per pass
+    (planning with `pass_cost`, a fresh fitted model if none; a LeadRule object given as `lead=`
+    is used as it is), False keeps the older KV rule (corrections held back for the next step's
+    free check), for measuring. A cost-aware drafter (the adaptive one) plans this generation
+    with `draft_cost` when it is set. The generation drafts with a state of its own
+    (`drafter.open`: the drafter is shared), started from what `learning` (drafters.learning: a
+    Session's; None: the drafter's own) kept, where it keeps what it learnt at its end, as the
+    lead rule its pass-cost fit. With `shared` (engine.collective.Collective: a sharded
+    verifier's), the drafts and every choice of token are rank 0's, so every rank takes the same
+    passes and rollbacks, and every pass after a correction is led (pass times differ between
+    ranks). `prompt_cache` (KV regime; engine.cache's PromptCache or PrefixCache) lends an
+    earlier generation's cache: only the prompt's tokens past the prefix it shares are
+    prefilled; it goes back at the end (or when the generator is closed). `kv_bits` (KV regime)
+    quantizes the cache as mlx-lm does (QuantizedKVCache, `kv_group_size`), once it holds
+    `quantized_kv_start` tokens, checked between passes. `constraint` (engine.constraint:
+    structured output) masks every choice; each pass drafts its forced tokens, then the
+    drafter's (ForcedDrafts)."""
     options, rule = _options(options, fields)
     prompt = [int(t) for t in prompt]
     vocab_size = vocab_size or model_vocab_size(model)
     _check_prompt(prompt, vocab_size)
     drafter = as_drafter(drafter)
-    plan_rule = _lead_rule(options, rule, drafter, shared)
+    plan_rule = _lead_rule(options, rule, drafter, shared, learning)
     skip = 0 if drafter.wants_bos or bos_id is None or prompt[0] != bos_id else 1
-    drafter = _constrained(drafter, constraint, prompt, skip)
-    seq = list(prompt)                      # everything the verifier has seen or will see
-    _start(drafter, seq[skip:], options.draft_cost)
     stats = stats if stats is not None else Stats()
     stats.prompt_tokens = len(prompt)
     if options.max_tokens == 0:
         return
-    pick = picker(options.sampling if sampling is None else sampling,
-                  options.processors() if processors is None else processors, constraint)
-    if shared is not None:
-        drafter, pick = shared.drafter(drafter), shared.choices(pick)
-    plan = Plan(drafter, plan_rule, options.k, options.max_tokens, frozenset(int(e) for e in eos_ids),
-                skip, vocab_size, options.kv_cache)
+    state = as_drafter(drafter.open(prompt[skip:], learning, options.draft_cost))
+    plan = _plan(state, plan_rule, options, eos_ids, skip, vocab_size, shared, constraint, prompt)
+    pick = _pick(options, sampling, processors, constraint, shared)
     leads = rule is not None or options.lead is not False
     verifier = _verifier(model, prompt, pick, options, leads, on_prefill, prompt_cache, stats)
     if not options.kv_cache:
         prompt_cache = None                     # nothing to keep: no pass leaves a cache behind
+    seq = list(prompt)                      # everything the verifier has seen or will see
     try:
         yield from _steps(verifier, plan, seq, stats)
     except GeneratorExit:        # closed between Steps: the cache holds a prefix of seq
         if prompt_cache is not None:
             verifier.keep(prompt_cache, seq)
         raise
+    finally:                     # what it learnt goes on to the next generation (a stopped one's too)
+        _finish(state, plan_rule if rule is None and options.pass_cost is None else None, learning)
     if prompt_cache is not None:
         verifier.keep(prompt_cache, seq)
 
 
+def _pick(options, sampling, processors, constraint, shared):
+    """The verifier's choice function: the options' sampling and processors (or the objects
+    given), under the constraint; rank 0's on every rank of a sharded verifier."""
+    pick = picker(options.sampling if sampling is None else sampling,
+                  options.processors() if processors is None else processors, constraint)
+    return shared.choices(pick) if shared is not None else pick
+
+
+def _finish(state, fitted: LeadRule | None, learning) -> None:
+    """The end of a generation: the drafter's state keeps what it learnt, and the lead rule its
+    pass-cost fit (`fitted`: a rule that fitted one of its own), in `learning`."""
+    state.finish()
+    if fitted is not None and learning is not None:
+        learning.keep(LEAD_COST, fitted.cost)
+
+
+def _plan(state, rule, options, eos_ids, skip, vocab_size, shared, constraint, prompt) -> Plan:
+    """The Plan every pass reads: the drafter's state (under a constraint, shared with a sharded
+    verifier's ranks), the lead rule and the options' bounds."""
+    drafter = _constrained(state, constraint, prompt, skip)
+    if shared is not None:
+        drafter = shared.drafter(drafter)
+    return Plan(drafter, rule, options.k, options.max_tokens, frozenset(int(e) for e in eos_ids),
+                skip, vocab_size, options.kv_cache)
+
+
 def _constrained(drafter, constraint, prompt, skip):
-    """The drafter, under a constraint (started on the prompt) one that drafts its forced tokens
-    first and cuts what it forbids."""
+    """The drafter's state, under a constraint (started on the prompt) one that drafts its
+    forced tokens first and cuts what it forbids."""
     if constraint is None:
         return drafter
     constraint.start(prompt)
@@ -347,24 +373,19 @@ def _options(options, fields) -> tuple:
     return options, rule
 
 
-def _lead_rule(options, rule, drafter, shared) -> LeadRule | None:
+def _lead_rule(options, rule, drafter, shared, learning) -> LeadRule | None:
     """The LeadRule that decides each pass after a correction, or None where every such pass
     is led (or, with lead=False, none): a drafter that plans led passes is left to it, and the
-    ranks of a sharded verifier must all take the same passes whatever their pass times."""
+    ranks of a sharded verifier must all take the same passes whatever their pass times. It
+    plans with the options' pass cost, else the fit `learning` kept (else a fresh one)."""
     if rule is None and options.lead == "auto":
-        rule = LeadRule(options.pass_cost)
+        cost = options.pass_cost
+        if cost is None and learning is not None:
+            cost = learning.take((LEAD_COST,), PassCost())
+        rule = LeadRule(cost)
     if drafter.plans_led_passes or shared is not None:
         return None
     return rule
-
-
-def _start(drafter, prompt, draft_cost) -> None:
-    """The drafter's start of a generation; a cost-aware one plans it with `draft_cost` (None:
-    its own fitted model), for this generation only."""
-    if isinstance(drafter, CostAware):
-        drafter.start_planning(prompt, draft_cost)
-    else:
-        drafter.start(prompt)
 
 
 def _verifier(model, prompt, pick, options, lead: bool, on_prefill, prompt_cache, stats):

@@ -154,8 +154,7 @@ def plan(session, prompt, options: GenerationOptions | None = None, drafter=None
     """The Request for `prompt` (text, token ids or a Chat) on `session`: its default options
     and drafter unless given (`drafter`: a spec, a drafter object or a Drafting). The options'
     precedents are gathered and put into the prompt, which is encoded once and checked against
-    the context (ContextError; `fit_max_tokens`: max_tokens is first cut to the room left); the
-    lead rule plans with the session's pass cost unless the options give one. The provenance
+    the context (ContextError; `fit_max_tokens`: max_tokens is first cut to the room left). The provenance
     library is opened and checked (OptionsError). `continuation` None: True for a text prompt.
     `prediction` (text or ids: what the answer is expected to mostly repeat) is drafted from by
     a drafter built on the hybrid (auto, prediction, library:NAME, hybrid, adaptive:hybrid; others
@@ -170,8 +169,6 @@ def plan(session, prompt, options: GenerationOptions | None = None, drafter=None
     limit, changes = session.verifier.context_length, {}
     if fit_max_tokens and limit and 0 < limit - len(ids) < opts.max_tokens:
         changes["max_tokens"] = limit - len(ids)
-    if opts.lead == "auto" and opts.pass_cost is None:
-        changes["pass_cost"] = session.lead_cost    # the verifier's speed outlives one generation
     opts = opts.replace(**changes) if changes else opts
     ids = session.fit_context(ids, opts)
     predicted = prediction_ids(session, prediction, len(ids))

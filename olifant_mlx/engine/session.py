@@ -12,7 +12,7 @@ verifier's chat template); `session.prompt_for(text)` makes a Chat for an instru
 leaves text alone for a base model, the way mlx-lm's generate does.
 
 A `Session` holds what outlives one generation: the verifier, the default drafter and options,
-the energy meter, the opt-in history and the verifier's fitted pass cost. A generation's own
+the energy meter, the opt-in history and what drafting learns (`learning`). A generation's own
 choices are a `Request` (engine.request: `plan` makes one, checked once); `stream(request)`
 runs it, and `stream(prompt, options, drafter=...)` plans one first. `with_drafter` is this
 Session with another default drafter, the verifier still loaded. Prompts and outputs stay in
@@ -26,7 +26,7 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from olifant_mlx.drafters.costs import PassCost
+from olifant_mlx.drafters.learning import Learning
 from olifant_mlx.drafters.prediction import prediction_counts
 from olifant_mlx.engine.loop import generate_steps, model_vocab_size
 from olifant_mlx.engine.options import GenerationOptions, OptionsError
@@ -211,20 +211,24 @@ class Guard:
 
 class Session:
     """A verifier with what outlives one generation (the default drafter and options, the
-    meter, the opt-in history, the verifier's pass cost), turning Requests into streams of
-    Responses. The options' `lead` (KV cache, after a pass that ended with the verifier's
-    correction): "auto" decides per pass whether the correction leads the next pass with the
-    drafts after it or is fed alone (engine.costs.LeadRule, planning with the options'
-    `pass_cost`, else `lead_cost`, the verifier's pass-cost curve fitted from this session's
-    passes); True always leads; False keeps the older rule (the correction held back for the
-    next step's free check), for measuring."""
+    meter, the opt-in history, what drafting learns), turning Requests into streams of
+    Responses. Generations on one Session may run at the same time (streams stepped in turn):
+    each drafts with a state of its own (drafters.base: `open`), and what they learn for the
+    ones after them — acceptance estimates, the verifier's pass-cost fits — goes through
+    `learning` (drafters.learning.Learning: one lock; `learning.frozen` keeps every request's
+    drafting exactly what it would be alone). The options' `lead` (KV cache, after a pass that
+    ended with the verifier's correction): "auto" decides per pass whether the correction
+    leads the next pass with the drafts after it or is fed alone (engine.costs.LeadRule,
+    planning with the options' `pass_cost`, else the fit kept in `learning`); True always
+    leads; False keeps the older rule (the correction held back for the next step's free
+    check), for measuring."""
 
     def __init__(self, verifier, drafter="none", options: GenerationOptions | None = None,
                  meter=None):
         self.verifier = verifier
         self.vocab_size = model_vocab_size(verifier.model)   # once: the engine checks ids against it
         self.options = options or GenerationOptions()
-        self.lead_cost = PassCost()    # fitted from the passes, for options without a pass_cost
+        self.learning = Learning()     # what generations learn for the ones after them
         self.meter = meter
         self.shard = getattr(verifier, "shard", None)   # a sharded verifier (engine.distributed)
         self.history = None
@@ -258,7 +262,7 @@ class Session:
     def with_drafter(self, drafter) -> Session:
         """This Session with another default drafter (a spec, a drafter object or a Drafting;
         `auto` resolved for this verifier), sharing the verifier (still loaded), meter, history
-        and pass cost; this one is left as it is."""
+        and learning; this one is left as it is."""
         other = copy.copy(self)
         other.drafting = drafting(drafter, self.verifier.identity, self.history)
         return other
@@ -430,7 +434,7 @@ class Session:
         return generate_steps(v.model, ids, drafter, opts, eos_ids=eos_ids, bos_id=v.bos_id,
                               stats=stats, on_prefill=on_prefill, vocab_size=self.vocab_size,
                               shared=self.shard, prompt_cache=cache if self.shard is None else None,
-                              constraint=constraint)
+                              constraint=constraint, learning=self.learning)
 
     def _finish(self, ids, tokens, stats, drafter, start, prediction=()):
         """Energy of the generation; the opt-in history remembers prompt and output; a
