@@ -209,13 +209,14 @@ def prompts_for(session, verifier: str) -> dict:
     """{item id: the Chat (or, for a base model, the text) the verifier answers} (legal: with the
     precedents retrieved for it)."""
     from olifant_mlx.engine import GenerationOptions
+    from olifant_mlx.engine.request import with_precedents
 
     lib = workload_library(session.verifier.identity, verifier)
     out = {}
     for it in read_workload():
         chat = session.prompt_for(it["instruction"])      # a base model (no chat template): the text
         if it["scenario"] == "legal":
-            chat, _ = session.with_precedents(chat, GenerationOptions(precedents=lib.name, max_tokens=96))
+            chat, _ = with_precedents(session.verifier, chat, GenerationOptions(precedents=lib.name, max_tokens=96))
         out[it["id"]] = chat
     return out
 

@@ -38,7 +38,7 @@ def timed(session, chat, opts, cache):
     """(tokens, text, time to first token, Stats) of one answer."""
     t0 = time.perf_counter()
     ttft, tokens, text, last = None, [], [], None
-    for r in session.stream(chat, opts, cache=cache):
+    for r in session.stream(session.plan(chat, opts, cache=cache)):
         if ttft is None and r.tokens:
             ttft = time.perf_counter() - t0
         tokens += r.tokens

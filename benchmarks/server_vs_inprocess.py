@@ -139,7 +139,7 @@ def in_process(session, options, prompt):
     c0 = self_cpu()
     t0 = time.perf_counter()
     text, times, last = [], [], None
-    for r in session.stream(prompt, options):
+    for r in session.stream(session.plan(prompt, options)):
         if r.text:
             times.append(time.perf_counter())
             text.append(r.text)

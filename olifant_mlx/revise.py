@@ -264,12 +264,10 @@ def plan_revision(session, paragraph: Paragraph, instruction: str, options, max_
     drafter learnt (how often each kind of draft is right, the verifier's pass cost) to the next.
     `cache` (engine.cache.PromptCache): the previous clause's KV cache, so that the prompt's
     start, the same for every clause of an instruction, is not read again."""
-    from olifant_mlx.engine.request import plan
-
     if max_tokens is None:
         max_tokens = max_tokens_for(len(session.verifier.identity.encode(paragraph.text)))
     prompt = revision_prompt(session, instruction, paragraph.text, **prompt_choices)
-    return plan(session, prompt, options.replace(max_tokens=max_tokens), drafter, cache, prediction=paragraph.text)
+    return session.plan(prompt, options.replace(max_tokens=max_tokens), drafter, cache, prediction=paragraph.text)
 
 
 @dataclass(frozen=True)

@@ -177,7 +177,7 @@ def test_a_session_writes_a_line_per_generation_and_how_it_ended(tmp_path):
     session = Session(tiny_chat_verifier(), "none")
     opts = GenerationOptions(max_tokens=12, audit_log=str(path))
     result = session.generate("PERSIMMON-OCELOT wrote", opts)
-    stream = session.stream("PERSIMMON-OCELOT again", opts)
+    stream = session.stream(session.plan("PERSIMMON-OCELOT again", opts))
     next(stream)
     stream.close()                                  # abandoned half way
     session.generate("PERSIMMON-OCELOT stop", opts, should_stop=lambda: True)

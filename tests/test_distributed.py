@@ -240,7 +240,7 @@ from olifant_mlx.engine import distributed as dist, GenerationOptions, Session
 from olifant_mlx.mlx_setup import mx
 shard = dist.Shard(mx.distributed.init(), dist.Launch("none", 0, 1))
 s = Session(TinyVerifier(tiny_llama(0), shard), "lookup", GenerationOptions(k=3, max_tokens=20))
-stream = s.stream([1, 2, 3, 4])
+stream = s.stream(s.plan([1, 2, 3, 4]))
 next(stream)
 stream.close()
 print("not reached")

@@ -42,7 +42,7 @@ def test_stop_sequences_cut_text_and_never_show_part_of_one(verifier):
     full = session.generate(PROMPT, GenerationOptions(max_tokens=40)).text
     stop = full[17:20]
     assert stop and stop not in full[:17]
-    rs = list(session.stream(PROMPT, GenerationOptions(max_tokens=40, stop=(stop, "never-there"))))
+    rs = list(session.stream(session.plan(PROMPT, GenerationOptions(max_tokens=40, stop=(stop, "never-there")))))
     text = "".join(r.text for r in rs)
     assert text == full[:17] and rs[-1].finish_reason == "stop"
     # a stop sequence split across passes is held back, not shown and then retracted

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from olifant_mlx.engine import Chat, ContextError, GenerationOptions, Session
+from olifant_mlx.engine.request import fit_context
 from tiers import kv_regimes
 
 pytestmark = pytest.mark.slow
@@ -86,5 +87,5 @@ def test_a_prompt_longer_than_the_context_is_refused_at_once(smol):
     # test_cli_conventions; generating from an 8k-token prompt costs minutes on a CPU)
     opts = GenerationOptions(max_tokens=8, truncate=True)
     full = session.encode(long)
-    ids = session.fit_context(full, opts)
+    ids = fit_context(session.verifier, full, opts)
     assert len(ids) == 8192 - 8 and ids[-100:] == full[-100:]

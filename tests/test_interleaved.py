@@ -33,8 +33,8 @@ def drafting(tokens, r) -> tuple:
 def run(session, prompts, interleave: bool, **kw) -> list:
     """Each prompt's drafting, the streams stepped in turn (interleave) or one after another."""
     if not interleave:
-        return [to_the_end(session.stream(p, **kw)) for p in prompts]
-    return in_turn([session.stream(p, **kw) for p in prompts])
+        return [to_the_end(session.stream(session.plan(p, **kw))) for p in prompts]
+    return in_turn([session.stream(session.plan(p, **kw)) for p in prompts])
 
 
 def in_turn(streams) -> list:
@@ -100,8 +100,8 @@ def test_interleaved_predictions_draft_as_they_do_alone(tiny):
     session = Session(tiny, "auto", costs(k=16))
     preds = [[5, 9, 12, 5, 9, 12, 5, 9, 12, 3], [2, 41, 30, 2, 2, 41, 30], [7, 60, 1, 8, 7, 7, 7, 60]]
     session.learning.frozen = True
-    solo = [to_the_end(session.stream(p, prediction=q)) for p, q in zip(TINY_PROMPTS, preds)]
-    assert in_turn([session.stream(p, prediction=q) for p, q in zip(TINY_PROMPTS, preds)]) == solo
+    solo = [to_the_end(session.stream(session.plan(p, prediction=q))) for p, q in zip(TINY_PROMPTS, preds)]
+    assert in_turn([session.stream(session.plan(p, prediction=q)) for p, q in zip(TINY_PROMPTS, preds)]) == solo
     assert any(d[3] for d in solo)
 
 

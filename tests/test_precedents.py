@@ -247,7 +247,7 @@ def test_a_pinned_folder_is_refused_before_the_verifier_loads_naming_its_flag_on
 
 
 class ContextVerifier:
-    """What Session.with_precedents reads of a verifier: a real tokenizer and a context length."""
+    """What engine.request.with_precedents reads of a verifier: a real tokenizer and a context length."""
     name, model, eos_ids, bos_id, has_chat_template = "ctx", None, (), None, False
 
     def __init__(self, tokenizer, context_length):
@@ -262,6 +262,7 @@ class ContextVerifier:
 # holds it, and a budget past the context is capped at what the context leaves
 def test_a_pinned_file_is_read_only_as_far_as_the_budget_holds(smollm2, tmp_path, monkeypatch):
     from olifant_mlx.engine import Session
+    from olifant_mlx.engine.request import with_precedents
 
     big = tmp_path / "big.txt"
     big.write_text("\n\n".join(f"Clause {i}. The supplier shall deliver lot {i}." for i in range(30_000)))
@@ -277,8 +278,8 @@ def test_a_pinned_file_is_read_only_as_far_as_the_budget_holds(smollm2, tmp_path
     prompt = "Deliver the lot to the warehouse."
     for given in (None, 1_000_000_000):
         encoded.clear()
-        _, used = session.with_precedents(prompt, GenerationOptions(precedent_files=(str(big),), max_tokens=64,
-                                                                    precedent_tokens=given))
+        _, used = with_precedents(session.verifier, prompt, GenerationOptions(
+            precedent_files=(str(big),), max_tokens=64, precedent_tokens=given))
         assert used.passages[0].text == "Clause 0. The supplier shall deliver lot 0." and used.passages[0].pinned
         assert used.budget <= 2048 - 64
         assert sum(p.tokens + precedents.LABEL_TOKENS for p in used.passages) <= used.budget
@@ -299,17 +300,16 @@ def test_a_pinned_file_is_read_only_as_far_as_the_budget_holds(smollm2, tmp_path
 # "leaves no room for precedents" whatever --truncate said)
 def test_truncate_applies_with_precedents_on(built, smollm2):
     from olifant_mlx.engine import ContextError, Session
-    from olifant_mlx.engine.request import plan
 
     session = Session(ContextVerifier(smollm2, 256), "none")
     long = "Keep the confidential information of the other party for three years. " * 40
     opts = GenerationOptions(precedents="firm", max_tokens=32, k=0)
     with pytest.raises(ContextError, match="leaves no room for precedents"):
-        plan(session, long, opts)
-    request = plan(session, long, opts.replace(truncate=True))
+        session.plan(long, opts)
+    request = session.plan(long, opts.replace(truncate=True))
     assert len(request.ids) == 256 - 32 and request.ids[-5:] == tuple(smollm2.encode(long)[-5:])
     assert request.precedents.passages == () and "--truncate" in request.precedents.summary()
-    short = plan(session, "Keep the confidential information.", opts.replace(truncate=True))
+    short = session.plan("Keep the confidential information.", opts.replace(truncate=True))
     assert short.precedents.passages                       # room left: precedents as ever
 
 

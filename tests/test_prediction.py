@@ -8,7 +8,7 @@ from tiny_models import tiny_chat_verifier, tiny_llama
 
 from olifant_mlx.drafters import (AdaptiveDrafter, HybridDrafter, LookupDrafter, PredictionSource, build_drafter,
                                   predicting, prediction_counts)
-from olifant_mlx.engine import ContextError, GenerationOptions, Session, generate, plan
+from olifant_mlx.engine import ContextError, GenerationOptions, Session, generate
 
 PRED = [10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30]
 
@@ -122,7 +122,7 @@ def test_a_request_carries_its_prediction_and_the_session_keeps_none():
     verifier = tiny_chat_verifier()
     session = Session(verifier, "auto", GenerationOptions(k=16, max_tokens=40))
     plain = session.generate("abcdefgh", drafter="none")
-    request = plan(session, "abcdefgh", prediction=plain.tokens)
+    request = session.plan("abcdefgh", prediction=plain.tokens)
     assert request.prediction == tuple(plain.tokens)
     assert request.drafter is not session.drafter
     assert "prediction" not in [s.name for s in session.drafter.inner.sources]
@@ -133,7 +133,7 @@ def test_a_request_carries_its_prediction_and_the_session_keeps_none():
     text = session.generate("abcdefgh", prediction="abcdxyz")      # text is encoded as the verifier writes it
     assert text.tokens == plain.tokens and text.stats.extra["prediction"]["tokens"] == 7
     assert "prediction" not in session.generate("abcdefgh").stats.extra
-    assert plan(session, "abcdefgh").drafter is session.drafter     # without one: the drafting of before
+    assert session.plan("abcdefgh").drafter is session.drafter     # without one: the drafting of before
     with pytest.raises(TypeError, match="prediction"):
         session.stream(request, prediction=[1])
 
@@ -142,7 +142,7 @@ def test_a_prediction_past_the_context_is_refused_before_any_pass():
     verifier = tiny_chat_verifier()
     session = Session(verifier, "auto", GenerationOptions(max_tokens=10))
     with pytest.raises(ContextError, match="prediction is 2,100 tokens"):
-        plan(session, "abcdefgh", prediction=[5] * 2100)
+        session.plan("abcdefgh", prediction=[5] * 2100)
 
 
 @pytest.mark.slow

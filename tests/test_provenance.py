@@ -11,7 +11,6 @@ import pytest
 from document_fixtures import cache_with_models
 
 from olifant_mlx import library
-from olifant_mlx.engine.request import plan
 from olifant_mlx.provenance import SourceTracker, find_sources, index_of
 from olifant_mlx.verifier import load_tokenizer
 
@@ -260,7 +259,7 @@ def test_session_reports_sources_and_the_guard_stops(legal):
     assert any(s.tokens >= 50 and s.places[0].document == li.indexed[alpha]["id"] for s in result.sources)
     # warn: the run is reported once, the text goes on
     session, prompt = reference_session(legal, cont, sources="legal", max_verbatim=30)
-    trips = [r.verbatim for r in session.stream(prompt) if r.verbatim is not None]
+    trips = [r.verbatim for r in session.stream(session.plan(prompt)) if r.verbatim is not None]
     assert len(trips) == 1 and trips[0].tokens > 30
     # stop: the generation ends in the pass that went past the limit
     session, prompt = reference_session(legal, cont, sources="legal", max_verbatim=30, verbatim_action="stop")
@@ -282,7 +281,7 @@ def test_the_span_that_trips_the_guard_is_listed_under_min_source_tokens(legal):
                                             min_source_tokens=60, verbatim_action=action)
         trips = []
         result_sources = []
-        for r in session.stream(prompt):
+        for r in session.stream(session.plan(prompt)):
             trips += [r.verbatim] if r.verbatim is not None else []
             result_sources += r.sources
         assert trips and (len(trips) == 1 or action == "warn"), action
@@ -295,7 +294,7 @@ def test_session_without_a_library(legal):
     from olifant_mlx.engine.options import OptionsError
 
     session, prompt = reference_session(legal, legal["fresh"][8][:20])
-    assert plan(session, prompt).index is None and session.generate(prompt).sources == []
+    assert session.plan(prompt).index is None and session.generate(prompt).sources == []
     session, prompt = reference_session(legal, legal["fresh"][8][:20], max_verbatim=5)
     with pytest.raises(OptionsError, match="--max-verbatim needs a library"):
         session.generate(prompt)
@@ -371,7 +370,7 @@ def test_the_guard_line_starts_a_line_of_its_own(legal, tmp_path, monkeypatch):
         both = io.StringIO()
         monkeypatch.setattr("sys.stderr", both)
         session, prompt = reference_session(legal, cont, sources="legal", max_verbatim=30, verbatim_action=action)
-        text, _, _ = stream_answer(session, plan(session, prompt, continuation=False), args, out=both)
+        text, _, _ = stream_answer(session, session.plan(prompt, continuation=False), args, out=both)
         written = both.getvalue()
         at = written.index("the output copies")
         line = written[written.rindex("\n", 0, at) + 1:at]
@@ -381,6 +380,6 @@ def test_the_guard_line_starts_a_line_of_its_own(legal, tmp_path, monkeypatch):
         # to two files: stderr holds the line alone, stdout the text alone
         with open(tmp_path / "out", "w+") as out, open(tmp_path / "err", "w+") as err:
             monkeypatch.setattr("sys.stderr", err)
-            text, _, _ = stream_answer(session, plan(session, prompt, continuation=False), args, out=out)
+            text, _, _ = stream_answer(session, session.plan(prompt, continuation=False), args, out=out)
             out.seek(0), err.seek(0)
             assert out.read() == text and err.read().startswith(line), action

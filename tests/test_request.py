@@ -12,7 +12,7 @@ from server_helpers import DEFAULTS, own_cache, tiny_library, tiny_tokenizer
 from tiny_models import tiny_chat_verifier
 
 from olifant_mlx.drafters.registry import parse_spec
-from olifant_mlx.engine import Chat, GenerationOptions, Request, Session, generate, plan
+from olifant_mlx.engine import Chat, GenerationOptions, Request, Session, generate
 from olifant_mlx.engine import request as request_module
 from olifant_mlx.engine.request import sources_library, without_drafting
 from olifant_mlx.provenance import find_sources
@@ -41,14 +41,14 @@ def verifier(tiny):
 
 def test_a_request_is_frozen_and_holds_its_choices(verifier):
     session = Session(verifier, "lookup", DEFAULTS)
-    r = plan(session, PROMPT, DEFAULTS.replace(max_tokens=8))
+    r = session.plan(PROMPT, DEFAULTS.replace(max_tokens=8))
     assert isinstance(r, Request) and r.ids == tuple(verifier.encode(PROMPT))
     assert r.options.max_tokens == 8 and r.drafting.spec.text == "lookup" and r.drafter is session.drafter
     assert r.continuation and r.library is None and r.index is None and r.precedents is None
     for field, value in (("ids", (1,)), ("options", DEFAULTS), ("library", "x"), ("drafting", None)):
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(r, field, value)
-    assert not plan(session, Chat.of(PROMPT)).continuation      # a chat's answer starts afresh
+    assert not session.plan(Chat.of(PROMPT)).continuation      # a chat's answer starts afresh
     with pytest.raises(TypeError, match="carries its options"):
         session.generate(r, DEFAULTS)
     plain = without_drafting(r)
@@ -72,8 +72,8 @@ def test_two_requests_on_one_session_keep_their_own_drafter_and_library(tiny):
     want = find_sources(copied, output, tokenizer=tiny_tokenizer())
     assert want and max(s.tokens for s in want) >= 30
     session = Session(verifier, "library:copied", DEFAULTS.replace(max_tokens=N))
-    a = plan(session, PROMPT)
-    b = plan(session, PROMPT, drafter="library:elsewhere")
+    a = session.plan(PROMPT)
+    b = session.plan(PROMPT, drafter="library:elsewhere")
     assert (a.library, b.library) == ("copied", "elsewhere") and a.drafter is not b.drafter
     rb = session.generate(b)
     ra = session.generate(a)
@@ -81,7 +81,7 @@ def test_two_requests_on_one_session_keep_their_own_drafter_and_library(tiny):
     assert [s.as_dict() for s in ra.sources] == [s.as_dict() for s in want]
     assert all(s.places[0].path.endswith("other.txt") for s in rb.sources)   # never the copied deed
     assert session.spec.text == "library:copied" and session.sources_library() == "copied"
-    assert plan(session, PROMPT, drafter="lookup").library is None             # no library: none
+    assert session.plan(PROMPT, drafter="lookup").library is None             # no library: none
 
 
 def test_a_server_request_is_planned_once(verifier, monkeypatch):
@@ -127,9 +127,9 @@ def test_smollm2_requests_give_the_plain_text(smol):
     for prompt in ("THE SOFTWARE IS PROVIDED \"AS IS\", WITHOUT WARRANTY OF ANY KIND",
                    session.prompt_for("Write one sentence about software warranties.")):
         plain, _ = generate(smol.model, session.encode(prompt), max_tokens=24)
-        results = {spec: session.generate(plan(session, prompt, drafter=spec)) for spec in ("lookup", "auto", "ngram")}
+        results = {spec: session.generate(session.plan(prompt, drafter=spec)) for spec in ("lookup", "auto", "ngram")}
         results["convenience"] = session.generate(prompt)
-        results["plain"] = session.generate(without_drafting(plan(session, prompt)))
+        results["plain"] = session.generate(without_drafting(session.plan(prompt)))
         for name, r in results.items():
             assert r.tokens == plain, name
         assert len({r.text for r in results.values()}) == 1

@@ -16,7 +16,7 @@ def verifier():
 
 def test_stream_gives_text_steps_stats_and_a_stop_reason(verifier):
     session = Session(verifier, "lookup", GenerationOptions(k=4, max_tokens=30))
-    responses = list(session.stream("The Member States shall"))
+    responses = list(session.stream(session.plan("The Member States shall")))
     last = responses[-1]
     assert last.finish_reason == "max_tokens" and all(r.finish_reason is None for r in responses[:-1])
     tokens = [t for r in responses for t in r.tokens]
@@ -45,7 +45,8 @@ def test_the_same_text_with_every_regime_and_a_per_call_drafter(verifier):
 def test_should_stop_and_zero_tokens(verifier):
     session = Session(verifier, "ngram", GenerationOptions(k=3, max_tokens=200))
     seen = []
-    rs = list(session.stream("patients were randomised to", should_stop=lambda: len(seen.append(1) or seen) >= 3))
+    rs = list(session.stream(session.plan("patients were randomised to"),
+                             should_stop=lambda: len(seen.append(1) or seen) >= 3))
     assert len(rs) == 3 and rs[-1].finish_reason == "stopped" and rs[-1].stats.stop_reason == "stopped"
     r = session.generate("x", GenerationOptions(max_tokens=0))
     assert r.tokens == [] and r.finish_reason == "max_tokens"

@@ -784,7 +784,8 @@ def test_real_document_continuation_and_compare(real_draft, smol, monkeypatch):
             # joined to the text as the verifier reads them together (the first space kept)
             session = app.workspace.session
             v = session.verifier
-            out = list(session.stream(MIT[:CUT], session.options.replace(max_tokens=16, k=0), continuation=True))
+            out = list(session.stream(session.plan(MIT[:CUT], session.options.replace(max_tokens=16, k=0),
+                                                   continuation=True)))
             tokens = [t for r in out for t in r.tokens]
             ids = [t for t in v.encode(MIT[:CUT]) if t != v.bos_id]
             assert "".join(r.text for r in out) == continuation

@@ -243,9 +243,11 @@ class Scripted(Session):
 
 def test_a_continuation_keeps_the_space_before_its_first_word():
     s = Scripted(TextVerifier())
-    assert "".join(r.text for r in s.stream("NOT LIMITED TO", continuation=False)) == "THE WARRANTIES"  # mlx-lm's
-    assert "".join(r.text for r in s.stream(list(s.encode("NOT LIMITED TO")))) == "THE WARRANTIES"     # ids: as is
-    out = list(s.stream("NOT LIMITED TO"))          # a text prompt: a continuation by default
+    text = "".join(r.text for r in s.stream(s.plan("NOT LIMITED TO", continuation=False)))
+    assert text == "THE WARRANTIES"                                                       # mlx-lm's
+    ids = list(s.encode("NOT LIMITED TO"))
+    assert "".join(r.text for r in s.stream(s.plan(ids))) == "THE WARRANTIES"          # ids: as is
+    out = list(s.stream(s.plan("NOT LIMITED TO")))          # a text prompt: a continuation by default
     assert "".join(r.text for r in out) == " THE WARRANTIES"
     assert out[0].segments == [(" THE", "plain")]
 

@@ -33,13 +33,8 @@ class BytesIdentity(Identity):
 
 
 class PromptedSession(FakeSession):
-    """The fake session, keeping every prompt it was given with its precedents."""
+    """The fake session; the `firm` fixture keeps every prompt it plans with its precedents."""
     prompts_given: list = []
-
-    def with_precedents(self, prompt, opts):
-        out = super().with_precedents(prompt, opts)
-        PromptedSession.prompts_given.append(out[0])
-        return out
 
 
 @pytest.fixture
@@ -52,6 +47,16 @@ def firm(tmp_path, monkeypatch):
     (folder / "lease.txt").write_text(LEASE)
     library.build("firm", folder, ByteTokenizer(FAKE_IDENTITY))
     PromptedSession.prompts_given = []
+    from olifant_mlx.engine import request
+
+    real = request.with_precedents
+
+    def recording(verifier, prompt, opts):
+        out = real(verifier, prompt, opts)
+        PromptedSession.prompts_given.append(out[0])
+        return out
+
+    monkeypatch.setattr(request, "with_precedents", recording)
     return "firm"
 
 

@@ -51,8 +51,8 @@ class SourcedSession(FakeSession):
     """The fake session, its last Response carrying the tracker's sources (scripted)."""
     found: list = []
 
-    def stream(self, prompt, options=None, drafter=None, **kw):
-        for r in super().stream(prompt, options, drafter, **kw):
+    def stream(self, request, *args, **kw):
+        for r in super().stream(request, *args, **kw):
             if r.finish_reason:
                 r.sources = list(self.found)
                 r.verbatim = self.found[0]           # as if over max_verbatim

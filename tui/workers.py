@@ -16,7 +16,7 @@ from olifant_mlx.tui.copied import char_spans
 from olifant_mlx.tui.messages import Chunk, CompareDone, Done, Failed, Status, TokenizerKnown
 from olifant_mlx.tui.settings_tab import Settings
 
-from olifant_mlx.engine.request import plan, without_drafting
+from olifant_mlx.engine.request import without_drafting
 from olifant_mlx.teardown import on_own_thread
 
 FLUSH_S = 0.05          # at most ~20 UI messages a second from a generation
@@ -105,7 +105,7 @@ def generate(workspace, job: Job, post, cancelled) -> None:
     try:
         session = workspace.session_for(job.settings, post)
         chat_check(session, job)
-        request = plan(session, job.prompt, job.settings.options, cache=workspace.prompt_cache)
+        request = session.plan(job.prompt, job.settings.options, cache=workspace.prompt_cache)
         job.t0 = time.perf_counter()
         d = request.drafting
         post(Status(f"writing with {session.verifier.name}, drafter {d.spec.text if d.spec else d.drafter.name}"))
@@ -122,7 +122,7 @@ def compare(workspace, job: Job, post, cancelled) -> None:
     try:
         session = workspace.session_for(job.settings, post)
         chat_check(session, job)
-        speculative = plan(session, job.prompt, job.settings.options)
+        speculative = session.plan(job.prompt, job.settings.options)
         plain = without_drafting(speculative)
         job.t0 = time.perf_counter()
         p_ids, p_text, p_stats, p_win, r1 = stream(post, session, job, cancelled, plain, target=-job.id)

@@ -187,7 +187,7 @@ def report(session, prompt, text, tokens, last, args) -> None:
 
 
 def cmd_generate(args) -> int:
-    from olifant_mlx.engine import Chat, plan
+    from olifant_mlx.engine import Chat
     from olifant_mlx.tui.conversation import Conversation, Turn
     from olifant_mlx.verifier.loader import check_text
 
@@ -209,7 +209,7 @@ def cmd_generate(args) -> int:
     if args.prompt_cache_file:
         prompt, cache = continue_cached(session, prompt, args, options)
     # the text is appended to the prompt's (a raw prompt, a prefilled answer): it keeps its first space
-    request = plan(session, prefilled(session, prompt, args.prefill_response), options, cache=cache,
+    request = session.plan(prefilled(session, prompt, args.prefill_response), options, cache=cache,
                    continuation=appended)
     text, tokens, last = stream_answer(session, request, args)
     report(session, prompt, text, tokens, last, args)
@@ -299,7 +299,7 @@ CHAT_HELP = "type a message; 'q' quits, 'r' starts a new conversation, 'h' shows
 
 def cmd_chat(args) -> int:
     """A multi-turn conversation on stdin/stdout (like mlx_lm.chat), kept in memory only."""
-    from olifant_mlx.engine import Chat, PromptCache, plan
+    from olifant_mlx.engine import Chat, PromptCache
 
     from olifant_mlx.tui.conversation import Conversation, Turn
 
@@ -327,7 +327,7 @@ def cmd_chat(args) -> int:
             sys.stderr.write("(new conversation)\n")
             continue
         chat = chat.then("user", query)
-        request = plan(session, prefilled(session, chat, args.prefill_response), options, cache=cache,
+        request = session.plan(prefilled(session, chat, args.prefill_response), options, cache=cache,
                        continuation=args.prefill_response is not None)
         text, tokens, last = stream_answer(session, request, args)
         sys.stdout.write("\n")
@@ -426,7 +426,7 @@ def cmd_demo(args) -> int:
     from rich.text import Text
 
     from olifant_mlx.cli.train import DEFAULT_CORPUS
-    from olifant_mlx.engine import GenerationOptions, Session, plan
+    from olifant_mlx.engine import GenerationOptions, Session
     from olifant_mlx.engine.request import without_drafting
     from olifant_mlx.measure import rounds
     from olifant_mlx.verifier import EMBEDDED_DEFAULT, load_verifier
@@ -439,7 +439,7 @@ def cmd_demo(args) -> int:
     prompt = args.prompt or DEMO_PROMPT
     spec = f"adaptive:hybrid:{path}"        # the best drafter measured, over the demo's model
     session = Session(verifier, spec, options)
-    speculative = plan(session, prompt)
+    speculative = session.plan(prompt)
     plains, specs = demo_runs(session, {"plain": without_drafting(speculative), "speculative": speculative},
                               args.rounds)
     plain, spec_run = plains[-1], specs[-1]

@@ -365,7 +365,7 @@ def follow(verifier, shard: Shard, handlers=None) -> int:
         if kind == "generate":
             o = {k: tuple(v) if isinstance(v, list) else v for k, v in job["options"].items()}
             stop = (lambda: False) if job.get("stoppable") else None
-            for _ in session.stream(job["ids"], GenerationOptions(**o), should_stop=stop):
+            for _ in session.stream(session.plan(job["ids"], GenerationOptions(**o)), should_stop=stop):
                 pass
         elif kind in handlers:
             handlers[kind](verifier, **job.get("args", {}))

@@ -1,8 +1,10 @@
-"""A generation's choices, made once: `plan` turns what a surface received (a prompt, options,
-a drafter, a cache) into a frozen `Request` that `Session.stream` runs.
+"""A generation's choices, made once: `plan` (through `Session.plan`, which gives the session's
+defaults) turns what a surface received (a prompt, options, a drafter, a cache) into a frozen
+`Request` that `Session.stream` runs; the prompt is built here (`with_precedents`, `encode`,
+`fit_context`), from the verifier alone.
 
-    request = plan(session, Chat.of("Draft a confidentiality clause."),
-                   GenerationOptions(k=8, max_tokens=200), drafter="library:contracts")
+    request = session.plan(Chat.of("Draft a confidentiality clause."),
+                           GenerationOptions(k=8, max_tokens=200), drafter="library:contracts")
     request.ids, request.drafting.spec, request.library, request.precedents
     for r in session.stream(request, should_stop=...): ...
 
@@ -149,52 +151,113 @@ def without_drafting(request: Request) -> Request:
                                drafting=Drafting("none", None, NoDrafter()))
 
 
-def plan(session, prompt, options: GenerationOptions | None = None, drafter=None, cache=None,
-         continuation: bool | None = None, fit_max_tokens: bool = False, prediction=None) -> Request:
-    """The Request for `prompt` (text, token ids or a Chat) on `session`: its default options
-    and drafter unless given (`drafter`: a spec, a drafter object or a Drafting). The options'
-    precedents are gathered and put into the prompt, which is encoded once and checked against
-    the context (ContextError; `fit_max_tokens`: max_tokens is first cut to the room left). The provenance
-    library is opened and checked (OptionsError). `continuation` None: True for a text prompt.
+def plan(verifier, prompt, options: GenerationOptions, drafted: Drafting, cache=None,
+         continuation: bool | None = None, fit_max_tokens: bool = False, prediction=None,
+         grammar=None) -> Request:
+    """The Request for `prompt` (text, token ids or a Chat) on `verifier` with `options` and
+    `drafted` (Session.plan gives its defaults): the options' precedents are gathered and put
+    into the prompt, which is encoded once and checked against the context (ContextError;
+    `fit_max_tokens`: max_tokens is first cut to the room left). The provenance library is
+    opened and checked (OptionsError). `continuation` None: True for a text prompt.
     `prediction` (text or ids: what the answer is expected to mostly repeat) is drafted from by
     a drafter built on the hybrid (auto, prediction, library:NAME, hybrid, adaptive:hybrid; others
-    ignore it) and must fit the context beside the prompt (ContextError)."""
-    opts = options or session.options
-    drafted = session.drafting if drafter is None else drafting(drafter, session.verifier.identity,
-                                                                 session.history)
+    ignore it) and must fit the context beside the prompt (ContextError). `grammar(schema,
+    eos_ids)` compiles options.json_schema (a Session's cache of them)."""
+    opts = options
     if continuation is None:
         continuation = isinstance(prompt, str)
-    given, used = session.with_precedents(prompt, opts)
-    ids = session.encode(given)
-    limit, changes = session.verifier.context_length, {}
+    given, used = with_precedents(verifier, prompt, opts)
+    ids = encode(verifier, given)
+    limit = verifier.context_length
     if fit_max_tokens and limit and 0 < limit - len(ids) < opts.max_tokens:
-        changes["max_tokens"] = limit - len(ids)
-    opts = opts.replace(**changes) if changes else opts
-    ids = session.fit_context(ids, opts)
-    predicted = prediction_ids(session, prediction, len(ids))
+        opts = opts.replace(max_tokens=limit - len(ids))
+    ids = fit_context(verifier, ids, opts)
+    predicted = prediction_ids(verifier, prediction, len(ids))
     if predicted:
         drafted = Drafting(drafted.requested, drafted.spec, predicting(drafted.drafter, predicted))
     library = sources_library(opts, drafted)
-    eos_ids = session.eos_ids(opts)
-    grammar = session.grammar(opts.json_schema, eos_ids) if opts.json_schema is not None else None
-    return Request(tuple(ids), opts, drafted, eos_ids, library,
-                   provenance_index(session.verifier, opts, library, used), used, cache,
-                   continuation and not isinstance(given, Chat), predicted, grammar)
+    eos = eos_ids(verifier, opts)
+    compiled = grammar(opts.json_schema, eos) if opts.json_schema is not None else None
+    return Request(tuple(ids), opts, drafted, eos, library, provenance_index(verifier, opts, library, used), used,
+                   cache, continuation and not isinstance(given, Chat), predicted, compiled)
 
 
-def prediction_ids(session, prediction, prompt_tokens: int) -> tuple:
+def with_precedents(verifier, prompt, opts: GenerationOptions):
+    """(the prompt with its precedents, the precedents.Precedents), or (prompt, None) when
+    the options ask for none. The request is the query; the budget is options'
+    precedent_tokens, else DEFAULT_BUDGET (or the first passage whole when it is longer and
+    the context leaves room for it); either is capped at what the verifier's context leaves
+    beside the prompt and the answer. A prompt that leaves no room is a ContextError, or with
+    `truncate` goes without precedents (and is cut as any other)."""
+    if not (opts.precedents or opts.precedent_files or opts.precedent_documents):
+        return prompt, None
+    from olifant_mlx import precedents
+
+    budget, room, capped = opts.precedent_tokens, None, False
+    limit = verifier.context_length
+    n = len(encode(verifier, prompt)) if limit else 0
+    left = limit - n - opts.max_tokens - 32 if limit else None
+    if left is not None and left <= precedents.LABEL_TOKENS:
+        if opts.truncate:      # the prompt alone fills the context: cut as it would be without them
+            return prompt, precedents.Precedents((), "", 0, 0, opts.precedents, note=(
+                "the prompt fills the context: --truncate keeps its last tokens, and no room is left "
+                "for precedents"))
+        raise ContextError(f"{verifier.name}'s context ({limit:,} tokens) leaves no room for "
+                           f"precedents beside the prompt and {opts.max_tokens:,} tokens of answer: "
+                           f"ask for fewer tokens (--max-tokens)", n, opts.max_tokens)
+    if budget is None:
+        room = precedents.DEFAULT_BUDGET if left is None else left
+        budget = min(precedents.DEFAULT_BUDGET, room)
+    elif left is not None and budget > left:
+        budget, capped = left, True          # a budget past the context could never be prefilled
+    used = precedents.gather(verifier.identity, precedents.query_of(prompt), opts.precedents,
+                             opts.precedent_files, budget, opts.matter, room, capped, opts.matters,
+                             opts.precedent_documents)
+    return precedents.with_block(prompt, used), used
+
+def encode(verifier, prompt) -> list:
+    """Prompt ids: text is encoded as the verifier reads it, a Chat through its chat
+    template; a list of ids is taken as is."""
+    if isinstance(prompt, Chat):
+        return verifier.chat_ids(prompt.messages, prompt.template_kwargs)
+    if isinstance(prompt, str):
+        return verifier.encode(prompt)
+    return [int(t) for t in prompt]
+
+def fit_context(verifier, ids: list, opts: GenerationOptions) -> list:
+    """The prompt checked against the verifier's context before any prefill: too long is
+    a ContextError with the numbers, or with `truncate` its tail (BOS kept)."""
+    limit = verifier.context_length
+    if not limit or len(ids) + opts.max_tokens <= limit:
+        return ids
+    room = limit - opts.max_tokens
+    if opts.truncate and room >= 2:
+        bos = [ids[0]] if ids and ids[0] == verifier.bos_id else []
+        return bos + ids[len(ids) - (room - len(bos)):]
+    raise ContextError(
+        f"the prompt is {len(ids):,} tokens and {opts.max_tokens:,} more are asked for, but "
+        f"{verifier.name}'s context holds {limit:,}: shorten the prompt, ask for fewer "
+        f"tokens (--max-tokens), or --truncate to keep the prompt's last "
+        f"{max(room, 0):,} tokens", len(ids), opts.max_tokens)
+
+def eos_ids(verifier, opts: GenerationOptions) -> tuple:
+    extra = tuple(verifier.token_id(t) for t in opts.extra_eos_tokens)
+    return tuple(verifier.eos_ids) + extra
+
+
+def prediction_ids(verifier, prediction, prompt_tokens: int) -> tuple:
     """A request's prediction as ids (text encoded as the verifier writes it, without special
     tokens); a ContextError when it does not fit the context beside the prompt's tokens."""
     if prediction is None:
         return ()
     if isinstance(prediction, str):
-        ids = session.verifier.identity.encode(prediction) if prediction else []
+        ids = verifier.identity.encode(prediction) if prediction else []
     else:
         ids = [int(t) for t in prediction]
-    limit = session.verifier.context_length
+    limit = verifier.context_length
     if limit and prompt_tokens + len(ids) > limit:
         raise ContextError(f"the prediction is {len(ids):,} tokens, and with the prompt's {prompt_tokens:,} that "
-                           f"is more than {session.verifier.name}'s context holds ({limit:,}): shorten it",
+                           f"is more than {verifier.name}'s context holds ({limit:,}): shorten it",
                            prompt_tokens, len(ids), "prediction")
     return tuple(ids)
 

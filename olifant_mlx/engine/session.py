@@ -3,7 +3,7 @@
     verifier = load_verifier("smollm2-135m")
     session = Session(verifier, drafter="adaptive:hybrid:models/legal.olif",
                       options=GenerationOptions(k=8, max_tokens=200))
-    for r in session.stream(Chat.of("Draft a confidentiality clause.")):   # or plain text
+    for r in session.stream(session.plan(Chat.of("Draft a confidentiality clause."))):  # or text
         print(r.text, end="")              # r.segments: the same text with token provenance
     r.stats, r.finish_reason, r.energy     # the last response carries the totals
 
@@ -13,8 +13,8 @@ leaves text alone for a base model, the way mlx-lm's generate does.
 
 A `Session` holds what outlives one generation: the verifier, the default drafter and options,
 the energy meter, the opt-in history and what drafting learns (`learning`). A generation's own
-choices are a `Request` (engine.request: `plan` makes one, checked once); `stream(request)`
-runs it, and `stream(prompt, options, drafter=...)` plans one first. `with_drafter` is this
+choices are a `Request` (`session.plan(prompt, options, drafter=...)` makes one, checked once);
+`stream(request)` runs it, the one way to run one (`generate` streams one to its end). `with_drafter` is this
 Session with another default drafter, the verifier still loaded. Prompts and outputs stay in
 memory: only an opt-in history file (options.history) is ever written; an opt-in audit log
 (options.audit_log) gets a line per generation with its counts and citations, never its text.
@@ -30,11 +30,11 @@ from olifant_mlx.drafters.learning import Learning
 from olifant_mlx.drafters.prediction import prediction_counts
 from olifant_mlx.engine.loop import generate_steps, model_vocab_size
 from olifant_mlx.engine.options import GenerationOptions, OptionsError
-from olifant_mlx.engine.request import Chat, ContextError, Request, drafting, plan, sources_library
+from olifant_mlx.engine.request import Chat, ContextError, Request, drafting, encode, plan, sources_library
 from olifant_mlx.engine.stats import Stats, Step
 
 __all__ = ["Chat", "ContextError", "GenerationOptions", "OptionsError", "Request", "Response", "Result",
-           "Session", "StopScanner", "plan", "split_segments", "step_kinds"]
+           "Session", "StopScanner", "split_segments", "step_kinds"]
 
 
 PROVENANCE = ("accepted", "correction", "bonus", "plain")
@@ -272,39 +272,6 @@ class Session:
         default drafter (engine.request.sources_library)."""
         return sources_library(opts or self.options, self.drafting)
 
-    def with_precedents(self, prompt, opts: GenerationOptions):
-        """(the prompt with its precedents, the precedents.Precedents), or (prompt, None) when
-        the options ask for none. The request is the query; the budget is options'
-        precedent_tokens, else DEFAULT_BUDGET (or the first passage whole when it is longer and
-        the context leaves room for it); either is capped at what the verifier's context leaves
-        beside the prompt and the answer. A prompt that leaves no room is a ContextError, or with
-        `truncate` goes without precedents (and is cut as any other)."""
-        if not (opts.precedents or opts.precedent_files or opts.precedent_documents):
-            return prompt, None
-        from olifant_mlx import precedents
-
-        budget, room, capped = opts.precedent_tokens, None, False
-        limit = self.verifier.context_length
-        n = len(self.encode(prompt)) if limit else 0
-        left = limit - n - opts.max_tokens - 32 if limit else None
-        if left is not None and left <= precedents.LABEL_TOKENS:
-            if opts.truncate:      # the prompt alone fills the context: cut as it would be without them
-                return prompt, precedents.Precedents((), "", 0, 0, opts.precedents, note=(
-                    "the prompt fills the context: --truncate keeps its last tokens, and no room is left "
-                    "for precedents"))
-            raise ContextError(f"{self.verifier.name}'s context ({limit:,} tokens) leaves no room for "
-                               f"precedents beside the prompt and {opts.max_tokens:,} tokens of answer: "
-                               f"ask for fewer tokens (--max-tokens)", n, opts.max_tokens)
-        if budget is None:
-            room = precedents.DEFAULT_BUDGET if left is None else left
-            budget = min(precedents.DEFAULT_BUDGET, room)
-        elif left is not None and budget > left:
-            budget, capped = left, True          # a budget past the context could never be prefilled
-        used = precedents.gather(self.verifier.identity, precedents.query_of(prompt), opts.precedents,
-                                 opts.precedent_files, budget, opts.matter, room, capped, opts.matters,
-                                 opts.precedent_documents)
-        return precedents.with_block(prompt, used), used
-
     def prompt_for(self, text: str, system_prompt: str | None = None,
                    chat_template: bool = True, template_kwargs=None):
         """What to generate from for a user's text: a Chat when the verifier has a chat
@@ -314,29 +281,17 @@ class Session:
         return text
 
     def encode(self, prompt) -> list:
-        """Prompt ids: text is encoded as the verifier reads it, a Chat through its chat
-        template; a list of ids is taken as is."""
-        if isinstance(prompt, Chat):
-            return self.verifier.chat_ids(prompt.messages, prompt.template_kwargs)
-        if isinstance(prompt, str):
-            return self.verifier.encode(prompt)
-        return [int(t) for t in prompt]
+        """Prompt ids, as a Request is encoded (engine.request.encode)."""
+        return encode(self.verifier, prompt)
 
-    def fit_context(self, ids: list, opts: GenerationOptions) -> list:
-        """The prompt checked against the verifier's context before any prefill: too long is
-        a ContextError with the numbers, or with `truncate` its tail (BOS kept)."""
-        limit = self.verifier.context_length
-        if not limit or len(ids) + opts.max_tokens <= limit:
-            return ids
-        room = limit - opts.max_tokens
-        if opts.truncate and room >= 2:
-            bos = [ids[0]] if ids and ids[0] == self.verifier.bos_id else []
-            return bos + ids[len(ids) - (room - len(bos)):]
-        raise ContextError(
-            f"the prompt is {len(ids):,} tokens and {opts.max_tokens:,} more are asked for, but "
-            f"{self.verifier.name}'s context holds {limit:,}: shorten the prompt, ask for fewer "
-            f"tokens (--max-tokens), or --truncate to keep the prompt's last "
-            f"{max(room, 0):,} tokens", len(ids), opts.max_tokens)
+    def plan(self, prompt, options: GenerationOptions | None = None, drafter=None, cache=None,
+             continuation: bool | None = None, fit_max_tokens: bool = False, prediction=None) -> Request:
+        """The Request for `prompt` (text, token ids or a Chat) on this Session: its default
+        options and drafter unless given (`drafter`: a spec, built here with `auto` resolved for
+        this verifier, a drafter object or a Drafting); engine.request.plan says the rest."""
+        drafted = self.drafting if drafter is None else drafting(drafter, self.verifier.identity, self.history)
+        return plan(self.verifier, prompt, options or self.options, drafted, cache, continuation,
+                    fit_max_tokens, prediction, self.grammar)
 
     def grammar(self, schema: str, eos_ids):
         """`schema` (a JSON schema's text) compiled for this verifier's tokenizer (structured.Grammars);
@@ -347,31 +302,19 @@ class Session:
             self.grammars = Grammars(self.verifier.tokenizer, self.vocab_size or self.verifier.identity.vocab_size)
         return self.grammars.get(schema, tuple(eos_ids))
 
-    def eos_ids(self, opts: GenerationOptions) -> tuple:
-        extra = tuple(self.verifier.token_id(t) for t in opts.extra_eos_tokens)
-        return tuple(self.verifier.eos_ids) + extra
-
-    def stream(self, prompt, options: GenerationOptions | None = None, drafter=None,
-               should_stop: Callable[[], bool] | None = None,
-               on_prefill: Callable[[int, int], None] | None = None,
-               continuation: bool | None = None, cache=None, prediction=None) -> Iterator[Response]:
-        """Run a Request (engine.request.plan), or plan one first from a prompt (text, ids or
-        a Chat) with `options`, `drafter` (the session's unless given), `cache` and
-        `continuation` as `plan` takes them: one Response per verifier pass. `should_stop()` is
-        asked after every pass; `on_prefill(done, total)` reports the prefill. `cache`
-        (engine.cache's PromptCache, a conversation's; or PrefixCache, a server's): the KV regime
-        starts from the cache of an earlier generation with this session and prefills only the
-        prompt's tokens past the prefix they share; the output is the same. `continuation`
-        (None: True for a text prompt): the output is appended to the prompt's text, so it
-        keeps the space before its first word, which a streaming detokenizer drops. `prediction`
-        (text or ids): what the answer is expected to mostly repeat, drafted from (plan); the
-        last Response's stats then count its accepted and rejected tokens (`prediction`)."""
-        if isinstance(prompt, Request):
-            if (options, drafter, continuation, cache, prediction) != (None,) * 5:
-                raise TypeError("a Request carries its options, drafter, continuation, cache and prediction")
-            request = prompt
-        else:
-            request = plan(self, prompt, options, drafter, cache, continuation, prediction=prediction)
+    def stream(self, request: Request, should_stop: Callable[[], bool] | None = None,
+               on_prefill: Callable[[int, int], None] | None = None) -> Iterator[Response]:
+        """Run a Request (`plan` makes one): one Response per verifier pass. `should_stop()` is
+        asked after every pass; `on_prefill(done, total)` reports the prefill. The request's
+        `cache` (engine.cache's PromptCache, a conversation's; or PrefixCache, a server's): the
+        KV regime starts from the cache of an earlier generation with this session and prefills
+        only the prompt's tokens past the prefix they share; the output is the same. With a
+        `prediction`, the last Response's stats count its accepted and rejected tokens
+        (`prediction`). Streams of several Requests may be stepped in turn: each drafts with a
+        state of its own."""
+        if not isinstance(request, Request):
+            raise TypeError(f"Session.stream runs a Request, not a {type(request).__name__}: plan one "
+                            f"first (session.plan(prompt, options, drafter=...))")
         responses = self._stream(request, should_stop, on_prefill)
         if request.options.audit_log:       # a line when it ends: counts and citations, never its text
             from olifant_mlx.audit import audited, open_log
@@ -453,10 +396,16 @@ class Session:
 
     def generate(self, prompt, options: GenerationOptions | None = None, drafter=None,
                  should_stop=None, cache=None, continuation: bool | None = None, prediction=None) -> Result:
-        """The whole generation at once (a Request, or a prompt planned as in stream)."""
+        """The whole generation at once: a Request, or a prompt planned first (`plan`, with the
+        same arguments), streamed to its end."""
+        if isinstance(prompt, Request):
+            if (options, drafter, continuation, cache, prediction) != (None,) * 5:
+                raise TypeError("a Request carries its options, drafter, continuation, cache and prediction")
+            request = prompt
+        else:
+            request = self.plan(prompt, options, drafter, cache, continuation, prediction=prediction)
         text, tokens, last, sources = [], [], None, []
-        for r in self.stream(prompt, options, drafter, should_stop, cache=cache, continuation=continuation,
-                             prediction=prediction):
+        for r in self.stream(request, should_stop):
             text.append(r.text)
             tokens.extend(r.tokens)
             sources += r.sources

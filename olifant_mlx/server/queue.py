@@ -303,7 +303,7 @@ class GenerationQueue:
     def _plan(self, job: Job, session, drafted, info):
         """The job's engine Request, planned once (the precedents gathered, the prompt encoded
         and fitted, the provenance library opened); None, the failure sent, when it cannot run."""
-        from olifant_mlx.engine.request import Chat, ContextError, LibraryOptionError, OptionsError, plan
+        from olifant_mlx.engine.request import Chat, ContextError, LibraryOptionError, OptionsError
         from olifant_mlx.structured import SchemaError
 
         refused = None if job.options.sources is None else unknown_library(job.options.sources)
@@ -312,7 +312,7 @@ class GenerationQueue:
         cache = None if self.prompt_cache is None else OwnedCache(self.prompt_cache, job.owner)
         try:
             # a completion's text is appended to its prompt: it keeps the space before its first word
-            return plan(session, job.prompt, job.options, drafted, cache, not isinstance(job.prompt, Chat),
+            return session.plan(job.prompt, job.options, drafted, cache, not isinstance(job.prompt, Chat),
                         fit_max_tokens=not job.explicit_max, prediction=job.prediction)
         except ContextError as e:
             if e.what == "prediction":
