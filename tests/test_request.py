@@ -110,7 +110,7 @@ def test_a_server_request_is_planned_once(verifier, monkeypatch):
                         counted("options", options_module.GenerationOptions.__post_init__))
     monkeypatch.setattr(request_module, "build_drafter", counted("built", request_module.build_drafter))
     events = []
-    queue._serve(Job("cmpl-1", PROMPT, asked, "lib", time.monotonic() + 60, events.append, explicit_max=False))
+    list(queue._serve(Job("cmpl-1", PROMPT, asked, "lib", time.monotonic() + 60, events.append, explicit_max=False)))
     done = events[-1]
     assert isinstance(done, Finished), events[-1]
     assert counts == {"encode": 1, "options": 1, "built": 0}, counts

@@ -49,7 +49,7 @@ def prepare(args):
 
     defaults = options_from(args)        # serve's option flags: the requests' defaults
     limits = Limits(max_body_bytes=args.max_body_bytes, default_max_tokens=args.max_tokens,
-                    max_tokens=args.max_tokens_limit, queue_size=args.queue_size,
+                    max_tokens=args.max_tokens_limit, queue_size=args.queue_size, parallel=args.parallel,
                     timeout_s=args.timeout, prompt_cache_size=args.prompt_cache_size,
                     prompt_cache_bytes=args.prompt_cache_bytes)
     keys = list(args.api_key or ())
@@ -124,7 +124,7 @@ def cmd_serve(args) -> int:
     others = [make_setup(functools.partial(load_verifier, name), choice, defaults, meter) for name in args.models]
     queue = GenerationQueue(make_setup(lambda: load_verifier(args.model, adapter_path=args.adapter_path),
                                        choice, defaults, meter), limits.queue_size, others, prompt_cache(limits),
-                            audit=audit)
+                            audit=audit, parallel=limits.parallel)
 
     def stopped(*_):
         """A service manager's SIGTERM while the verifier loads: a normal exit with status 0
@@ -272,7 +272,10 @@ def add_serve(s):
     rest = [name for name in bound(SERVE) if name not in placed]
     add_option_args(s, rest, **{name: serve_help(name) for name in rest})
     s.add_argument("--queue-size", type=int, default=Limits.queue_size,
-                   help="requests that may wait behind the running one; more get 429 (default %(default)s)")
+                   help="requests that may wait behind the running ones; more get 429 (default %(default)s)")
+    s.add_argument("--parallel", type=int, default=Limits.parallel, metavar="N",
+                   help="requests generated at once, a verifier pass of each in turn, each with its own "
+                        "drafting (default %(default)s: one at a time)")
     s.add_argument("--timeout", type=float, default=Limits.timeout_s,
                    help="seconds a request may take, queue included; a request may ask for "
                         "less with \"timeout\" (default 600)")

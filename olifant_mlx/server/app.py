@@ -569,7 +569,7 @@ def start(verifier, choice, defaults=None, limits: Limits | None = None, api_key
     sock = bind(host, port)
     queue = GenerationQueue(make_setup(verifier, choice, defaults, meter), limits.queue_size,
                             [make_setup(v, choice, defaults, meter) for v in others], prompt_cache(limits),
-                            audit=audit)
+                            audit=audit, parallel=limits.parallel)
     try:
         queue.start()
     except BaseException:

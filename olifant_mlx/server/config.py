@@ -28,7 +28,8 @@ class Limits:
     max_stop: int = 16                  # stop sequences per request (OpenAI allows 4)
     max_stop_chars: int = 256           # characters per stop sequence
     max_messages: int = 1024            # chat messages per request
-    queue_size: int = 16                # requests waiting behind the running one (then 429)
+    queue_size: int = 16                # requests waiting behind the running ones (then 429)
+    parallel: int = 1                   # requests generated at once, a verifier pass of each in turn
     timeout_s: float = 600.0            # a request's deadline: queue wait plus generation
     prompt_cache_size: int = 10         # KV caches kept across requests (mlx-lm's default); 0: none
     prompt_cache_bytes: int = 1 << 30   # their memory in all (0: no bound but the count)
@@ -46,6 +47,7 @@ class Limits:
         whole("max_stop_chars", 1)
         whole("max_messages", 1)
         whole("queue_size", 0)
+        whole("parallel", 1)
         whole("prompt_cache_size", 0)
         whole("prompt_cache_bytes", 0)
         if self.default_max_tokens > self.max_tokens:

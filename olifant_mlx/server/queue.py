@@ -1,9 +1,12 @@
-"""One generation at a time: a bounded queue in front of one worker thread that owns the Session.
+"""A bounded queue in front of one worker thread that owns the Session.
 
 Everything that touches the verifier (loading it, the tokenizer and chat template, the Session's
 decoding) runs on the worker thread, so MLX and the tokenizer are never used from two threads
-at once. Requests wait in a FIFO of at most `size` jobs behind the running one; one more is
-refused (`QueueFull`, with a Retry-After estimate). A job carries its own stop flag: the
+at once. The worker runs up to `parallel` generations at a time (`serve --parallel`, default
+one), a verifier pass of each in turn: each drafts with a state of its own (drafters.base:
+`open`), so each client gets its solo output, drafting included (tests/test_server_parallel.py).
+Requests wait in a FIFO of at most `size` jobs behind the running ones; one more is refused
+(`QueueFull`, with a Retry-After estimate). A job carries its own stop flag: the
 Session asks `job.should_stop()` after every verifier pass, so a client that leaves or a
 deadline that passes ends the generation within one pass, and a job cancelled while it still
 waits leaves the queue at once. Events (started, text, finished, failed) go back to the
@@ -112,6 +115,7 @@ class Job:
         self.stop_flag = threading.Event()
         self.reason = None             # why it was asked to stop
         self.passes = 0                # verifier passes so far (worker)
+        self.started = None            # time.monotonic() when the worker took it
         self.cancelled_at_pass = None
         self.done = False
 
@@ -141,10 +145,12 @@ class GenerationQueue:
     on the worker thread too, after the default one; `models` maps every id to its triple.
     `prompt_cache` (an engine PrefixCache, or None) keeps the verifiers' KV caches across
     requests (keyed by model): a request prefills only its prompt's tokens past the longest
-    prefix it shares with a cached one (a conversation's next turn, a shared system prompt)."""
+    prefix it shares with a cached one (a conversation's next turn, a shared system prompt).
+    `parallel`: how many jobs run at once, a pass of each in turn (the rest wait)."""
 
-    def __init__(self, setup, size: int = 16, others=(), prompt_cache=None, audit=None):
+    def __init__(self, setup, size: int = 16, others=(), prompt_cache=None, audit=None, parallel: int = 1):
         self._setup = setup
+        self.parallel = parallel
         self.audit = audit               # an audit.AuditLog: a line per job (counts and citations, no text)
         self._others = tuple(others)
         self.models = {}
@@ -152,7 +158,7 @@ class GenerationQueue:
         self.prompt_cache = prompt_cache
         self._cv = threading.Condition()
         self._waiting = collections.deque()
-        self._running = None
+        self._running = {}               # job -> its generation on the worker (a generator of passes)
         self._closed = False
         self._ready = threading.Event()
         self._error = None
@@ -178,7 +184,7 @@ class GenerationQueue:
         with self._cv:
             if self._closed:
                 raise QueueClosed("the server is shutting down")
-            busy = self._running is not None or bool(self._waiting)
+            busy = len(self._running) >= self.parallel or bool(self._waiting)
             if busy and len(self._waiting) >= self.size:
                 self.counts["rejected"] += 1
                 raise QueueFull(self.retry_after())
@@ -194,13 +200,13 @@ class GenerationQueue:
                 self._record(job, reason, 0, 0)
 
     def retry_after(self) -> int:
-        """Seconds until a slot is likely free: the average job time, times the jobs ahead."""
+        """Seconds until a slot is likely free: a job's average time, times the jobs ahead / parallel."""
         per_job = self._service_s or 5.0
-        return max(1, min(600, math.ceil(per_job * (len(self._waiting) + 1))))
+        return max(1, min(600, math.ceil(per_job * (len(self._waiting) + 1) / self.parallel)))
 
     def status(self) -> dict:
         with self._cv:
-            return {"running": int(self._running is not None), "waiting": len(self._waiting),
+            return {"running": len(self._running), "parallel": self.parallel, "waiting": len(self._waiting),
                     "size": self.size, "served": sum(v for k, v in self.counts.items() if k != "rejected"),
                     "rejected": self.counts["rejected"]}
 
@@ -209,14 +215,14 @@ class GenerationQueue:
         with self._cv:
             self._closed = True
             waiting, self._waiting = list(self._waiting), collections.deque()
-            running = self._running
+            running = list(self._running)
             self._cv.notify_all()
         for job in waiting:
             job.cancel("shutdown")
             self._audit(job, "shutdown")
             job.emit(Failed(503, "the server is shutting down", "shutdown"))
-        if running is not None:
-            running.cancel("shutdown")
+        for job in running:
+            job.cancel("shutdown")
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout)
 
@@ -240,27 +246,39 @@ class GenerationQueue:
             self._ready.set()
             return
         self._ready.set()
-        while True:
-            with self._cv:
-                while not self._waiting and not self._closed:
-                    self._cv.wait()
-                if self._closed:
-                    return
-                job = self._running = self._waiting.popleft()
-            t0 = time.monotonic()
-            try:
-                self._serve(job)
-            except Exception as e:       # the worker outlives any one request
-                log.error("request failed on the worker: %s", type(e).__name__)
-                job.emit(Failed(500, "the generation failed on the server (see its log)", "server_error"))
-            finally:
-                job.done = True
-                with self._cv:
-                    self._running = None
-                dt = time.monotonic() - t0
-                self._service_s = dt if self._service_s is None else 0.8 * self._service_s + 0.2 * dt
+        while self._admit():
+            for job, passes in list(self._running.items()):
+                self._advance(job, passes)
 
-    def _serve(self, job: Job) -> None:
+    def _admit(self) -> bool:
+        """Wait for work; waiting jobs start while there is room. False: closed, none running."""
+        with self._cv:
+            while not self._waiting and not self._running and not self._closed:
+                self._cv.wait()
+            if self._closed and not self._running:
+                return False
+            while self._waiting and len(self._running) < self.parallel and not self._closed:
+                job = self._waiting.popleft()
+                job.started = time.monotonic()
+                self._running[job] = self._serve(job)
+            return True
+
+    def _advance(self, job: Job, passes) -> None:
+        """A pass of a running job (its first plans and prefills); at its end it leaves."""
+        try:
+            if next(passes, StopIteration) is not StopIteration:
+                return
+        except Exception as e:           # the worker outlives any one request
+            log.error("request failed on the worker: %s", type(e).__name__)
+            job.emit(Failed(500, "the generation failed on the server (see its log)", "server_error"))
+        job.done = True
+        with self._cv:
+            del self._running[job]
+        dt = time.monotonic() - job.started
+        self._service_s = dt if self._service_s is None else 0.8 * self._service_s + 0.2 * dt
+
+    def _serve(self, job: Job):
+        """The job's generation: a generator that yields after each verifier pass."""
         if job.should_stop():          # it left, or its deadline passed, while it waited
             self._record(job, job.reason, 0, 0)
             if job.reason == "deadline":
@@ -284,6 +302,8 @@ class GenerationQueue:
                     job.emit(Delta(r.text))
                 found += r.sources
                 last = r
+                if r.finish_reason is None:
+                    yield                # the other running jobs' passes
         except Exception as e:
             # the type and where, never the message (it could quote the prompt)
             log.error("generation failed: %s", type(e).__name__)
