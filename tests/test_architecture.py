@@ -1,6 +1,6 @@
 """The package's shape: every module imports alone, no import cycles, libraries never import
 the CLI, one registry behind every surface's drafter list, the C extension's clear error, and
-docs/architecture.md's generated tables and counts (olifant_mlx/architecture.py) the code's."""
+docs/architecture.md's generated tables (tools/architecture.py) the code's."""
 import dataclasses
 import re
 import subprocess
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from olifant_mlx import architecture
-from olifant_mlx.architecture import graph, imports_of, modules
+import architecture  # tools/architecture.py (tests/conftest.py puts tools/ on the path)
+from architecture import graph, imports_of, modules
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -140,7 +140,7 @@ def committed() -> str:
 
 
 def test_the_generated_sections_are_the_code(committed):
-    """Every table and count docs/architecture.md shows is what olifant_mlx.architecture makes
+    """Every table and count docs/architecture.md shows is what tools/architecture.py makes
     from the code now, to the byte."""
     assert sorted(architecture.sections_in(committed)) == sorted(architecture.SECTIONS)
     assert architecture.generate(committed) == committed, \
@@ -222,60 +222,7 @@ def test_a_fields_comment_is_read_with_its_continuation(tmp_path):
                                                  ("c", "tuple", "()", "three")]
 
 
-# ---- the counts ----------------------------------------------------------------------------
-
-def entries(what: str) -> dict:
-    ext = next(e for e in architecture.EXTENSIONS if e.what == what)
-    return architecture.extension_count(ext)
-
-
-def test_the_extension_entries_are_the_registries():
-    """The counts are about the real registries: what the code's text lists is what they hold."""
-    from olifant_mlx.cli import COMMANDS
-    from olifant_mlx.draftmodel.documents import DOCUMENT_SUFFIXES
-    from olifant_mlx.drafters import KINDS
-    from olifant_mlx.energy.backends import BACKENDS
-    from olifant_mlx.engine import GenerationOptions
-    from olifant_mlx.tui.panes import PANES
-
-    assert list(entries("a drafter")["entries"]) == list(KINDS)
-    assert list(entries("a CLI command")["entries"]) == list(COMMANDS)
-    assert list(entries("an energy backend")["entries"]) == list(BACKENDS)
-    assert list(entries("a document format")["entries"]) == list(DOCUMENT_SUFFIXES)
-    assert list(entries("an option")["entries"]) == [f.name for f in dataclasses.fields(GenerationOptions)]
-    assert list(entries("a TUI tab that generates")["entries"]) == [p.id for p in PANES if p.numbers]
-    own = [m for e in architecture.EXTENSIONS for m in entries(e.what)["entries"].values() if m]
-    assert own and all(architecture.source_file(m).is_file() for m in own)
-
-
-@pytest.mark.parametrize("what, edits", [("an option", 2), ("an energy backend", 1), ("a CLI command", 1),
-                                         ("a TUI tab that generates", 1)])
-def test_adding_one_is_one_entry(what, edits):
-    """One entry in its registry (an option: its field and its row in the binding table)."""
-    count = entries(what)
-    assert count["edits"] == edits and len(count["files"]) == edits, count["places"]
-
-
-def test_a_drafter_is_one_entry_beside_three_special_cases():
-    """A drafter is a `DrafterKind` in `KINDS` and its module; the three functions elsewhere that
-    name two kinds each handle those kinds alone (a new drafter needs no edit there): the chat
-    request's tool_choice values "none"/"auto" (structured_output: a match of words, not of drafters), the TUI
-    form's adaptive and auto, provenance's library and rest. A function that starts dispatching
-    over the kinds fails this."""
-    count = entries("a drafter")
-    assert count["places"] == [("server/schemas.py", "structured_output"), ("tui/settings_tab.py", "split_spec"),
-                               ("provenance.py", "library_of_spec")], count["places"]
-
-
-def test_the_matching_check_can_fail(tmp_path):
-    """A function that matches two entries by name is a place; one entry alone is not."""
-    f = tmp_path / "m.py"
-    f.write_text("def switch(kind):\n    if kind == 'chat':\n        return 1\n"
-                 "    return kind.startswith('document:')\n\n"
-                 "def one(kind):\n    return kind in ('chat', 'other')\n\n"
-                 "def case(kind):\n    match kind:\n        case 'chat': pass\n        case 'compare': pass\n")
-    assert architecture.matching_functions(f, {"chat", "document", "compare"}) == ["switch", "case"]
-
+# ---- the sizes -----------------------------------------------------------------------------
 
 def test_no_class_or_function_is_over_its_limit():
     """No class over 250 lines nor function over 60 outside tests (the docs' Sizes)."""
@@ -308,9 +255,16 @@ def test_the_print_command_shows_the_graph_and_the_counts(capsys):
     assert architecture.main(["--print"]) == 0
     out = capsys.readouterr().out
     assert "# import graph:" in out and "\nengine.loop -> " in out
-    for heading in ("# functions outside tests:", "# what adding one takes", "# literal defaults of k"):
+    for heading in ("# functions outside tests:", "# literal defaults of k"):
         assert heading in out
-    assert all(f"{e.what}: " in out for e in architecture.EXTENSIONS)
+
+
+def test_the_package_does_not_ship_the_tool():
+    """tools/architecture.py reads the source tree: no module of the package is it."""
+    assert "olifant_mlx.architecture" not in modules() and not (architecture.PACKAGE / "architecture.py").exists()
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "architecture.py"), "--print"], capture_output=True,
+                       text=True, cwd="/")
+    assert r.returncode == 0 and "# import graph:" in r.stdout, r.stderr
 
 
 # a test module is never imported by another (code or a subprocess's script): what tests share is

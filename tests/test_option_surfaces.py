@@ -9,11 +9,11 @@ import json
 from dataclasses import dataclass
 
 import pytest
+from architecture import k_defaults, k_defaults_in  # tools/architecture.py
 from tui_fakes import fake_app, static_text
 
 import olifant_mlx.engine.options as table
 from olifant_mlx import bindings
-from olifant_mlx.architecture import k_defaults, k_defaults_in
 from olifant_mlx.bindings import GENERATE, RANKS, SERVE, TUI, bind
 from olifant_mlx.engine.options import GenerationOptions, OptionsError, check_option, option
 
@@ -125,7 +125,7 @@ def test_the_binding_table_check_can_fail():
 
 def test_ks_default_lives_in_one_place():
     """GenerationOptions.k's default is the one literal; every surface (flags, the TUI's and the
-    server's defaults, the commands without options) reads it (olifant_mlx.architecture's scan)."""
+    server's defaults, the commands without options) reads it (tools/architecture.py's scan)."""
     places = [(f, where) for f, where, *_ in k_defaults()]
     assert places == [("olifant_mlx/engine/options.py", "GenerationOptions.k")], places
 
