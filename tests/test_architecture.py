@@ -222,6 +222,40 @@ def test_a_fields_comment_is_read_with_its_continuation(tmp_path):
                                                  ("c", "tuple", "()", "three")]
 
 
+# ---- the floors ----------------------------------------------------------------------------
+
+# imports from a lower floor to a higher one that are being removed (files this change may not edit)
+KNOWN_UPWARD = [("engine.distributed", "bindings"), ("engine.request", "precedents"), ("engine.session", "precedents")]
+
+
+def test_every_module_is_on_a_floor():
+    floors = {m: architecture.floor_of(m) for m in modules()}
+    assert floors["olifant_mlx.files"] == 0 and floors["olifant_mlx.cli.serve"] == len(architecture.FLOORS) - 1
+    assert floors["olifant_mlx.drafters.base"] < floors["olifant_mlx.engine.loop"] < floors["olifant_mlx.server.app"]
+
+
+@pytest.mark.xfail(strict=True, reason="engine/distributed.py imports bindings (for the options sent to the other "
+                                       "ranks), engine/request.py and engine/session.py import precedents inside "
+                                       "functions: the engine stands below both (files being rewritten elsewhere)")
+def test_no_import_goes_up_a_floor():
+    assert architecture.floor_violations() == []
+
+
+def test_no_import_goes_up_a_floor_but_the_known_ones():
+    """Until the xfail above passes: no import goes up a floor beyond the known ones."""
+    found = architecture.floor_violations()
+    assert set(found) <= set(KNOWN_UPWARD), sorted(set(found) - set(KNOWN_UPWARD))
+
+
+def test_the_floor_check_can_fail():
+    floors = (("low", ("files",)), ("mid", ("engine",)), ("high", ("cli",)))
+    g = {"olifant_mlx.files": {"olifant_mlx.engine.loop"}, "olifant_mlx.engine.loop": {"olifant_mlx.files"},
+         "olifant_mlx.cli": {"olifant_mlx.engine", "olifant_mlx"}, "olifant_mlx.engine": {"olifant_mlx.cli.common"}}
+    assert architecture.floor_violations(g, floors) == [("engine", "cli.common"), ("files", "engine.loop")]
+    with pytest.raises(KeyError, match="olifant_mlx.server is on no floor"):
+        architecture.floor_of("olifant_mlx.server", floors)
+
+
 # ---- the sizes -----------------------------------------------------------------------------
 
 def test_no_class_or_function_is_over_its_limit():
@@ -234,6 +268,30 @@ def test_the_size_check_can_fail(tmp_path):
     f = tmp_path / "m.py"
     f.write_text("class C:\n    def m(self):\n" + "        x = 1\n" * 61 + "\ndef g():\n    pass\n")
     assert list(architecture.definitions(f)) == [("C", True, 63), ("C.m", False, 62), ("g", False, 2)]
+
+
+def test_no_c_function_is_over_its_limit():
+    """No C function in csrc/ over 120 lines (the docs' Sizes); the counter finds them all."""
+    functions = dict(architecture.c_functions(ROOT / "csrc" / "igt_file.c"))
+    assert {"open_v2", "encode_v2", "check_escapes"} <= set(functions) and functions["open_v2"] < 60
+    over = architecture.c_oversized()
+    assert not over, "\n".join(f"{f} {n}: {lines} lines" for f, n, lines in over)
+
+
+def test_the_c_size_check_can_fail(tmp_path):
+    """Braces in comments, strings, characters and macros are no code; an initializer or a struct
+    is no function; a function counts from the line of its name to its closing brace."""
+    body = "    x++;\n" * 118
+    (tmp_path / "m.c").write_text(
+        '#define BLOCK(x) do { x; } while (0)\n'
+        'typedef struct { int a; } S;\n'
+        'static const S INIT = {1};\n'
+        '/* void fake(void) { */\n'
+        'static int\nlong_one(int x,\n         int (*f)(int)) {\n' + body + '    return x;\n}\n'
+        'int short_one(void) { const char *s = "}{"; char c = \'{\'; return s[0] + c; }\n'
+        'int exactly(void) {\n' + "    ;\n" * 118 + '}\n')
+    assert architecture.c_functions(tmp_path / "m.c") == [("long_one", 122), ("short_one", 1), ("exactly", 120)]
+    assert architecture.c_oversized(tmp_path) == [(f"{tmp_path.name}/m.c", "long_one", 122)]
 
 
 def test_ks_default_lives_in_one_place():

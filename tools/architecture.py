@@ -111,6 +111,50 @@ def cross_package_imports() -> dict:
     return out
 
 
+# ---- the floors ----------------------------------------------------------------------------
+
+# Each module stands on a floor and imports only from its own floor and those below: lowest
+# first, each floor's packages and modules by their short names ("" is the package's __init__);
+# a module is on the floor of its longest listed prefix.
+FLOORS = (
+    ("helpers", ("", "files", "machine", "teardown", "mlx_setup", "passages", "exports", "audit", "structured")),
+    ("file formats", ("draftmodel", "energy", "redline")),
+    ("models and libraries", ("verifier", "library", "catalog", "provenance")),
+    ("drafters", ("drafters",)),
+    ("engine", ("engine",)),
+    ("services", ("precedents", "bindings", "revise", "measure")),
+    ("server", ("server",)),
+    ("tui", ("tui",)),
+    ("cli", ("cli", "__main__")),
+)
+
+
+def floor_of(name: str, floors=FLOORS) -> int:
+    """The floor (its index in `floors`) of module `name`; a KeyError for a module on none."""
+    s = "" if name == "olifant_mlx" else short(name)
+    best = max(((len(p), i) for i, (_, prefixes) in enumerate(floors) for p in prefixes
+                if p and (s == p or s.startswith(p + "."))), default=None)
+    if best is None and s != "":
+        raise KeyError(f"{name} is on no floor: add it to FLOORS (tools/architecture.py)")
+    return 0 if best is None else best[1]
+
+
+def floor_violations(g=None, floors=FLOORS) -> list:
+    """(module, what it imports) for every import from a lower floor to a higher one."""
+    g = graph() if g is None else g
+    return sorted((short(m), short(t)) for m, ts in g.items() for t in ts
+                  if floor_of(m, floors) < floor_of(t, floors))
+
+
+def floors_table() -> str:
+    rows = [(str(i), name, ", ".join(f"`{p or 'olifant_mlx'}`" for p in prefixes))
+            for i, (name, prefixes) in enumerate(FLOORS)]
+    found = floor_violations()
+    said = ", ".join(f"`{m}` → `{t}`" for m, t in found) or "none"
+    return (table(("floor", "name", "packages and modules"), rows)
+            + f"\n\n{len(found)} imports go from a lower floor to a higher one: {said}.")
+
+
 # ---- the tables ----------------------------------------------------------------------------
 
 def cell(text: str) -> str:
@@ -261,13 +305,57 @@ def oversized() -> list:
             if lines > (CLASS_LIMIT if is_class else FUNCTION_LIMIT)]
 
 
+# ---- C function sizes ----------------------------------------------------------------------
+
+C_FUNCTION_LIMIT = 120                      # lines, csrc/*.c (the test drivers included)
+C_TOKEN = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|^[ \t]*#(?:[^\n]*\\\n)*[^\n]*',
+                     re.S | re.M)
+
+
+def c_code(text: str) -> str:
+    """`text` with its comments, string and character literals and preprocessor lines blanked
+    (newlines kept, so line numbers stay), leaving the braces that are code."""
+    return C_TOKEN.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+
+
+def c_functions(path: Path) -> list:
+    """(name, lines from the line of its name to its closing brace) of every function defined at
+    the top level of the C file `path`: a top-level `{` right after a `)` opens a body (an
+    initializer follows `=`, a struct its name)."""
+    code, found, depth, start = c_code(path.read_text()), [], 0, 0
+    for m in re.finditer(r"[{};]", code):
+        if m.group(0) == "{":
+            if depth == 0:
+                head = code[start:m.start()].rstrip()
+                name = re.search(r"(\w+)\s*\([^()]*(?:\([^()]*\)[^()]*)*\)$", head) if head.endswith(")") else None
+                opened = (name.group(1), code.count("\n", 0, start + name.start(1)) + 1) if name else None
+            depth += 1
+        elif m.group(0) == "}":
+            depth -= 1
+            if depth == 0:
+                if opened:
+                    found.append((opened[0], code.count("\n", 0, m.start()) + 2 - opened[1]))
+                start = m.end()
+        elif depth == 0:
+            start = m.end()
+    return found
+
+
+def c_oversized(folder: Path = ROOT / "csrc") -> list:
+    """(file, function, lines) of every C function over C_FUNCTION_LIMIT lines in `folder`."""
+    return [(str(f.relative_to(folder.parent)), name, lines) for f in sorted(folder.glob("*.c"))
+            for name, lines in c_functions(f) if lines > C_FUNCTION_LIMIT]
+
+
 def sizes_table() -> str:
-    found = oversized()
-    rows = []
+    found, rows = oversized(), []
     for is_class, limit, what in ((True, CLASS_LIMIT, "classes"), (False, FUNCTION_LIMIT, "functions")):
         over = [f"`{f}` `{n}`" for f, n, c, _ in found if c == is_class]
-        rows.append((f"{what} over {limit} lines", str(len(over)), ", ".join(over) or "—"))
-    return table(("outside tests (olifant_mlx/, tui/, benchmarks/, tools/)", "count", "which"), rows)
+        rows.append((f"Python {what} over {limit} lines (olifant_mlx/, tui/, benchmarks/, tools/)", str(len(over)),
+                     ", ".join(over) or "—"))
+    over = [f"`{f}` `{n}`" for f, n, _ in c_oversized()]
+    rows.append((f"C functions over {C_FUNCTION_LIMIT} lines (csrc/*.c)", str(len(over)), ", ".join(over) or "—"))
+    return table(("what", "count", "which"), rows)
 
 
 # ---- where k's default lives ---------------------------------------------------------------
@@ -344,6 +432,7 @@ SECTIONS = {
     "options": options_table,
     "option-attributes": lambda: fields_table(PACKAGE / "engine" / "options.py", "Option", "`Option` attribute"),
     "drafter-kind": lambda: fields_table(PACKAGE / "drafters" / "registry.py", "DrafterKind", "field"),
+    "floors": floors_table,
     "sizes": sizes_table,
     "k-default": k_table,
 }
