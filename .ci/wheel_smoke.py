@@ -3,6 +3,7 @@ the CLI's help and version, a generation with the offline verifier, and the TUI 
 The suite runs it on the source tree too (tests/test_wheel_smoke.py, OLIFANT_SMOKE_SOURCE=1), so
 a change the smoke test no longer fits fails there, not only at the end of CI."""
 import asyncio
+import importlib.util
 import os
 import subprocess
 import sys
@@ -11,6 +12,8 @@ import olifant_mlx
 
 assert os.environ.get("OLIFANT_SMOKE_SOURCE") or "site-packages" in olifant_mlx.__file__, \
     f"not the installed package: {olifant_mlx.__file__}"
+# the source tree's tools (tools/architecture.py) are not part of the package
+assert importlib.util.find_spec("olifant_mlx.architecture") is None, "the package ships tools/architecture.py"
 
 
 def run(*args):

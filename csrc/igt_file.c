@@ -391,75 +391,83 @@ static igt_status check_escapes(const igt_model *m, const uint8_t *small, const 
     return OLIF_OK;
 }
 
-/* Validate a version-2 image in place and make it a model. The image stays
- * the caller's on failure and becomes the model's on success. Check order:
- * header, bounds, checksums, then structure, so that a damaged file reports
- * damage before whatever structural symptom the damage has. */
-static igt_status open_v2(uint8_t *p, size_t size, uint32_t flags, igt_model **out,
-                          igt_error *err) {
-    igt_status st = olif_check_frame(&V2_FRAME, p, size, flags, err);
-    if (st) return st;
-    header_v2 h;
-    memcpy(&h, p, sizeof h);
-    igt_meta mt;
-    meta_from_v2(&h, &mt);
-    st = check_meta(&mt, h.padding_id, err);
-    if (st) return st;
-    if (h.flags != 0 || h.reserved0 != 0)
-        return igt__fail(err, OLIF_ERR_CORRUPT, "unknown flags 0x%x (reserved 0x%x)", h.flags,
-                         h.reserved0);
-    if (h.id_width != id_width_for(h.vocab_size))
+/* A version-2 header's counts: in range and consistent with each other. */
+static igt_status v2_check_counts(const header_v2 *h, igt_error *err) {
+    if (h->flags != 0 || h->reserved0 != 0)
+        return igt__fail(err, OLIF_ERR_CORRUPT, "unknown flags 0x%x (reserved 0x%x)", h->flags,
+                         h->reserved0);
+    if (h->id_width != id_width_for(h->vocab_size))
         return igt__fail(err, OLIF_ERR_CORRUPT, "id width %u for vocab_size %u, expected %u",
-                         h.id_width, h.vocab_size, id_width_for(h.vocab_size));
-    if (h.n_nodes < 1 || h.n_nodes >= UINT32_MAX || h.n_internal >= h.n_nodes ||
-        h.n_pairs >= UINT32_MAX || h.n_total_esc > h.n_nodes || h.n_winner_esc > h.n_nodes)
+                         h->id_width, h->vocab_size, id_width_for(h->vocab_size));
+    if (h->n_nodes < 1 || h->n_nodes >= UINT32_MAX || h->n_internal >= h->n_nodes ||
+        h->n_pairs >= UINT32_MAX || h->n_total_esc > h->n_nodes || h->n_winner_esc > h->n_nodes)
         return igt__fail(err, OLIF_ERR_CORRUPT,
                          "node count %llu, internal %llu, class pairs %llu or escapes %llu/%llu "
                          "out of range",
-                         (unsigned long long)h.n_nodes, (unsigned long long)h.n_internal,
-                         (unsigned long long)h.n_pairs, (unsigned long long)h.n_total_esc,
-                         (unsigned long long)h.n_winner_esc);
-    if (h.n_instances < 1 || h.n_instances > UINT32_MAX || h.n_classes < 1 ||
-        h.n_classes > h.vocab_size)
+                         (unsigned long long)h->n_nodes, (unsigned long long)h->n_internal,
+                         (unsigned long long)h->n_pairs, (unsigned long long)h->n_total_esc,
+                         (unsigned long long)h->n_winner_esc);
+    if (h->n_instances < 1 || h->n_instances > UINT32_MAX || h->n_classes < 1 ||
+        h->n_classes > h->vocab_size)
         return igt__fail(err, OLIF_ERR_CORRUPT, "%llu instances or %llu classes out of range",
-                         (unsigned long long)h.n_instances, (unsigned long long)h.n_classes);
-    if (!h.top_k && h.n_pairs)
+                         (unsigned long long)h->n_instances, (unsigned long long)h->n_classes);
+    if (!h->top_k && h->n_pairs)
         return igt__fail(err, OLIF_ERR_CORRUPT, "stored classes without top_k");
-    if (h.top_k && h.n_pairs < h.n_nodes)
+    if (h->top_k && h->n_pairs < h->n_nodes)
         return igt__fail(err, OLIF_ERR_CORRUPT, "%llu stored classes for %llu nodes",
-                         (unsigned long long)h.n_pairs, (unsigned long long)h.n_nodes);
-    uint64_t sz[V2_COUNT], prev_end = 0;
-    v2_section_sizes(&h, sz);
-    st = olif_check_sections(h.sec_offset, sz, V2_COUNT, sizeof(header_v2), h.file_size,
+                         (unsigned long long)h->n_pairs, (unsigned long long)h->n_nodes);
+    return OLIF_OK;
+}
+
+/* A version-2 image's frame: header, counts, section bounds, checksums, zero
+ * gaps between the sections. Fills the header, its meta and the section sizes. */
+static igt_status v2_check_frame(const uint8_t *p, size_t size, uint32_t flags, header_v2 *h,
+                                 igt_meta *mt, uint64_t sz[V2_COUNT], igt_error *err) {
+    igt_status st = olif_check_frame(&V2_FRAME, p, size, flags, err);
+    if (st) return st;
+    memcpy(h, p, sizeof *h);
+    meta_from_v2(h, mt);
+    st = check_meta(mt, h->padding_id, err);
+    if (st) return st;
+    st = v2_check_counts(h, err);
+    if (st) return st;
+    uint64_t prev_end = 0;
+    v2_section_sizes(h, sz);
+    st = olif_check_sections(h->sec_offset, sz, V2_COUNT, sizeof(header_v2), h->file_size,
                              &prev_end, err);
     if (st) return st;
-    if (olif_align(prev_end) != h.file_size)
+    if (olif_align(prev_end) != h->file_size)
         return igt__fail(err, OLIF_ERR_CORRUPT, "file size %llu, sections end at %llu",
-                         (unsigned long long)h.file_size, (unsigned long long)prev_end);
+                         (unsigned long long)h->file_size, (unsigned long long)prev_end);
     st = olif_check_payload(&V2_FRAME, p, size, flags, err);
     if (st) return st;
     /* the gaps between sections are zero */
-    prev_end = sizeof h;
+    prev_end = sizeof *h;
     for (int k = 0; k <= V2_COUNT; k++) {
-        uint64_t o = k < V2_COUNT ? h.sec_offset[k] : h.file_size;
+        uint64_t o = k < V2_COUNT ? h->sec_offset[k] : h->file_size;
         for (uint64_t b = prev_end; b < o; b++)
             if (p[b])
                 return igt__fail(err, OLIF_ERR_CORRUPT, "nonzero padding byte at offset %llu",
                                  (unsigned long long)b);
         if (k < V2_COUNT) prev_end = o + sz[k];
     }
+    return OLIF_OK;
+}
 
+/* A model not yet validated, whose sections point into the image p, and its
+ * empty directories (freed by v2_discard). */
+static igt_status v2_model_new(const uint8_t *p, const header_v2 *h, const igt_meta *mt,
+                               igt_model **out, igt_error *err) {
     igt_model *m = calloc(1, sizeof *m);
     if (!m) return igt__fail(err, OLIF_ERR_NOMEM, "cannot allocate a model");
-    const uint32_t n = (uint32_t)h.n_nodes, V = h.vocab_size, w = h.id_width;
-    m->meta = mt;
-    m->n_nodes = n;
-    m->id_width = w;
-    m->n_internal = h.n_internal;
-    m->n_pairs = h.n_pairs;
-    m->n_total_esc = h.n_total_esc;
-    m->n_winner_esc = h.n_winner_esc;
-#define SEC(k) (p + h.sec_offset[k])
+    m->meta = *mt;
+    m->n_nodes = (uint32_t)h->n_nodes;
+    m->id_width = h->id_width;
+    m->n_internal = h->n_internal;
+    m->n_pairs = h->n_pairs;
+    m->n_total_esc = h->n_total_esc;
+    m->n_winner_esc = h->n_winner_esc;
+#define SEC(k) (p + h->sec_offset[k])
     m->key = SEC(V2_KEY);
     m->cls = SEC(V2_CLASS);
     m->kids = (const uint64_t *)(const void *)SEC(V2_KIDS);
@@ -468,11 +476,11 @@ static igt_status open_v2(uint8_t *p, size_t size, uint32_t flags, igt_model **o
     m->winner8 = SEC(V2_WINNER);
     m->total_esc = (const uint32_t *)(const void *)SEC(V2_TOTAL_ESC);
     m->winner_esc = (const uint32_t *)(const void *)SEC(V2_WINNER_ESC);
-    m->dist = h.top_k ? (const uint32_t *)(const void *)SEC(V2_DIST) : NULL;
+    m->dist = h->top_k ? (const uint32_t *)(const void *)SEC(V2_DIST) : NULL;
     m->pair_cls = SEC(V2_PAIR_CLASS);
     m->pair_count = (const uint32_t *)(const void *)SEC(V2_PAIR_COUNT);
 #undef SEC
-    const uint64_t words = (n + 63) / 64;
+    const uint64_t words = (m->n_nodes + 63) / 64;
     m->rank = igt__malloc((size_t)words + 1, sizeof *m->rank);
     m->total_dir = igt__malloc((size_t)words + 1, sizeof *m->total_dir);
     m->winner_dir = igt__malloc((size_t)words + 1, sizeof *m->winner_dir);
@@ -483,8 +491,26 @@ static igt_status open_v2(uint8_t *p, size_t size, uint32_t flags, igt_model **o
         free(m);
         return igt__fail(err, OLIF_ERR_NOMEM, "cannot allocate the model's directories");
     }
-#define BAD(...) do { st = igt__fail(err, OLIF_ERR_CORRUPT, __VA_ARGS__); goto bad; } while (0)
-    /* KIDS: rank directory; no bits past the last node */
+    *out = m;
+    return OLIF_OK;
+}
+
+/* A model of v2_model_new's that failed validation. */
+static void v2_discard(igt_model *m) {
+    free(m->rank);
+    free(m->total_dir);
+    free(m->winner_dir);
+    free(m);
+}
+
+#define BAD(...) return igt__fail(err, OLIF_ERR_CORRUPT, __VA_ARGS__)
+
+/* KIDS: the rank directory, no bits past the last node, the root's children
+ * nodes 1.., and the levels breadth-first, each the children of the one before,
+ * no deeper than the window. */
+static igt_status v2_check_shape(igt_model *m, igt_error *err) {
+    const uint32_t n = m->n_nodes;
+    const uint64_t words = (n + 63) / 64, internal = m->n_internal;
     uint64_t ones = 0;
     for (uint64_t k = 0; k < words; k++) {
         m->rank[k] = (uint32_t)ones;
@@ -493,14 +519,12 @@ static igt_status open_v2(uint8_t *p, size_t size, uint32_t flags, igt_model **o
     m->rank[words] = (uint32_t)ones;
     if (n % 64 && (m->kids[words - 1] >> (n % 64)))
         BAD("child flags set past the last node");
-    if (ones != h.n_internal)
+    if (ones != internal)
         BAD("%llu nodes flagged with children, header says %llu", (unsigned long long)ones,
-            (unsigned long long)h.n_internal);
-    if (h.n_internal ? !(igt__has_kids(m, 0) && m->child[0] == 1) : n != 1)
+            (unsigned long long)internal);
+    if (internal ? !(igt__has_kids(m, 0) && m->child[0] == 1) : n != 1)
         BAD("the root's children are not nodes 1..");
-    if (m->child[h.n_internal] != n) BAD("child index ends at %u, not at %u", m->child[h.n_internal], n);
-    /* levels breadth-first, each the children of the one before, no deeper
-     * than the window */
+    if (m->child[internal] != n) BAD("child index ends at %u, not at %u", m->child[internal], n);
     uint64_t lo = 0, hi = 1;
     for (uint32_t depth = 0;; depth++) {
         uint32_t r0 = rank_at(m, lo), r1 = rank_at(m, hi);
@@ -509,93 +533,119 @@ static igt_status open_v2(uint8_t *p, size_t size, uint32_t flags, igt_model **o
             break;
         }
         if (m->child[r0] != hi) BAD("level %u does not follow level %u", depth + 1, depth);
-        if (depth >= mt.window) BAD("tree deeper than the window %u", mt.window);
+        if (depth >= m->meta.window) BAD("tree deeper than the window %u", m->meta.window);
         lo = hi;
         hi = m->child[r1];
     }
-    /* TOTAL_ESC, WINNER_ESC: one entry per 255 byte, in node order */
-    st = check_escapes(m, m->total8, m->total_esc, m->n_total_esc, m->total_dir, "total", err);
-    if (st) goto bad;
-    st = check_escapes(m, m->winner8, m->winner_esc, m->n_winner_esc, m->winner_dir, "winner count",
-                       err);
-    if (st) goto bad;
-    if (igt__total(m, 0) != h.n_instances)
-        BAD("root total %u, header says %llu instances", igt__total(m, 0),
-            (unsigned long long)h.n_instances);
-    /* every node in one pass: class, key, counts; for a node with children
-     * its block (in order, after it), their keys ascending and their totals
-     * within its own. Counts are read through cursors into the escape
-     * tables, which advance with the node (children come in node order too) */
+    return OLIF_OK;
+}
+
+/* Every node in one pass: class, key, counts; for a node with children its
+ * block (in order, after it), their keys ascending and their totals within its
+ * own. Counts are read through cursors into the escape tables, which advance
+ * with the node (children come in node order too). */
+static igt_status v2_check_nodes(const igt_model *m, igt_error *err) {
+    const uint32_t n = m->n_nodes, V = m->meta.vocab_size, w = m->id_width;
     if (igt__read_id(m->key, 0, w) != 0) BAD("root key is not 0");
-    {
-        const uint16_t *k16 = (const uint16_t *)(const void *)m->key;
-        const uint16_t *c16 = (const uint16_t *)(const void *)m->cls;
+    const uint16_t *k16 = (const uint16_t *)(const void *)m->key;
+    const uint16_t *c16 = (const uint16_t *)(const void *)m->cls;
 #define ID_AT(base16, base, i) (w == 2 ? (uint32_t)(base16)[i] : igt__read_id((base), (i), w))
-        /* escape cursors: node totals, winners, and child totals (children are
-         * nodes 1.. in order, so that cursor starts past the root's entry) */
-        uint64_t te = 0, we = 0, ce = m->total8[0] == 255;
-        for (uint32_t i = 0, r = 0; i < n; i++) {
-            uint32_t c = ID_AT(c16, m->cls, i), k = ID_AT(k16, m->key, i);
-            if (c >= V) BAD("node %u: class %u is not below vocab_size %u", i, c, V);
-            if (k > V) BAD("node %u: key %u exceeds the padding id %u", i, k, V);
-            uint32_t tot = m->total8[i] < 255 ? m->total8[i] : m->total_esc[2 * te++ + 1];
-            uint32_t win = m->winner8[i] < 255 ? m->winner8[i] : m->winner_esc[2 * we++ + 1];
-            if (win < 1 || win > tot) BAD("node %u: winner count %u of total %u", i, win, tot);
-            if (!igt__has_kids(m, i)) continue;
-            const uint32_t a = m->child[r], z = m->child[r + 1];
-            if (a <= i || z <= a) BAD("child index of node %u is out of order", i);
-            uint64_t below = 0;
-            for (uint32_t j = a; j < z; j++) {
-                if (j > a && ID_AT(k16, m->key, j) <= ID_AT(k16, m->key, j - 1))
-                    BAD("children of node %u are not sorted", i);
-                below += m->total8[j] < 255 ? m->total8[j] : m->total_esc[2 * ce++ + 1];
-            }
-            if (below > tot)
-                BAD("children of node %u hold %llu instances, it holds %u", i,
-                    (unsigned long long)below, tot);
-            r++;
+    /* escape cursors: node totals, winners, and child totals (children are
+     * nodes 1.. in order, so that cursor starts past the root's entry) */
+    uint64_t te = 0, we = 0, ce = m->total8[0] == 255;
+    for (uint32_t i = 0, r = 0; i < n; i++) {
+        uint32_t c = ID_AT(c16, m->cls, i), k = ID_AT(k16, m->key, i);
+        if (c >= V) BAD("node %u: class %u is not below vocab_size %u", i, c, V);
+        if (k > V) BAD("node %u: key %u exceeds the padding id %u", i, k, V);
+        uint32_t tot = m->total8[i] < 255 ? m->total8[i] : m->total_esc[2 * te++ + 1];
+        uint32_t win = m->winner8[i] < 255 ? m->winner8[i] : m->winner_esc[2 * we++ + 1];
+        if (win < 1 || win > tot) BAD("node %u: winner count %u of total %u", i, win, tot);
+        if (!igt__has_kids(m, i)) continue;
+        const uint32_t a = m->child[r], z = m->child[r + 1];
+        if (a <= i || z <= a) BAD("child index of node %u is out of order", i);
+        uint64_t below = 0;
+        for (uint32_t j = a; j < z; j++) {
+            if (j > a && ID_AT(k16, m->key, j) <= ID_AT(k16, m->key, j - 1))
+                BAD("children of node %u are not sorted", i);
+            below += m->total8[j] < 255 ? m->total8[j] : m->total_esc[2 * ce++ + 1];
         }
+        if (below > tot)
+            BAD("children of node %u hold %llu instances, it holds %u", i,
+                (unsigned long long)below, tot);
+        r++;
+    }
 #undef ID_AT
-    }
-    /* DIST, PAIR_CLASS, PAIR_COUNT: each node's winner first, counts
-     * non-increasing, never more than the node holds */
-    if (m->dist) {
-        if (m->dist[0] != 0 || m->dist[n] != h.n_pairs)
-            BAD("class index of root or end is wrong");
-        for (uint32_t i = 0; i < n; i++) {
-            uint32_t a = m->dist[i], z = m->dist[i + 1];
-            if (z <= a || z > h.n_pairs || z - a > h.n_classes ||
-                (h.top_k != IGT_TOPK_ALL && z - a > h.top_k))
-                BAD("class index of node %u is out of order", i);
-            if (igt__read_id(m->pair_cls, a, w) != igt__read_id(m->cls, i, w) ||
-                m->pair_count[a] != igt__winner(m, i))
-                BAD("node %u: first stored class is not its default", i);
-            uint64_t sum = 0;
-            for (uint32_t j = a; j < z; j++) {
-                if (igt__read_id(m->pair_cls, j, w) >= V)
-                    BAD("stored class %u out of range", igt__read_id(m->pair_cls, j, w));
-                if (m->pair_count[j] < 1 || (j > a && m->pair_count[j] > m->pair_count[j - 1]))
-                    BAD("node %u: stored counts are not best first", i);
-                sum += m->pair_count[j];
-            }
-            if (sum > igt__total(m, i))
-                BAD("node %u: stored counts sum to %llu, above its total %u", i,
-                    (unsigned long long)sum, igt__total(m, i));
+    return OLIF_OK;
+}
+
+/* DIST, PAIR_CLASS, PAIR_COUNT: each node's winner first, counts
+ * non-increasing, never more than the node holds. */
+static igt_status v2_check_classes(const igt_model *m, const header_v2 *h, igt_error *err) {
+    const uint32_t n = m->n_nodes, V = h->vocab_size, w = m->id_width;
+    if (!m->dist) return OLIF_OK;
+    if (m->dist[0] != 0 || m->dist[n] != h->n_pairs)
+        BAD("class index of root or end is wrong");
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t a = m->dist[i], z = m->dist[i + 1];
+        if (z <= a || z > h->n_pairs || z - a > h->n_classes ||
+            (h->top_k != IGT_TOPK_ALL && z - a > h->top_k))
+            BAD("class index of node %u is out of order", i);
+        if (igt__read_id(m->pair_cls, a, w) != igt__read_id(m->cls, i, w) ||
+            m->pair_count[a] != igt__winner(m, i))
+            BAD("node %u: first stored class is not its default", i);
+        uint64_t sum = 0;
+        for (uint32_t j = a; j < z; j++) {
+            if (igt__read_id(m->pair_cls, j, w) >= V)
+                BAD("stored class %u out of range", igt__read_id(m->pair_cls, j, w));
+            if (m->pair_count[j] < 1 || (j > a && m->pair_count[j] > m->pair_count[j - 1]))
+                BAD("node %u: stored counts are not best first", i);
+            sum += m->pair_count[j];
         }
+        if (sum > igt__total(m, i))
+            BAD("node %u: stored counts sum to %llu, above its total %u", i,
+                (unsigned long long)sum, igt__total(m, i));
     }
+    return OLIF_OK;
+}
+
 #undef BAD
+
+/* Validate a version-2 image in place and make it a model. The image stays
+ * the caller's on failure and becomes the model's on success. Check order:
+ * header, bounds, checksums, then structure, so that a damaged file reports
+ * damage before whatever structural symptom the damage has. */
+static igt_status open_v2(uint8_t *p, size_t size, uint32_t flags, igt_model **out,
+                          igt_error *err) {
+    header_v2 h;
+    igt_meta mt;
+    uint64_t sz[V2_COUNT];
+    igt_status st = v2_check_frame(p, size, flags, &h, &mt, sz, err);
+    if (st) return st;
+    igt_model *m = NULL;
+    st = v2_model_new(p, &h, &mt, &m, err);
+    if (st) return st;
+    st = v2_check_shape(m, err);
+    /* TOTAL_ESC, WINNER_ESC: one entry per 255 byte, in node order */
+    if (!st)
+        st = check_escapes(m, m->total8, m->total_esc, m->n_total_esc, m->total_dir, "total", err);
+    if (!st)
+        st = check_escapes(m, m->winner8, m->winner_esc, m->n_winner_esc, m->winner_dir,
+                           "winner count", err);
+    if (!st && igt__total(m, 0) != h.n_instances)
+        st = igt__fail(err, OLIF_ERR_CORRUPT, "root total %u, header says %llu instances",
+                       igt__total(m, 0), (unsigned long long)h.n_instances);
+    if (!st) st = v2_check_nodes(m, err);
+    if (!st) st = v2_check_classes(m, &h, err);
+    if (st) {
+        v2_discard(m);
+        return st;
+    }
     m->image = p;
     m->size = size;
     m->source_version = 2;
     set_unmatched(m);
     *out = m;
     return OLIF_OK;
-bad:
-    free(m->rank);
-    free(m->total_dir);
-    free(m->winner_dir);
-    free(m);
-    return st;
 }
 
 /* Version-2 image of a node source (not yet validated). */

@@ -628,22 +628,12 @@ static int cmp_rows(const void *pa, const void *pb) {
     return 0;
 }
 
-/* Group the training rows by context: a context whose instances all have one
- * class must predict it; any context predicts one of its classes; where the
- * full path matched, the node holds exactly the group's class counts. */
-static void test_predict_training_contexts(T *t) {
-    const uint32_t F = 4, V = 40;
-    const size_t N = 1500;
-    uint32_t *rows = NULL;
-    igt_model *m = random_model(t, 11, F, V, N, IGT_TOPK_ALL, &rows);
-    if (!m) { free(rows); return; }
-    igt_info info;
-    igt_get_info(m, &info);
-    CHECK(t, info.n_instances == N && info.window == F && info.top_k == IGT_TOPK_ALL &&
-             info.memory_mapped == 0 && strcmp(info.tokenizer_name, "test-tokenizer") == 0 &&
-             info.tokenizer_digest[3] == 21,
-          "info of a built model");
-
+/* Each group of training rows with one context: its answer is one of the
+ * group's classes (the class, for a group of one class); a full match holds
+ * exactly the group's counts; the node's stored classes agree with the answer;
+ * a longer context answers the same. */
+static void check_training_groups(T *t, igt_model *m, const uint32_t *rows, uint32_t F,
+                                  uint32_t V, size_t N) {
     row_ref *refs = malloc(N * sizeof *refs);
     for (size_t i = 0; i < N; i++) refs[i] = (row_ref){rows + i * (F + 1), F};
     qsort(refs, N, sizeof *refs, cmp_rows);
@@ -708,6 +698,26 @@ static void test_predict_training_contexts(T *t) {
     CHECK(t, deterministic > 100 && deterministic < groups && full_depth > 50,
           "test data too easy or too hard: %zu groups, %zu deterministic, %zu full-depth",
           groups, deterministic, full_depth);
+    free(refs);
+}
+
+/* Group the training rows by context: a context whose instances all have one
+ * class must predict it; any context predicts one of its classes; where the
+ * full path matched, the node holds exactly the group's class counts. */
+static void test_predict_training_contexts(T *t) {
+    const uint32_t F = 4, V = 40;
+    const size_t N = 1500;
+    uint32_t *rows = NULL;
+    igt_model *m = random_model(t, 11, F, V, N, IGT_TOPK_ALL, &rows);
+    if (!m) { free(rows); return; }
+    igt_info info;
+    igt_get_info(m, &info);
+    CHECK(t, info.n_instances == N && info.window == F && info.top_k == IGT_TOPK_ALL &&
+             info.memory_mapped == 0 && strcmp(info.tokenizer_name, "test-tokenizer") == 0 &&
+             info.tokenizer_digest[3] == 21,
+          "info of a built model");
+
+    check_training_groups(t, m, rows, F, V, N);
 
     /* a shorter context is left-padded */
     for (size_t i = 0; i < 200; i++) {
@@ -771,7 +781,6 @@ static void test_predict_training_contexts(T *t) {
     CHECK(t, igt_node_classes(m, UINT32_MAX, cls, cnt, 4) == 0, "node UINT32_MAX");
     CHECK(t, igt_node_classes(NULL, 0, cls, cnt, 4) == 0, "NULL model");
     igt_free(m);
-    free(refs);
     free(rows);
 }
 

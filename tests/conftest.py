@@ -5,6 +5,7 @@ gguf_models.py): a test module never imports another test module (test_architect
 The real offline verifiers are loaded once per test session (`smol`, `gemma`)."""
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -29,6 +30,8 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 from suite_cache import suite_cache  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+# the source tree's tools (tools/architecture.py, not part of the package) import by name in tests
+sys.path.insert(0, str(ROOT / "tools"))
 SHARED = Path(os.environ.get("OLIFANT_SHARED", ROOT.parent / "shared"))
 # the suite's own cache, never the user's (tests/suite_cache.py says why and how); subprocesses
 # the tests start inherit it

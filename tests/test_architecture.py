@@ -1,6 +1,6 @@
 """The package's shape: every module imports alone, no import cycles, libraries never import
 the CLI, one registry behind every surface's drafter list, the C extension's clear error, and
-docs/architecture.md's generated tables and counts (olifant_mlx/architecture.py) the code's."""
+docs/architecture.md's generated tables (tools/architecture.py) the code's."""
 import dataclasses
 import re
 import subprocess
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from olifant_mlx import architecture
-from olifant_mlx.architecture import graph, imports_of, modules
+import architecture  # tools/architecture.py (tests/conftest.py puts tools/ on the path)
+from architecture import graph, imports_of, modules
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -140,7 +140,7 @@ def committed() -> str:
 
 
 def test_the_generated_sections_are_the_code(committed):
-    """Every table and count docs/architecture.md shows is what olifant_mlx.architecture makes
+    """Every table and count docs/architecture.md shows is what tools/architecture.py makes
     from the code now, to the byte."""
     assert sorted(architecture.sections_in(committed)) == sorted(architecture.SECTIONS)
     assert architecture.generate(committed) == committed, \
@@ -222,60 +222,41 @@ def test_a_fields_comment_is_read_with_its_continuation(tmp_path):
                                                  ("c", "tuple", "()", "three")]
 
 
-# ---- the counts ----------------------------------------------------------------------------
+# ---- the floors ----------------------------------------------------------------------------
 
-def entries(what: str) -> dict:
-    ext = next(e for e in architecture.EXTENSIONS if e.what == what)
-    return architecture.extension_count(ext)
-
-
-def test_the_extension_entries_are_the_registries():
-    """The counts are about the real registries: what the code's text lists is what they hold."""
-    from olifant_mlx.cli import COMMANDS
-    from olifant_mlx.draftmodel.documents import DOCUMENT_SUFFIXES
-    from olifant_mlx.drafters import KINDS
-    from olifant_mlx.energy.backends import BACKENDS
-    from olifant_mlx.engine import GenerationOptions
-    from olifant_mlx.tui.panes import PANES
-
-    assert list(entries("a drafter")["entries"]) == list(KINDS)
-    assert list(entries("a CLI command")["entries"]) == list(COMMANDS)
-    assert list(entries("an energy backend")["entries"]) == list(BACKENDS)
-    assert list(entries("a document format")["entries"]) == list(DOCUMENT_SUFFIXES)
-    assert list(entries("an option")["entries"]) == [f.name for f in dataclasses.fields(GenerationOptions)]
-    assert list(entries("a TUI tab that generates")["entries"]) == [p.id for p in PANES if p.numbers]
-    own = [m for e in architecture.EXTENSIONS for m in entries(e.what)["entries"].values() if m]
-    assert own and all(architecture.source_file(m).is_file() for m in own)
+# imports from a lower floor to a higher one that are being removed (files this change may not edit)
+KNOWN_UPWARD = [("engine.distributed", "bindings"), ("engine.request", "precedents"), ("engine.session", "precedents")]
 
 
-@pytest.mark.parametrize("what, edits", [("an option", 2), ("an energy backend", 1), ("a CLI command", 1),
-                                         ("a TUI tab that generates", 1)])
-def test_adding_one_is_one_entry(what, edits):
-    """One entry in its registry (an option: its field and its row in the binding table)."""
-    count = entries(what)
-    assert count["edits"] == edits and len(count["files"]) == edits, count["places"]
+def test_every_module_is_on_a_floor():
+    floors = {m: architecture.floor_of(m) for m in modules()}
+    assert floors["olifant_mlx.files"] == 0 and floors["olifant_mlx.cli.serve"] == len(architecture.FLOORS) - 1
+    assert floors["olifant_mlx.drafters.base"] < floors["olifant_mlx.engine.loop"] < floors["olifant_mlx.server.app"]
 
 
-def test_a_drafter_is_one_entry_beside_three_special_cases():
-    """A drafter is a `DrafterKind` in `KINDS` and its module; the three functions elsewhere that
-    name two kinds each handle those kinds alone (a new drafter needs no edit there): the chat
-    request's tool_choice values "none"/"auto" (structured_output: a match of words, not of drafters), the TUI
-    form's adaptive and auto, provenance's library and rest. A function that starts dispatching
-    over the kinds fails this."""
-    count = entries("a drafter")
-    assert count["places"] == [("server/schemas.py", "structured_output"), ("tui/settings_tab.py", "split_spec"),
-                               ("provenance.py", "library_of_spec")], count["places"]
+@pytest.mark.xfail(strict=True, reason="engine/distributed.py imports bindings (for the options sent to the other "
+                                       "ranks), engine/request.py and engine/session.py import precedents inside "
+                                       "functions: the engine stands below both (files being rewritten elsewhere)")
+def test_no_import_goes_up_a_floor():
+    assert architecture.floor_violations() == []
 
 
-def test_the_matching_check_can_fail(tmp_path):
-    """A function that matches two entries by name is a place; one entry alone is not."""
-    f = tmp_path / "m.py"
-    f.write_text("def switch(kind):\n    if kind == 'chat':\n        return 1\n"
-                 "    return kind.startswith('document:')\n\n"
-                 "def one(kind):\n    return kind in ('chat', 'other')\n\n"
-                 "def case(kind):\n    match kind:\n        case 'chat': pass\n        case 'compare': pass\n")
-    assert architecture.matching_functions(f, {"chat", "document", "compare"}) == ["switch", "case"]
+def test_no_import_goes_up_a_floor_but_the_known_ones():
+    """Until the xfail above passes: no import goes up a floor beyond the known ones."""
+    found = architecture.floor_violations()
+    assert set(found) <= set(KNOWN_UPWARD), sorted(set(found) - set(KNOWN_UPWARD))
 
+
+def test_the_floor_check_can_fail():
+    floors = (("low", ("files",)), ("mid", ("engine",)), ("high", ("cli",)))
+    g = {"olifant_mlx.files": {"olifant_mlx.engine.loop"}, "olifant_mlx.engine.loop": {"olifant_mlx.files"},
+         "olifant_mlx.cli": {"olifant_mlx.engine", "olifant_mlx"}, "olifant_mlx.engine": {"olifant_mlx.cli.common"}}
+    assert architecture.floor_violations(g, floors) == [("engine", "cli.common"), ("files", "engine.loop")]
+    with pytest.raises(KeyError, match="olifant_mlx.server is on no floor"):
+        architecture.floor_of("olifant_mlx.server", floors)
+
+
+# ---- the sizes -----------------------------------------------------------------------------
 
 def test_no_class_or_function_is_over_its_limit():
     """No class over 250 lines nor function over 60 outside tests (the docs' Sizes)."""
@@ -287,6 +268,30 @@ def test_the_size_check_can_fail(tmp_path):
     f = tmp_path / "m.py"
     f.write_text("class C:\n    def m(self):\n" + "        x = 1\n" * 61 + "\ndef g():\n    pass\n")
     assert list(architecture.definitions(f)) == [("C", True, 63), ("C.m", False, 62), ("g", False, 2)]
+
+
+def test_no_c_function_is_over_its_limit():
+    """No C function in csrc/ over 120 lines (the docs' Sizes); the counter finds them all."""
+    functions = dict(architecture.c_functions(ROOT / "csrc" / "igt_file.c"))
+    assert {"open_v2", "encode_v2", "check_escapes"} <= set(functions) and functions["open_v2"] < 60
+    over = architecture.c_oversized()
+    assert not over, "\n".join(f"{f} {n}: {lines} lines" for f, n, lines in over)
+
+
+def test_the_c_size_check_can_fail(tmp_path):
+    """Braces in comments, strings, characters and macros are no code; an initializer or a struct
+    is no function; a function counts from the line of its name to its closing brace."""
+    body = "    x++;\n" * 118
+    (tmp_path / "m.c").write_text(
+        '#define BLOCK(x) do { x; } while (0)\n'
+        'typedef struct { int a; } S;\n'
+        'static const S INIT = {1};\n'
+        '/* void fake(void) { */\n'
+        'static int\nlong_one(int x,\n         int (*f)(int)) {\n' + body + '    return x;\n}\n'
+        'int short_one(void) { const char *s = "}{"; char c = \'{\'; return s[0] + c; }\n'
+        'int exactly(void) {\n' + "    ;\n" * 118 + '}\n')
+    assert architecture.c_functions(tmp_path / "m.c") == [("long_one", 122), ("short_one", 1), ("exactly", 120)]
+    assert architecture.c_oversized(tmp_path) == [(f"{tmp_path.name}/m.c", "long_one", 122)]
 
 
 def test_ks_default_lives_in_one_place():
@@ -308,9 +313,16 @@ def test_the_print_command_shows_the_graph_and_the_counts(capsys):
     assert architecture.main(["--print"]) == 0
     out = capsys.readouterr().out
     assert "# import graph:" in out and "\nengine.loop -> " in out
-    for heading in ("# functions outside tests:", "# what adding one takes", "# literal defaults of k"):
+    for heading in ("# functions outside tests:", "# literal defaults of k"):
         assert heading in out
-    assert all(f"{e.what}: " in out for e in architecture.EXTENSIONS)
+
+
+def test_the_package_does_not_ship_the_tool():
+    """tools/architecture.py reads the source tree: no module of the package is it."""
+    assert "olifant_mlx.architecture" not in modules() and not (architecture.PACKAGE / "architecture.py").exists()
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "architecture.py"), "--print"], capture_output=True,
+                       text=True, cwd="/")
+    assert r.returncode == 0 and "# import graph:" in r.stdout, r.stderr
 
 
 # a test module is never imported by another (code or a subprocess's script): what tests share is

@@ -168,7 +168,7 @@ def test_the_drafter_kind_table_is_the_dataclass():
     tests/test_architecture.py) lists DrafterKind's fields, in order, each with its comment."""
     import dataclasses
 
-    from olifant_mlx import architecture
+    import architecture  # tools/architecture.py
 
     rows = architecture.class_fields(architecture.PACKAGE / "drafters" / "registry.py", "DrafterKind")
     assert [r[0] for r in rows] == [f.name for f in dataclasses.fields(DrafterKind)]

@@ -1,38 +1,37 @@
-"""The package's shape, read from its code: the import graph, the tables of docs/architecture.md
-and the counts a change costs.
+"""The package's shape, read from its code: the import graph and the tables of
+docs/architecture.md. A tool of the source tree (tools/), not part of the package.
 
-The tables and counts in docs/architecture.md are generated here, never edited by hand: each
-sits between `<!-- generated: NAME -->` and `<!-- end: NAME -->`, and
-`python -m olifant_mlx.architecture --write docs/architecture.md` rewrites them (byte-identical
-when nothing changed); tests/test_architecture.py fails when the committed file differs.
-`--print` prints the import graph and the counts. The code is read with `ast` (nothing of the
-surfaces is imported); only the options' defaults come from importing `engine.options`.
+The tables in docs/architecture.md are generated here, never edited by hand: each sits between
+`<!-- generated: NAME -->` and `<!-- end: NAME -->`, and
+`python tools/architecture.py --write docs/architecture.md` rewrites them (byte-identical when
+nothing changed); tests/test_architecture.py fails when the committed file differs. `--print`
+prints the import graph, the sizes and the literal defaults of k. The code is read with `ast`
+(nothing of the surfaces is imported); only the options' defaults come from importing
+`engine.options`.
 """
 from __future__ import annotations
 
 import argparse
 import ast
 import dataclasses
-import importlib.util
 import io
 import re
 import statistics
 import sys
 import tokenize
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent
-ROOT = PACKAGE.parent                       # the source tree (benchmarks/ lives there)
+ROOT = Path(__file__).resolve().parent.parent   # the source tree
+PACKAGE = ROOT / "olifant_mlx"
 SURFACES = ("olifant_mlx.cli", "olifant_mlx.tui", "olifant_mlx.__main__")
 CLASS_LIMIT, FUNCTION_LIMIT = 250, 60       # lines, outside tests
-REWRITE = "python -m olifant_mlx.architecture --write docs/architecture.md"
+REWRITE = "python tools/architecture.py --write docs/architecture.md"
 
 
 def tui_folder() -> Path:
-    """Where olifant_mlx.tui's files are: tui/ in the source tree, olifant_mlx/tui installed."""
-    return Path(importlib.util.find_spec("olifant_mlx.tui").submodule_search_locations[0])
+    """Where olifant_mlx.tui's files are: tui/ (it installs as olifant_mlx.tui)."""
+    return ROOT / "tui"
 
 
 def modules() -> dict:
@@ -110,6 +109,50 @@ def cross_package_imports() -> dict:
         if found:
             out[short(m)] = found
     return out
+
+
+# ---- the floors ----------------------------------------------------------------------------
+
+# Each module stands on a floor and imports only from its own floor and those below: lowest
+# first, each floor's packages and modules by their short names ("" is the package's __init__);
+# a module is on the floor of its longest listed prefix.
+FLOORS = (
+    ("helpers", ("", "files", "machine", "teardown", "mlx_setup", "passages", "exports", "audit", "structured")),
+    ("file formats", ("draftmodel", "energy", "redline")),
+    ("models and libraries", ("verifier", "library", "catalog", "provenance")),
+    ("drafters", ("drafters",)),
+    ("engine", ("engine",)),
+    ("services", ("precedents", "bindings", "revise", "measure")),
+    ("server", ("server",)),
+    ("tui", ("tui",)),
+    ("cli", ("cli", "__main__")),
+)
+
+
+def floor_of(name: str, floors=FLOORS) -> int:
+    """The floor (its index in `floors`) of module `name`; a KeyError for a module on none."""
+    s = "" if name == "olifant_mlx" else short(name)
+    best = max(((len(p), i) for i, (_, prefixes) in enumerate(floors) for p in prefixes
+                if p and (s == p or s.startswith(p + "."))), default=None)
+    if best is None and s != "":
+        raise KeyError(f"{name} is on no floor: add it to FLOORS (tools/architecture.py)")
+    return 0 if best is None else best[1]
+
+
+def floor_violations(g=None, floors=FLOORS) -> list:
+    """(module, what it imports) for every import from a lower floor to a higher one."""
+    g = graph() if g is None else g
+    return sorted((short(m), short(t)) for m, ts in g.items() for t in ts
+                  if floor_of(m, floors) < floor_of(t, floors))
+
+
+def floors_table() -> str:
+    rows = [(str(i), name, ", ".join(f"`{p or 'olifant_mlx'}`" for p in prefixes))
+            for i, (name, prefixes) in enumerate(FLOORS)]
+    found = floor_violations()
+    said = ", ".join(f"`{m}` → `{t}`" for m, t in found) or "none"
+    return (table(("floor", "name", "packages and modules"), rows)
+            + f"\n\n{len(found)} imports go from a lower floor to a higher one: {said}.")
 
 
 # ---- the tables ----------------------------------------------------------------------------
@@ -221,181 +264,21 @@ def fields_table(path: Path, name: str, first: str) -> str:
     return table((first, "type", "default", "what it says (its comment)"), rows)
 
 
-# ---- what adding one takes -----------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Extension:
-    """One kind of thing the code is extended by: where its entry goes and how its entries
-    are read from the code; `scope`: the folders whose code could name its entries."""
-    what: str
-    file: str          # the registry's file, under the package (tui/ for olifant_mlx.tui)
-    table: str         # the entry, as the table's code names it
-    entries: str       # a function of this module: (its file) -> {name: its own module or None}
-    scope: tuple
-    tables: tuple = () # other files holding a row per entry (tests check they match): an edit each
-
-
-def called(path: Path, function: str) -> list:
-    """The calls of `function` in `path`, in order."""
-    return [n for n in ast.walk(parsed(path)) if isinstance(n, ast.Call)
-            and isinstance(n.func, ast.Name) and n.func.id == function]
-
-
-def first_strings(call: ast.Call, count: int) -> list:
-    return [a.value if isinstance(a, ast.Constant) else None for a in call.args[:count]]
-
-
-def drafter_entries(path: Path) -> dict:
-    out = {}
-    for call in called(path, "DrafterKind"):
-        name, _arg, _summary, build = first_strings(call, 4)
-        out[name] = f"drafters/{build.partition(':')[0]}.py" if build else None
-    return out
-
-
-def command_entries(path: Path) -> dict:
-    return {name: f"cli/{module}.py" for name, module in (first_strings(c, 2) for c in called(path, "Command"))}
-
-
-def generating_pane_entries(path: Path) -> dict:
-    """The tabs that generate (the live numbers show beside them) -> the module their `make`
-    imports."""
-    makers = {f.name: f for f in parsed(path).body if isinstance(f, ast.FunctionDef)}
-    out = {}
-    for call in called(path, "Pane"):
-        if any(k.arg == "numbers" and getattr(k.value, "value", False) for k in call.keywords):
-            make = makers[call.args[3].id]
-            module = next(n.module for n in ast.walk(make) if isinstance(n, ast.ImportFrom))
-            out[call.args[0].value] = "tui/" + module.rpartition(".")[2] + ".py"
-    return out
-
-
-def assigned(path: Path, name: str) -> ast.expr:
-    return next(n.value for n in parsed(path).body if isinstance(n, (ast.Assign, ast.AnnAssign))
-                and name in [t.id for t in getattr(n, "targets", [getattr(n, "target", None)])
-                             if isinstance(t, ast.Name)])
-
-
-def backend_entries(path: Path) -> dict:
-    names = [k.value for k in assigned(path, "BACKENDS").keys]
-    return {n: f"energy/{n}.py" if (path.parent / f"{n}.py").exists() else None for n in names}
-
-
-def format_entries(path: Path) -> dict:
-    names = [k.value for k in assigned(path, "NEEDS").keys] + [e.value for e in assigned(path, "STDLIB").elts]
-    return dict.fromkeys(names)
-
-
-def option_entries(path: Path) -> dict:
-    return dict.fromkeys(name for name, *_ in class_fields(path, "GenerationOptions"))
-
-
-EXTENSIONS = (
-    Extension("an option", "engine/options.py", "a field of `GenerationOptions`", "option_entries", ("",),
-              ("bindings.py",)),
-    Extension("a drafter", "drafters/registry.py", "a `DrafterKind` in `KINDS`", "drafter_entries",
-              ("cli", "drafters", "engine", "measure", "server", "tui", "library.py", "provenance.py",
-               "precedents.py", "catalog.py")),
-    Extension("a TUI tab that generates", "tui/panes.py", "a `Pane` in `PANES`", "generating_pane_entries",
-              ("tui",)),
-    Extension("an energy backend", "energy/backends.py", "a key of `BACKENDS`", "backend_entries", ("",)),
-    Extension("a document format", "draftmodel/documents.py", "a key of `NEEDS` or a suffix in `STDLIB`",
-              "format_entries", ("draftmodel",)),
-    Extension("a CLI command", "cli/__init__.py", "a `Command` in `COMMANDS`", "command_entries", ("cli",)),
-)
-
-
-def source_file(rel: str) -> Path:
-    return tui_folder() / rel.removeprefix("tui/") if rel.startswith("tui") else PACKAGE / rel
-
-
-def named(node: ast.AST) -> list:
-    """The texts `node` matches by: both sides of a comparison (`==`, `in (...)`), a
-    `startswith`/`removeprefix` argument (less a trailing ':'), a `case` value."""
-    def texts(n):
-        items = n.elts if isinstance(n, (ast.Tuple, ast.List, ast.Set)) else [n]
-        return [e.value for e in items if isinstance(e, ast.Constant) and isinstance(e.value, str)]
-
-    if isinstance(node, ast.Compare):
-        return [t for side in (node.left, *node.comparators) for t in texts(side)]
-    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-            and node.func.attr in ("startswith", "removeprefix") and node.args):
-        return [t.removesuffix(":") for t in texts(node.args[0])]
-    return texts(node.value) if isinstance(node, ast.MatchValue) else []
-
-
-@cache
-def texts_by_function(path: Path) -> tuple:
-    """(name, the texts it matches by) of every function of `path`, nested ones included (an
-    outer function holds its inner ones' texts too)."""
-    out = []
-
-    def visit(node) -> set:
-        found = set(named(node))
-        for child in ast.iter_child_nodes(node):
-            found |= visit(child)
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            out.append((node.lineno, node.name, frozenset(found)))
-        return found
-
-    visit(parsed(path))
-    return tuple((name, found) for _, name, found in sorted(out))
-
-
-def matching_functions(path: Path, names) -> list:
-    """The functions of `path` that match two or more of `names` by name: each a place that
-    knows the entries one by one, so a new entry may need an edit there too."""
-    return [name for name, found in texts_by_function(path) if len(found & set(names)) >= 2]
-
-
-def scope_files(scope: tuple) -> list:
-    files = []
-    for part in scope:
-        base = tui_folder() if part == "tui" else PACKAGE / part
-        files += [base] if base.is_file() else sorted(base.rglob("*.py"))
-    return files
-
-
 def relative(path: Path) -> str:
     folder = tui_folder()
     return "tui/" + str(path.relative_to(folder)) if path.is_relative_to(folder) else str(path.relative_to(PACKAGE))
 
 
-def extension_count(ext: Extension) -> dict:
-    """What adding one takes: its entry, its own module (if its kind has one), and every
-    function elsewhere that matches two or more of the existing entries by name."""
-    entries = globals()[ext.entries](source_file(ext.file))
-    own = {m for m in entries.values() if m}
-    places = [(relative(f), fn) for f in scope_files(ext.scope) if relative(f) not in own
-              for fn in matching_functions(f, set(entries))]
-    files = {ext.file, *ext.tables} | {f for f, _ in places}
-    return {"entries": entries, "module": bool(own), "files": sorted(files), "places": places,
-            "edits": 1 + len(ext.tables) + len(places)}
-
-
-def extensions_table() -> str:
-    rows = []
-    for ext in EXTENSIONS:
-        c = extension_count(ext)
-        where = ", ".join([f"`{f}` (its row)" for f in ext.tables]
-                          + [f"`{f}` `{fn}`" for f, fn in c["places"]]) or "—"
-        rows.append((ext.what, f"{ext.table} (`{ext.file}`)", "1" if c["module"] else "0",
-                     str(len(c["files"])), str(c["edits"]), where))
-    return table(("to add", "its entry", "new modules", "files edited", "edits",
-                  "functions elsewhere that match the entries by name"), rows)
-
-
 # ---- sizes ---------------------------------------------------------------------------------
 
 def code_files() -> list:
-    """The code outside tests: the package, tui/ and, in a source tree, benchmarks/."""
-    folders = [PACKAGE, tui_folder()] + ([ROOT / "benchmarks"] if (ROOT / "benchmarks").is_dir() else [])
-    return [f for folder in folders for f in sorted(folder.rglob("*.py"))
-            if not (folder == PACKAGE and f.is_relative_to(PACKAGE / "tui"))]
+    """The Python code outside tests: the package, tui/, benchmarks/ and tools/."""
+    folders = [PACKAGE, tui_folder(), ROOT / "benchmarks", ROOT / "tools"]
+    return [f for folder in folders for f in sorted(folder.rglob("*.py"))]
 
 
 def display(path: Path) -> str:
-    if path.is_relative_to(ROOT / "benchmarks"):
+    if path.is_relative_to(ROOT / "benchmarks") or path.is_relative_to(ROOT / "tools"):
         return str(path.relative_to(ROOT))
     rel = relative(path)
     return rel if rel.startswith("tui/") else "olifant_mlx/" + rel
@@ -422,13 +305,57 @@ def oversized() -> list:
             if lines > (CLASS_LIMIT if is_class else FUNCTION_LIMIT)]
 
 
+# ---- C function sizes ----------------------------------------------------------------------
+
+C_FUNCTION_LIMIT = 120                      # lines, csrc/*.c (the test drivers included)
+C_TOKEN = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|^[ \t]*#(?:[^\n]*\\\n)*[^\n]*',
+                     re.S | re.M)
+
+
+def c_code(text: str) -> str:
+    """`text` with its comments, string and character literals and preprocessor lines blanked
+    (newlines kept, so line numbers stay), leaving the braces that are code."""
+    return C_TOKEN.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+
+
+def c_functions(path: Path) -> list:
+    """(name, lines from the line of its name to its closing brace) of every function defined at
+    the top level of the C file `path`: a top-level `{` right after a `)` opens a body (an
+    initializer follows `=`, a struct its name)."""
+    code, found, depth, start = c_code(path.read_text()), [], 0, 0
+    for m in re.finditer(r"[{};]", code):
+        if m.group(0) == "{":
+            if depth == 0:
+                head = code[start:m.start()].rstrip()
+                name = re.search(r"(\w+)\s*\([^()]*(?:\([^()]*\)[^()]*)*\)$", head) if head.endswith(")") else None
+                opened = (name.group(1), code.count("\n", 0, start + name.start(1)) + 1) if name else None
+            depth += 1
+        elif m.group(0) == "}":
+            depth -= 1
+            if depth == 0:
+                if opened:
+                    found.append((opened[0], code.count("\n", 0, m.start()) + 2 - opened[1]))
+                start = m.end()
+        elif depth == 0:
+            start = m.end()
+    return found
+
+
+def c_oversized(folder: Path = ROOT / "csrc") -> list:
+    """(file, function, lines) of every C function over C_FUNCTION_LIMIT lines in `folder`."""
+    return [(str(f.relative_to(folder.parent)), name, lines) for f in sorted(folder.glob("*.c"))
+            for name, lines in c_functions(f) if lines > C_FUNCTION_LIMIT]
+
+
 def sizes_table() -> str:
-    found = oversized()
-    rows = []
+    found, rows = oversized(), []
     for is_class, limit, what in ((True, CLASS_LIMIT, "classes"), (False, FUNCTION_LIMIT, "functions")):
         over = [f"`{f}` `{n}`" for f, n, c, _ in found if c == is_class]
-        rows.append((f"{what} over {limit} lines", str(len(over)), ", ".join(over) or "—"))
-    return table(("outside tests (olifant_mlx/, tui/, benchmarks/)", "count", "which"), rows)
+        rows.append((f"Python {what} over {limit} lines (olifant_mlx/, tui/, benchmarks/, tools/)", str(len(over)),
+                     ", ".join(over) or "—"))
+    over = [f"`{f}` `{n}`" for f, n, _ in c_oversized()]
+    rows.append((f"C functions over {C_FUNCTION_LIMIT} lines (csrc/*.c)", str(len(over)), ", ".join(over) or "—"))
+    return table(("what", "count", "which"), rows)
 
 
 # ---- where k's default lives ---------------------------------------------------------------
@@ -486,7 +413,7 @@ def k_defaults_in(path: Path) -> list:
 
 def k_defaults() -> list:
     """(file, where, what, value) of every literal default of k in the package and tui/."""
-    files = [f for f in code_files() if not f.is_relative_to(ROOT / "benchmarks")]
+    files = [f for f in code_files() if f.is_relative_to(PACKAGE) or f.is_relative_to(tui_folder())]
     return [(display(f), *found) for f in files for found in k_defaults_in(f)]
 
 
@@ -505,7 +432,7 @@ SECTIONS = {
     "options": options_table,
     "option-attributes": lambda: fields_table(PACKAGE / "engine" / "options.py", "Option", "`Option` attribute"),
     "drafter-kind": lambda: fields_table(PACKAGE / "drafters" / "registry.py", "DrafterKind", "field"),
-    "extensions": extensions_table,
+    "floors": floors_table,
     "sizes": sizes_table,
     "k-default": k_table,
 }
@@ -539,21 +466,16 @@ def print_graph(out) -> None:
     print(f"\n# functions outside tests: {len(lengths)}, median {statistics.median(lengths):g} lines", file=out)
     for f, name, is_class, lines in oversized():
         print(f"{'class' if is_class else 'function'} {f} {name}: {lines} lines", file=out)
-    print("\n# what adding one takes", file=out)
-    for ext in EXTENSIONS:
-        c = extension_count(ext)
-        print(f"{ext.what}: {len(c['files'])} files edited, {c['edits']} edits"
-              f"{' + its module' if c['module'] else ''}", file=out)
     print("\n# literal defaults of k", file=out)
     for f, where, what, value in k_defaults():
         print(f"{f} {where} {what} {value}", file=out)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m olifant_mlx.architecture", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python tools/architecture.py", description=__doc__.splitlines()[0])
     what = ap.add_mutually_exclusive_group(required=True)
     what.add_argument("--write", metavar="FILE", help="rewrite FILE's generated sections (docs/architecture.md)")
-    what.add_argument("--print", action="store_true", help="print the import graph and the counts")
+    what.add_argument("--print", action="store_true", help="print the import graph, the sizes and the defaults of k")
     args = ap.parse_args(argv)
     if args.print:
         print_graph(sys.stdout)
