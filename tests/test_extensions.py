@@ -31,14 +31,14 @@ httpx = pytest.importorskip("httpx")
 
 
 def requests_planned(monkeypatch) -> list:
-    """The Requests the commands plan from now on (engine.plan, wrapped): what a generation runs with."""
-    planned, real = [], engine.plan
+    """The Requests the commands plan from now on (Session.plan, wrapped): what a generation runs with."""
+    planned, real = [], engine.Session.plan
 
     def spy(*args, **kw):
         planned.append(real(*args, **kw))
         return planned[-1]
 
-    monkeypatch.setattr(engine, "plan", spy)
+    monkeypatch.setattr(engine.Session, "plan", spy)
     return planned
 
 
@@ -135,13 +135,14 @@ def test_a_toy_option_is_a_settings_row(toy_option):
 # ---- a toy drafter ---------------------------------------------------------------------------
 
 class EchoDrafter(DrafterBase):
-    """Drafts the last token again, up to n times; counts its drafts."""
+    """Drafts the last token again, up to n times; records its drafts (in a list its
+    per-generation states share: drafters.base's default open is a shallow copy)."""
 
     def __init__(self, n):
-        self.name, self.n, self.drafts = "echo", n, 0
+        self.name, self.n, self.drafts = "echo", n, []
 
     def draft(self, context, k):
-        self.drafts += 1
+        self.drafts.append(k)
         return [context[-1]] * min(k, self.n) if context else []
 
 
@@ -163,7 +164,7 @@ def test_draft_echo_builds_the_toy_and_drafts_in_a_real_generation(toy_drafter, 
     planned = requests_planned(monkeypatch)
     out = generate(monkeypatch, capsys, "--draft", "echo:3")
     assert [d.n for d in toy_drafter] == [3] and planned[0].drafter is toy_drafter[0]
-    assert toy_drafter[0].drafts > 0 and out["stats"]["drafter"] == "echo" and out["stats"]["drafted"] > 0
+    assert len(toy_drafter[0].drafts) > 0 and out["stats"]["drafter"] == "echo" and out["stats"]["drafted"] > 0
     plain = Session(tiny_verifier(), "none", GenerationOptions(k=3, max_tokens=12)).generate("abcabcabc")
     assert out["tokens"] == plain.tokens                          # lossless, as every drafter
     assert main(["generate", "--model", "tiny", "-p", "x", "--draft", "echo:40"]) != 0
@@ -179,7 +180,7 @@ def test_a_server_configured_with_the_toy_drafter_drafts_with_it(toy_drafter):
     try:
         r = post(run, "/v1/completions", {"prompt": "abcabcabc", "max_tokens": 12, "draft": "toy"})
         assert r.status_code == 200 and r.json()["usage"]["drafter"] == "toy"
-        assert r.json()["usage"]["drafted_tokens"] > 0 and toy_drafter and toy_drafter[-1].drafts > 0
+        assert r.json()["usage"]["drafted_tokens"] > 0 and toy_drafter and len(toy_drafter[-1].drafts) > 0
         plain = Session(tiny_chat_verifier(), "none", GenerationOptions(k=3, max_tokens=12)).generate("abcabcabc")
         assert r.json()["choices"][0]["text"] == plain.text
         refused = post(run, "/v1/completions", {"prompt": "abc", "draft": "echo:3"})     # a spec, not a name
