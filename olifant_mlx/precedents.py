@@ -19,11 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from olifant_mlx.engine.options import LibraryOptionError, OptionFileError, OptionsError
+from olifant_mlx.engine.options import PRECEDENT_BUDGET, LibraryOptionError, OptionFileError, OptionsError
 from olifant_mlx.passages import PassageError, Passage, UnusableIndex, search
 
-DEFAULT_BUDGET = 512       # tokens of precedents when --precedent-tokens is not given (context permitting):
-# two passages; more cost prefill and distract the model from the one it copies (docs/precedents.md#the-budget)
+DEFAULT_BUDGET = PRECEDENT_BUDGET   # the precedent_tokens option's (engine/options.py)
 CANDIDATES = 24            # passages retrieved before the budget is filled
 MIN_SHARE = 0.3            # a retrieved passage scoring under this share of the best one stays out
 MAX_PINS = 64             # documents a request may pin

@@ -14,16 +14,17 @@ from tui_fakes import fake_app, static_text
 import olifant_mlx.engine.options as table
 from olifant_mlx import bindings
 from olifant_mlx.architecture import k_defaults, k_defaults_in
-from olifant_mlx.bindings import GENERATE, RANKS, SERVE, TUI, bind
+from olifant_mlx.bindings import GENERATE, SERVE, TUI, bind
 from olifant_mlx.engine.options import GenerationOptions, OptionsError, check_option, option
 
 
 @dataclass(frozen=True)
 class Wider(GenerationOptions):
     widgets: int = option(2, what="widgets", low=1, high=9)
+    gadget: str | None = option(None, what="the gadget", kind="text", optional=True, rank_local=True)
 
 
-WIDGETS = bind(GENERATE, SERVE, TUI, RANKS, flags=("--widgets",), help="widgets per pass (default %(default)s)",
+WIDGETS = bind(GENERATE, SERVE, TUI, flags=("--widgets",), help="widgets per pass (default %(default)s)",
                label="widgets", section="sampling")
 
 
@@ -33,6 +34,7 @@ def wider(monkeypatch):
     monkeypatch.setattr(table, "GenerationOptions", Wider)
     monkeypatch.setattr(table, "_OPTIONS", {})
     monkeypatch.setitem(bindings.BINDINGS, "widgets", WIDGETS)
+    monkeypatch.setitem(bindings.BINDINGS, "gadget", bind())
     assert "widgets" in table.options()
     assert bindings.table_problems(table.options()) == []
     with pytest.raises(OptionsError) as e:
@@ -87,6 +89,17 @@ def test_a_new_field_is_a_request_field(wider):
     with pytest.raises(schemas.ApiError) as e:
         plan({"widgets": "4"})                      # strict, as every field: "4" is no number
     assert e.value.param == "widgets" and e.value.code == "invalid_type"
+
+
+def test_a_new_field_travels_to_the_ranks_unless_rank_local(wider):
+    """Whether the other ranks of a sharded verifier get an option is the option's (`rank_local`),
+    not the binding table's: a new field travels, a rank-local one stays on rank 0."""
+    from olifant_mlx.engine.distributed import options_dict
+
+    sent = options_dict(Wider(widgets=7, gadget="rank0.bin", history="rank0.hist"))
+    assert sent["widgets"] == 7 and sent["k"] == 8
+    assert "gadget" not in sent and "history" not in sent and "precedents" not in sent
+    assert set(sent) == {n for n, o in table.options().items() if not o.rank_local}
 
 
 def test_a_new_field_is_a_settings_row(wider):
