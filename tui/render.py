@@ -5,7 +5,6 @@ are drawn by the widgets in flow.py, from the theme.)
 """
 from __future__ import annotations
 
-import os
 
 from rich.text import Text
 
@@ -14,11 +13,6 @@ from olifant_mlx.measure import calc
 
 def fmt(value, spec: str, unit: str = "", missing: str = "not measured") -> str:
     return missing if value is None else f"{value:{spec}}{unit}"
-
-
-def short_spec(spec: str) -> str:
-    """A drafter spec with its file paths cut to their names (for headers and titles)."""
-    return ":".join(os.path.basename(part) if "/" in part else part for part in spec.split(":"))
 
 
 def passes_saved(stats) -> int:

@@ -11,8 +11,7 @@ import copy
 import time
 from dataclasses import dataclass, field
 
-from olifant_mlx.tui.conversation import Conversation
-from olifant_mlx.tui.copied import char_spans
+from olifant_mlx.conversation import Conversation, char_spans
 from olifant_mlx.tui.messages import Chunk, CompareDone, Done, Failed, Status, TokenizerKnown
 from olifant_mlx.tui.settings_tab import Settings
 
