@@ -27,8 +27,11 @@ PRECEDENT_BUDGET = 512      # tokens of precedents when precedent_tokens is None
 
 
 class OptionsError(ValueError):
-    """A generation option out of range; the message names the option, `option` is its field
-    (surfaces show their own spelling of it: the CLI its flag)."""
+    """A generation option out of range or out of place. `option` is its field; the message is
+    the engine's, in words of no surface (options named as people say them: "max tokens", "KV
+    bits"): each surface words the error with its own spelling of `option` in front (the CLI
+    its flag, the server its request field, the TUI its settings row: cli.common.option_error,
+    server.schemas.option_error, tui.render.option_error)."""
 
     def __init__(self, message: str, option: str = ""):
         super().__init__(message)
@@ -197,9 +200,9 @@ class GenerationOptions:
             check_option(name, getattr(self, name))
         if self.kv_bits is not None and self.max_kv_size is not None:
             raise OptionsError("a quantized KV cache cannot be a sliding window (mlx-lm has no quantized "
-                               "rotating cache): give --kv-bits or --max-kv-size, not both", "kv_bits")
+                               "rotating cache): give KV bits or a max KV size, not both", "kv_bits")
         if self.kv_bits is not None and not self.kv_cache:
-            raise OptionsError("--kv-bits quantizes the KV cache: the uncached regime has none", "kv_bits")
+            raise OptionsError("KV bits quantize the KV cache: the uncached regime has none", "kv_bits")
 
     @property
     def sampling(self) -> Sampling | None:
