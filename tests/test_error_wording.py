@@ -85,6 +85,16 @@ def test_the_server_says_the_request_field(server):
         assert "--" not in error["message"], error          # no flag reaches an HTTP client
 
 
+def test_a_tui_run_that_fails_on_an_option_says_its_settings_row():
+    """A generation's failure (the engine's plan raising once the run starts) in the TUI's words:
+    the settings row's label, never the exception type or a flag."""
+    from olifant_mlx.tui.workers import failure
+
+    budget = OptionsError("a precedent budget of 20 tokens holds no passage", "precedent_tokens")
+    assert failure(budget) == "precedent tokens: a precedent budget of 20 tokens holds no passage"
+    assert failure(RuntimeError("boom")) == "RuntimeError: boom"
+
+
 def test_the_tui_says_the_settings_row():
     async def go():
         app = fake_app(options=GenerationOptions(kv_bits=4, max_tokens=6))
