@@ -131,6 +131,8 @@ class SettingsModel:
             opts = self.base.replace(**options, history=v["history"])
         except OptionsError as e:         # options that do not go together: beside the option's row, if any
             raise FieldError(e.option if e.option in v else None, option_error(e)) from None
+        except ValueError as e:
+            raise FieldError(None, str(e)) from None
         if v["history"] and not uses_history(v["draft"]):
             raise FieldError("history", "the session history is read only by a hybrid drafter: choose "
                                         "auto, hybrid, or an adaptive hybrid")
