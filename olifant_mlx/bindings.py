@@ -1,5 +1,5 @@
 """Where each generation option shows: its command-line flags, its field in the server's
-requests, its row in the TUI's settings, and whether a sharded verifier's other ranks get it.
+requests and its row in the TUI's settings.
 
 `engine.options` says what an option is (its default and its check); this table says how the
 surfaces spell it and which of them it applies to (`applies`):
@@ -8,20 +8,21 @@ surfaces spell it and which of them it applies to (`applies`):
 - `serve`: a flag of serve (the server's default for requests) and a request field (unless
   `clients` is False: the server's own, as its audit log);
 - `request`: a request field without a serve flag (`seed`: a request without one draws afresh);
-- `tui`: a row of the TUI's settings (tui/settings_tab.py);
-- `ranks`: sent to a sharded verifier's other ranks (engine/distributed.py).
+- `tui`: a row of the TUI's settings (tui/settings_tab.py).
 
-An option that applies nowhere is the engine's alone (`pass_cost`, `draft_cost`: set in code).
+Whether a sharded verifier's other ranks get an option is the option's own (`Option.rank_local`),
+no surface's. An option that applies nowhere is the engine's alone (`lead`, `pass_cost`,
+`draft_cost`: set in code).
 Why an option of generate does not apply to serving is said beside its row.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from olifant_mlx.precedents import DEFAULT_BUDGET
+from olifant_mlx.engine.options import PRECEDENT_BUDGET
 
-GENERATE, SERVE, REQUEST, TUI, RANKS = "generate", "serve", "request", "tui", "ranks"
-SURFACES = (GENERATE, SERVE, REQUEST, TUI, RANKS)
+GENERATE, SERVE, REQUEST, TUI = "generate", "serve", "request", "tui"
+SURFACES = (GENERATE, SERVE, REQUEST, TUI)
 
 
 @dataclass(frozen=True)
@@ -49,44 +50,44 @@ def bind(*applies: str, **spelling) -> Binding:
 
 
 BINDINGS = {
-    "k": bind(GENERATE, SERVE, TUI, RANKS, flags=("-k", "--num-draft-tokens"), request="num_draft_tokens",
+    "k": bind(GENERATE, SERVE, TUI, flags=("-k", "--num-draft-tokens"), request="num_draft_tokens",
               label="k", help="draft tokens per step, 0..64 (the maximum for adaptive drafters; default "
                               "%(default)s)"),
     # the uncached regime is for measuring; a server keeps its KV caches across requests
-    "kv_cache": bind(GENERATE, TUI, RANKS, flags=("--no-kv-cache",), negated=True,
+    "kv_cache": bind(GENERATE, TUI, flags=("--no-kv-cache",), negated=True,
                      help="uncached regime: the whole sequence each step", label="KV cache", row_id="set-kv",
                      hint="on (off: the uncached regime)"),
-    "max_kv_size": bind(GENERATE, SERVE, TUI, RANKS, flags=("--max-kv-size",),
+    "max_kv_size": bind(GENERATE, SERVE, TUI, flags=("--max-kv-size",),
                         help="a sliding KV window of this many tokens (rotating cache)", label="max KV size",
                         row_id="set-max-kv", hint="blank: the whole context"),
-    "kv_bits": bind(GENERATE, SERVE, RANKS, flags=("--kv-bits",), metavar="BITS",
+    "kv_bits": bind(GENERATE, SERVE, flags=("--kv-bits",), metavar="BITS",
                     help="quantize the KV cache to this many bits (2-8; mlx-lm's QuantizedKVCache; default: "
                          "not quantized); drafted output can then differ from plain decoding on the same "
                          "cache where its two best tokens are close (docs/speculative-decoding.md)"),
-    "kv_group_size": bind(GENERATE, SERVE, RANKS, flags=("--kv-group-size",),
+    "kv_group_size": bind(GENERATE, SERVE, flags=("--kv-group-size",),
                           help="group size of the KV quantization (default %(default)s)"),
-    "quantized_kv_start": bind(GENERATE, SERVE, RANKS, flags=("--quantized-kv-start",),
+    "quantized_kv_start": bind(GENERATE, SERVE, flags=("--quantized-kv-start",),
                                help="with --kv-bits, quantize once the cache holds this many tokens "
                                     "(default %(default)s)"),
-    "max_tokens": bind(GENERATE, SERVE, TUI, RANKS, flags=("-m", "--max-tokens"),
+    "max_tokens": bind(GENERATE, SERVE, TUI, flags=("-m", "--max-tokens"),
                        help="tokens to generate at most (default %(default)s)", label="max tokens", after="k"),
-    "temperature": bind(GENERATE, SERVE, TUI, RANKS, flags=("--temp", "--temperature"), server_high=2,
+    "temperature": bind(GENERATE, SERVE, TUI, flags=("--temp", "--temperature"), server_high=2,
                         help="sampling temperature (0 = greedy, the default)", label="temperature",
                         section="sampling", row_id="set-temp"),
-    "top_p": bind(GENERATE, SERVE, TUI, RANKS, flags=("--top-p",), label="top-p", section="sampling"),
-    "min_p": bind(GENERATE, SERVE, RANKS, flags=("--min-p",)),
-    "top_k": bind(GENERATE, SERVE, RANKS, flags=("--top-k",)),
-    "seed": bind(GENERATE, REQUEST, TUI, RANKS, flags=("--seed",), label="seed", section="sampling",
+    "top_p": bind(GENERATE, SERVE, TUI, flags=("--top-p",), label="top-p", section="sampling"),
+    "min_p": bind(GENERATE, SERVE, flags=("--min-p",)),
+    "top_k": bind(GENERATE, SERVE, flags=("--top-k",)),
+    "seed": bind(GENERATE, REQUEST, TUI, flags=("--seed",), label="seed", section="sampling",
                  help="sampling seed: same seed, same text, with or without drafting"),
-    "repetition_penalty": bind(GENERATE, SERVE, RANKS, flags=("--repetition-penalty",), server_high=10,
+    "repetition_penalty": bind(GENERATE, SERVE, flags=("--repetition-penalty",), server_high=10,
                                help="penalise repeated tokens (> 1)"),
-    "repetition_context_size": bind(GENERATE, SERVE, RANKS, flags=("--repetition-context-size",)),
+    "repetition_context_size": bind(GENERATE, SERVE, flags=("--repetition-context-size",)),
     # tokens of the served model's vocabulary, known only once it loads: a request ends on text with `stop`
-    "extra_eos_tokens": bind(GENERATE, RANKS, flags=("--extra-eos-token",), metavar="TOKEN",
+    "extra_eos_tokens": bind(GENERATE, flags=("--extra-eos-token",), metavar="TOKEN",
                              help="tokens that also end the generation"),
-    "stop": bind(GENERATE, SERVE, RANKS, flags=("--stop",), metavar="TEXT",
+    "stop": bind(GENERATE, SERVE, flags=("--stop",), metavar="TEXT",
                  help="text that ends the generation (not shown)"),
-    "truncate": bind(GENERATE, SERVE, RANKS, flags=("--truncate",),
+    "truncate": bind(GENERATE, SERVE, flags=("--truncate",),
                      help="a prompt too long for the verifier's context keeps its last tokens"),
     # a server takes its clients' schemas as OpenAI spells them: response_format, tools
     "json_schema": bind(GENERATE, TUI, flags=("--json-schema",), metavar="FILE", label="JSON schema",
@@ -136,12 +137,12 @@ BINDINGS = {
     "precedent_documents": bind(REQUEST, request="precedent"),
     "precedent_tokens": bind(GENERATE, SERVE, TUI, flags=("--precedent-tokens",), metavar="N",
                              label="precedent tokens", section="precedents",
-                             hint=f"blank: {DEFAULT_BUDGET}, context permitting",
-                             help=f"tokens of precedents at most (default {DEFAULT_BUDGET}, or what the verifier's "
+                             hint=f"blank: {PRECEDENT_BUDGET}, context permitting",
+                             help=f"tokens of precedents at most (default {PRECEDENT_BUDGET}, or what the verifier's "
                                   "context leaves beside the prompt and the answer; the default grows to hold "
                                   "the best passage whole)"),
-    "lead": bind(RANKS),
-    "pass_cost": bind(),              # cost models: each rank fits its own
+    "lead": bind(),
+    "pass_cost": bind(),              # cost models, set in code
     "draft_cost": bind(),
 }
 

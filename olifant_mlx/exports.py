@@ -1,8 +1,9 @@
 """What an export of generated text carries besides the text: the sources appendix (Markdown,
 plain text) and the Word (.docx) file, with the spans copied from a library highlighted.
 
-Used by the TUI's export dialog (tui/conversation.py) and `generate`/`chat --output`. Nothing
-here touches the disk: the callers write the bytes with files.write_atomic (0600)."""
+Used by the conversations' exports (olifant_mlx/conversation.py: the TUI's export dialog and
+`generate`/`chat --output`). Nothing here touches the disk: the callers write the bytes with
+files.write_atomic (0600)."""
 from __future__ import annotations
 
 import io
@@ -172,3 +173,23 @@ class _Marks:
 def xml_safe(text: str) -> str:
     """`text` with each character XML 1.0 cannot hold replaced by U+FFFD (offsets keep)."""
     return NOT_XML.sub("\ufffd", text)
+
+
+
+def cited(groups, markdown: bool) -> str:
+    """An export's precedents appendix: for each answer or continuation given precedents
+    ([(what, passages)], Conversation.precedents()), each passage's number and citation."""
+    if not groups:
+        return ""
+    out = ["## Precedents\n" if markdown else "Precedents:\n"]
+    for what, passages in groups:
+        out.append(f"{what[0].upper()}{what[1:]}:" + ("\n" if markdown else ""))
+        for p in passages:
+            lib = p.get("library")
+            notes = ", ".join(x for x in (lib and (f"library *{lib}*" if markdown else f"library {lib}"),
+                                          p.get("pinned") and "pinned") if x)
+            citation = f"`{p['citation']}`" if markdown else p["citation"]
+            out.append(f"{'- ' if markdown else '  '}[{p.get('number', '?')}] {citation}"
+                       + (f" ({notes})" if notes else ""))
+        out.append("")
+    return "\n".join(out)

@@ -19,11 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from olifant_mlx.engine.options import LibraryOptionError, OptionFileError, OptionsError
+from olifant_mlx.engine.options import PRECEDENT_BUDGET, LibraryOptionError, OptionFileError, OptionsError
 from olifant_mlx.passages import PassageError, Passage, UnusableIndex, search
 
-DEFAULT_BUDGET = 512       # tokens of precedents when --precedent-tokens is not given (context permitting):
-# two passages; more cost prefill and distract the model from the one it copies (docs/precedents.md#the-budget)
+DEFAULT_BUDGET = PRECEDENT_BUDGET   # the precedent_tokens option's (engine/options.py)
 CANDIDATES = 24            # passages retrieved before the budget is filled
 MIN_SHARE = 0.3            # a retrieved passage scoring under this share of the best one stays out
 MAX_PINS = 64             # documents a request may pin
@@ -106,12 +105,12 @@ def gather(tokenizer, query: str, library: str | None = None, pinned=(), budget:
         try:
             found = search(lib, query, matter=matter, n=CANDIDATES, matters=matters)
         except UnusableIndex as e:
-            raise LibraryOptionError(f"--precedents {library}: {e}", "precedents", library) from None
+            raise LibraryOptionError(str(e), "precedents", library) from None
         except PassageError as e:
             if pins and "no words" in str(e):
                 found = []          # pinned documents and nothing to search for: the pins alone
             else:
-                raise OptionsError(f"--precedents {library}: {e}", "precedents") from None
+                raise OptionsError(str(e), "precedents") from None
         found = [p for p in found if p.score >= MIN_SHARE * found[0].score]
     if room is not None and pins + found:
         budget = max(budget, min((pins + found)[0].tokens + LABEL_TOKENS, room))
@@ -125,19 +124,20 @@ def gather(tokenizer, query: str, library: str | None = None, pinned=(), budget:
     return Precedents(tuple(chosen), block, tokens, budget, library, left_out + unread)
 
 
-def open_library(name: str, tokenizer, flag: str = "--precedents"):
-    """The library `name`, checked against the verifier's tokenizer; OptionsError otherwise."""
+def open_library(name: str, tokenizer, option: str = "precedents"):
+    """The library `name`, checked against the verifier's tokenizer; an OptionsError about
+    `option` (the field that named it) otherwise."""
     from olifant_mlx import library as libraries
 
     try:
         lib = libraries.load(name, list_others=False)      # a server's clients may not know the others
     except libraries.LibraryError as e:
-        raise LibraryOptionError(f"{flag} {name}: {e}", "precedents", name) from None
+        raise LibraryOptionError(str(e), option, name) from None
     if not lib.fits(tokenizer):
-        raise LibraryOptionError(f"{flag} {name}: the library was built for another tokenizer "
+        raise LibraryOptionError(f"library {name!r} was built for another tokenizer "
                                  f"({lib.meta.get('tokenizer', {}).get('name')}, not {tokenizer.name}): build one "
                                  f"for this verifier with `library build NEW_NAME {lib.meta.get('folder', 'FOLDER')} "
-                                 f"--tokenizer {tokenizer.name}`", "precedents", name)
+                                 f"--tokenizer {tokenizer.name}`", option, name)
     return lib
 
 
@@ -176,10 +176,10 @@ def _fill(pins: list, found: list, budget: int, given: bool = True):
     candidates = pins + found
     if candidates and min(p.tokens for p in candidates) + LABEL_TOKENS > budget:
         need = min(p.tokens for p in candidates) + LABEL_TOKENS
-        what = (f"--precedent-tokens {budget:,}" if given else
+        what = (f"a precedent budget of {budget:,} tokens" if given else
                 f"the {budget:,} tokens the verifier's context leaves for precedents")
         raise OptionsError(f"{what} holds no passage: the smallest one that matched needs {need:,} tokens "
-                           "with its label" + ("" if given else ": ask for fewer tokens (--max-tokens)"),
+                           "with its label" + ("" if given else ": ask for fewer tokens (max tokens)"),
                            "precedent_tokens")
     chosen, taken, used, left_out, full = [], {}, 0, 0, set()
     for p in candidates:
@@ -219,10 +219,10 @@ def pinned_passages(spec: str, lib, tokenizer, limit: int | None = None, matters
         return library_pins(spec, lib, matters, f"--precedent {spec[:200]}"), 0
     name, rel = parse_pin(spec)
     if name is not None:                 # a document of a named library, whichever --precedents is
-        pin_lib = lib if lib is not None and lib.name == name else open_library(name, tokenizer, "--precedent")
+        pin_lib = lib if lib is not None and lib.name == name else open_library(name, tokenizer, "precedent_files")
         found = _library_document(pin_lib, in_library(rel))
         if not found:
-            raise OptionsError(f"--precedent {spec}: library {name!r} has no document {rel!r}", "precedent_files")
+            raise OptionsError(f"{spec}: library {name!r} has no document {rel!r}", "precedent_files")
         return found, 0
     found = _library_document(lib, in_library(spec)) if lib is not None else []
     if found:                            # the library's document, never ./PATH
@@ -230,13 +230,13 @@ def pinned_passages(spec: str, lib, tokenizer, limit: int | None = None, matters
     path = Path(spec).expanduser()
     if not path.exists():
         where = f" nor a document of library {lib.name!r}" if lib is not None else ""
-        raise OptionFileError(f"--precedent {spec}: no such file{where}", "precedent_files")
+        raise OptionFileError(f"{spec}: no such file{where}", "precedent_files")
     why = not_pinnable(path)
     if why is not None:
-        raise OptionFileError(f"--precedent {spec}: not read: {why}", "precedent_files")
+        raise OptionFileError(f"{spec}: not read: {why}", "precedent_files")
     ext, outcome = documents.read_document(path)
     if ext is None:
-        raise OptionFileError(f"--precedent {spec}: not read: {outcome.reason}", "precedent_files")
+        raise OptionFileError(f"{spec}: not read: {outcome.reason}", "precedent_files")
     title = ext.paragraphs[0][:80] if ext.paragraphs else path.name
     paragraphs = [(i, text, page) for i, (text, page) in enumerate(zip(ext.paragraphs, ext.pages), 1)
                   if text.strip()]
@@ -290,7 +290,7 @@ def _library_document(lib, path: str | None, matters=None) -> list[Passage]:
     try:
         return document_passages(lib, path, matters)
     except PassageError as e:                  # a damaged index: its file and the rebuild
-        raise LibraryOptionError(f"--precedents {lib.name}: {e}", "precedents", lib.name) from None
+        raise LibraryOptionError(str(e), "precedents", lib.name) from None
 
 
 def _block(passages, chat: bool) -> str:

@@ -19,7 +19,7 @@ import olifant_mlx.engine as engine
 import olifant_mlx.engine.options as table
 import olifant_mlx.verifier
 from olifant_mlx import bindings
-from olifant_mlx.bindings import GENERATE, RANKS, SERVE, TUI
+from olifant_mlx.bindings import GENERATE, SERVE, TUI
 from olifant_mlx.cli import build_parser, main
 from olifant_mlx.cli.common import options_from
 from olifant_mlx.drafters import registry
@@ -59,21 +59,34 @@ def post(run, path, body) -> httpx.Response:
 class WithToy(GenerationOptions):
     """GenerationOptions once `toy_widgets` is a field (a subclass standing in for the edit)."""
     toy_widgets: int = option(2, what="toy widgets", low=1, high=9)
+    toy_gadget: str | None = option(None, what="the toy gadget", kind="text", optional=True, rank_local=True)
 
 
 @pytest.fixture
 def toy_option(monkeypatch):
-    """The option: its field and its row in the binding table, on every surface but the ranks'
-    own; the one message a bad value gets."""
+    """The option: its field and its row in the binding table (and a rank-local one, bound to no
+    surface); the one message a bad value gets."""
     monkeypatch.setattr(table, "GenerationOptions", WithToy)
     monkeypatch.setattr(table, "_OPTIONS", {})
     monkeypatch.setitem(bindings.BINDINGS, "toy_widgets",
-                        bindings.bind(GENERATE, SERVE, TUI, RANKS, flags=("--toy-widgets",), label="toy widgets",
+                        bindings.bind(GENERATE, SERVE, TUI, flags=("--toy-widgets",), label="toy widgets",
                                       help="toy widgets a pass (default %(default)s)", section="sampling"))
+    monkeypatch.setitem(bindings.BINDINGS, "toy_gadget", bindings.bind())
     assert bindings.table_problems(table.options()) == []
     with pytest.raises(OptionsError) as e:
         check_option("toy_widgets", 10)
     return str(e.value)
+
+
+def test_a_toy_option_travels_to_the_ranks_unless_rank_local(toy_option):
+    """Whether the other ranks of a sharded verifier get an option is the option's (`rank_local`),
+    not the binding table's: a new field travels, a rank-local one stays on rank 0."""
+    from olifant_mlx.engine.distributed import options_dict
+
+    sent = options_dict(WithToy(toy_widgets=7, toy_gadget="rank0.bin", history="rank0.hist"))
+    assert sent["toy_widgets"] == 7 and sent["k"] == 8
+    assert "toy_gadget" not in sent and "history" not in sent and "precedents" not in sent
+    assert set(sent) == {n for n, o in table.options().items() if not o.rank_local}
 
 
 def test_a_toy_option_is_a_flag_and_reaches_the_request(toy_option, monkeypatch, capsys):

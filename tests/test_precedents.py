@@ -169,10 +169,10 @@ def test_the_default_budget_grows_to_hold_the_best_passage_whole(built, smollm2)
     grown = precedents.gather(smollm2, query, library="firm", budget=small, room=4000)
     assert [p.path for p in grown.passages] == [first.path] and grown.passages[0].text == first.text
     assert grown.budget == first.tokens + precedents.LABEL_TOKENS
-    with pytest.raises(OptionsError, match=f"--precedent-tokens {small} holds no passage"):
+    with pytest.raises(OptionsError, match=f"a precedent budget of {small} tokens holds no passage"):
         precedents.gather(smollm2, query, library="firm", budget=small)
     with pytest.raises(OptionsError, match="the 20 tokens the verifier's context leaves .* holds no passage"
-                                           ".*--max-tokens"):
+                                           r".*\(max tokens\)"):
         precedents.gather(smollm2, query, library="firm", budget=20, room=20)
 
 
@@ -199,7 +199,7 @@ def test_a_library_path_resolves_inside_its_library(built, smollm2, tmp_path, mo
     assert memo.passages[0].library is None and memo.passages[0].text == "A memo in the working folder."
     with pytest.raises(OptionsError, match="library 'firm' has no document 'nowhere.docx'"):
         precedents.gather(smollm2, query, pinned=("library:firm:nowhere.docx",))
-    with pytest.raises(OptionsError, match="--precedent other: no library 'other'"):
+    with pytest.raises(OptionsError, match="no library 'other'"):
         precedents.gather(smollm2, query, pinned=("library:other:x.docx",))
     assert precedents.in_library("../firm/x.docx") is None and precedents.in_library("/etc/passwd") is None
     monkeypatch.setattr("olifant_mlx.verifier.load_verifier", lambda *a, **k: pytest.fail("the verifier loaded"))
@@ -241,7 +241,7 @@ def test_a_pinned_folder_is_refused_before_the_verifier_loads_naming_its_flag_on
     monkeypatch.setattr("olifant_mlx.verifier.load_verifier", lambda *a, **k: pytest.fail("the verifier loaded"))
     assert main(["generate", "--model", "smollm2-135m", "--precedent", str(tmp_path), "-p", "x"]) == 1   # a file error
     err = capsys.readouterr().err
-    assert err == f"error: --precedent {tmp_path}: not read: a folder (pin its documents one by one, or build a " \
+    assert err == f"error: --precedent: {tmp_path}: not read: a folder (pin its documents one by one, or build a " \
                   "library of it)\n", err
     assert documents.not_read(tmp_path) == "a folder, not a regular file: not opened"
 
@@ -291,7 +291,7 @@ def test_a_pinned_file_is_read_only_as_far_as_the_budget_holds(smollm2, tmp_path
     long_first.write_text("word " * 600 + "\n\nA short clause.")
     used = precedents.gather(smollm2, "x", pinned=(str(big), str(long_first)), budget=300)
     assert {p.path for p in used.passages} == {str(big)} and used.left_out == 30_000 - len(used.passages) + 2
-    with pytest.raises(OptionsError, match="the 20 tokens the verifier's context leaves .*--max-tokens"):
+    with pytest.raises(OptionsError, match=r"the 20 tokens the verifier's context leaves .*\(max tokens\)"):
         precedents.gather(smollm2, "x", pinned=(str(long_first),), budget=20, capped=True)
 
 
@@ -319,11 +319,11 @@ def test_bad_precedents_get_clear_errors(built, smollm2, tmp_path, capsys, monke
         passages.search(lib, "  ")
     with pytest.raises(passages.PassageError, match="only common words"):
         passages.search(lib, "the of and")
-    with pytest.raises(OptionsError, match="--precedent-tokens 20 holds no passage"):
+    with pytest.raises(OptionsError, match="a precedent budget of 20 tokens holds no passage"):
         precedents.gather(smollm2, "confidential auditors", library="firm", budget=20)
     broken = tmp_path / "broken.docx"
     broken.write_bytes(b"PK\x03\x04 not really a zip")
-    with pytest.raises(OptionFileError, match="--precedent .*broken.docx: not read"):
+    with pytest.raises(OptionFileError, match="broken.docx: not read"):
         precedents.gather(smollm2, "x", pinned=(str(broken),))
     with pytest.raises(OptionsError, match="no such file nor a document of library 'firm'"):
         precedents.gather(smollm2, "x", library="firm", pinned=("nowhere/else.docx",))

@@ -296,7 +296,7 @@ def test_session_without_a_library(legal):
     session, prompt = reference_session(legal, legal["fresh"][8][:20])
     assert session.plan(prompt).index is None and session.generate(prompt).sources == []
     session, prompt = reference_session(legal, legal["fresh"][8][:20], max_verbatim=5)
-    with pytest.raises(OptionsError, match="--max-verbatim needs a library"):
+    with pytest.raises(OptionsError, match="max verbatim needs a library"):
         session.generate(prompt)
     session, prompt = reference_session(legal, legal["fresh"][8][:20], sources="nothere")
     with pytest.raises(OptionsError, match="no library 'nothere'"):

@@ -11,7 +11,7 @@ from tui_fakes import FakeDetok
 
 from olifant_mlx.engine import Session, Step
 from olifant_mlx.tui import store
-from olifant_mlx.tui.conversation import (Conversation, ConversationError, Run, Turn, export_text,
+from olifant_mlx.conversation import (Conversation, ConversationError, Run, Turn, export_text,
                                           format_for)
 from olifant_mlx.tui.flow import add_marks, changed_span, shift_marks, wrap_starts
 from olifant_mlx.tui.settings_tab import SettingsModel, compose_spec, drafters, split_spec

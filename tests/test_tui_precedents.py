@@ -12,7 +12,7 @@ from tui_fakes import FAKE_IDENTITY, ByteTokenizer, FakeSession, FakeVerifier, I
 
 from olifant_mlx import library
 from olifant_mlx.tui.app import OlifantApp
-from olifant_mlx.tui.conversation import Conversation, Run, Turn, export_text
+from olifant_mlx.conversation import Conversation, Run, Turn, export_text
 
 NDA = ("Confidentiality. Each party shall keep the confidential information of the other party "
        "secret for three years.\n\nAuditors may see the confidential information.\n")
@@ -201,7 +201,7 @@ def test_every_export_has_a_precedents_appendix(fmt):
 
 
 def test_the_store_keeps_the_precedents_and_refuses_bad_ones():
-    from olifant_mlx.tui.conversation import ConversationError
+    from olifant_mlx.conversation import ConversationError
 
     conv = Conversation(kind="chat")
     conv.turns = [Turn("user", "q"), Turn("assistant", "a", precedents=[PASSAGE])]

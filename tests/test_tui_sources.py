@@ -16,7 +16,7 @@ from word_files import docx_contents, libreoffice_text
 
 from olifant_mlx import library
 from olifant_mlx.tui.app import OlifantApp
-from olifant_mlx.tui.conversation import Conversation, Run, Turn, export_text
+from olifant_mlx.conversation import Conversation, Run, Turn, export_text
 from olifant_mlx.tui.flow import DocEditor, FlowText
 
 COPIED = "the warranties, merchantability, a"         # the fake engine's first six tokens

@@ -15,7 +15,7 @@ pytest.importorskip("docx")
 pytest.importorskip("docx2python")
 
 from olifant_mlx.draftmodel.documents import docx_paragraphs  # noqa: E402
-from olifant_mlx.tui.conversation import Conversation, Run, Turn, export_data  # noqa: E402
+from olifant_mlx.conversation import Conversation, Run, Turn, export_data  # noqa: E402
 
 SOURCE = {"start": 0, "end": 9, "tokens": 9, "text": "shall keep confidential all information",
           "library": "contracts", "chars": [4, 43],

@@ -16,8 +16,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Markdown, Static, TextArea
 
-from olifant_mlx.tui import render
-from olifant_mlx.tui.conversation import Conversation, Turn
+from olifant_mlx.conversation import Conversation, Turn, short_spec
 from olifant_mlx.tui.copied import ranges
 from olifant_mlx.tui.flow import FlowText, Legend
 from olifant_mlx.tui.messages import Chunk, Done, Failed
@@ -49,7 +48,7 @@ def answer(ws, conv: Conversation, s, seed: int | None = None) -> Job:
     if seed is not None:
         s = dataclasses.replace(s, options=s.options.replace(seed=seed))
     o = s.options
-    conv.turns.append(Turn("assistant", "", drafter=render.short_spec(s.draft.text),
+    conv.turns.append(Turn("assistant", "", drafter=short_spec(s.draft.text),
                            seed=o.seed if o.temperature > 0 else None))
     index = len(conv.turns) - 1
     return ws.job("chat", conv, s, conv.chat(index, ws.template_kwargs), index)

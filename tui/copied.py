@@ -3,40 +3,20 @@ library (olifant_mlx/provenance.py), drawn over the drafting marks of tui/flow.p
 video, so the mark never relies on colour alone; "off" hides it with the other marks.
 
 A source (Source.as_dict() from the Session's tracker) says where it is in the output in
-tokens; the TUI needs characters, so `char_spans` places each one in the text it was written
-into: by its text when the tracker gave it, else by decoding the output's tokens."""
+tokens; the TUI needs characters: olifant_mlx.conversation's `char_spans` places each one in the
+text it was written into."""
 from __future__ import annotations
 
 from rich.style import Style
 from rich.text import Text
 
-from olifant_mlx.exports import appendix, where  # noqa: F401 (the TUI's names for them)
+from olifant_mlx.exports import where  # noqa: F401 (the TUI's name for it)
 
 COPIED_CSS = "{name} > .prov--copied {{ color: $text-accent; text-style: reverse; }}\n"
 LABEL = "copied from library"
 LEGEND = "copied"             # the legend's word for it (the legend is one line at 80 columns)
 
 
-def char_spans(sources, text: str, tokens, decode=None) -> list:
-    """The sources with "chars": [start, end] added, character offsets in `text` (the output
-    of `tokens`); one that cannot be placed gets none (listed, not marked)."""
-    out, pos = [], 0
-    for s in sources:
-        s = dict(s)
-        span = s.get("text") or ""
-        at = text.find(span, pos) if span else -1
-        if at < 0 and span:
-            at = text.find(span)
-        if at >= 0:
-            s["chars"] = [at, at + len(span)]
-            pos = at + len(span)
-        elif decode is not None:
-            a = len(decode(list(tokens[:s["start"]])))
-            b = len(decode(list(tokens[:s["end"]])))
-            if 0 <= a < b <= len(text):
-                s["chars"] = [a, b]
-        out.append(s)
-    return out
 
 
 def ranges(sources, offset: int = 0) -> list:
@@ -77,22 +57,3 @@ class Copied:
             lo, hi = max(a, start), min(b, end)
             if style is not None and lo < hi:
                 line.stylize(style, lo - start, hi - start)
-
-
-def cited(groups, markdown: bool) -> str:
-    """An export's precedents appendix: for each answer or continuation given precedents
-    ([(what, passages)], Conversation.precedents()), each passage's number and citation."""
-    if not groups:
-        return ""
-    out = ["## Precedents\n" if markdown else "Precedents:\n"]
-    for what, passages in groups:
-        out.append(f"{what[0].upper()}{what[1:]}:" + ("\n" if markdown else ""))
-        for p in passages:
-            lib = p.get("library")
-            notes = ", ".join(x for x in (lib and (f"library *{lib}*" if markdown else f"library {lib}"),
-                                          p.get("pinned") and "pinned") if x)
-            citation = f"`{p['citation']}`" if markdown else p["citation"]
-            out.append(f"{'- ' if markdown else '  '}[{p.get('number', '?')}] {citation}"
-                       + (f" ({notes})" if notes else ""))
-        out.append("")
-    return "\n".join(out)

@@ -6,7 +6,7 @@ tab's own worker (tui/writing.py) and the tab handles what it posts (`on_chunk`,
 `on_failed`)."""
 from __future__ import annotations
 
-from olifant_mlx.tui.conversation import Run
+from olifant_mlx.conversation import Run
 from olifant_mlx.tui.copied import ranges
 from olifant_mlx.tui.flow import DocEditor, Legend
 from olifant_mlx.tui.messages import Chunk, Done, Failed

@@ -8,6 +8,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Label, Sparkline, Static
 
+from olifant_mlx.conversation import short_spec
 from olifant_mlx.engine import Stats
 from olifant_mlx.tui import render
 
@@ -52,8 +53,8 @@ class LivePanel(VerticalScroll):
         header."""
         if session is None:
             return
-        requested = render.short_spec(str(getattr(session.requested, "text", session.requested)))
-        resolved = render.short_spec(session.spec.text if session.spec is not None else session.drafter.name)
+        requested = short_spec(str(getattr(session.requested, "text", session.requested)))
+        resolved = short_spec(session.spec.text if session.spec is not None else session.drafter.name)
         drafter = requested if not resolved or resolved == requested else f"{requested} → {resolved}"
         self.query_one("#live-session", Static).update(f"verifier {session.verifier.name}\ndrafter {drafter}\nk {k}")
         self.app.sub_title = f"{session.verifier.name} · {resolved} · k {k}"

@@ -5,20 +5,30 @@ are drawn by the widgets in flow.py, from the theme.)
 """
 from __future__ import annotations
 
-import os
-
 from rich.text import Text
 
+from olifant_mlx.bindings import BINDINGS, TUI, applies
+from olifant_mlx.engine.options import OptionsError, options
 from olifant_mlx.measure import calc
+
+
+def option_label(name: str) -> str:
+    """An option as the TUI names it: its settings row's label, else the option's own name."""
+    if name in BINDINGS and applies(name, TUI):
+        return BINDINGS[name].label
+    return options()[name].what if name in options() else name
+
+
+def option_error(e: OptionsError) -> str:
+    """An OptionsError as the TUI says it: the option's settings row in front of the engine's
+    message, unless the message starts with it already ("max tokens must be ...")."""
+    label, text = option_label(e.option) if e.option else "", str(e)
+    said = not label or text.lower().startswith(label.lower())
+    return text if said else f"{label}: {text}"
 
 
 def fmt(value, spec: str, unit: str = "", missing: str = "not measured") -> str:
     return missing if value is None else f"{value:{spec}}{unit}"
-
-
-def short_spec(spec: str) -> str:
-    """A drafter spec with its file paths cut to their names (for headers and titles)."""
-    return ":".join(os.path.basename(part) if "/" in part else part for part in spec.split(":"))
 
 
 def passes_saved(stats) -> int:

@@ -12,7 +12,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Static
 
 from olifant_mlx.files import NotARegularFile, check_file_path
-from olifant_mlx.tui.conversation import FORMATS, format_for
+from olifant_mlx.conversation import FORMATS, format_for
 
 NOTE = "created readable by you only (mode 0600)"
 

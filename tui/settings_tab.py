@@ -20,7 +20,8 @@ from textual.widgets import Checkbox, Input, Label, Select, Static, TabPane
 from olifant_mlx.bindings import BINDINGS, TUI, bound
 from olifant_mlx.drafters.registry import KINDS, DrafterSpec, parse_spec, uses_history
 from olifant_mlx.engine import GenerationOptions
-from olifant_mlx.engine.options import options
+from olifant_mlx.engine.options import OptionsError, options
+from olifant_mlx.tui.render import option_error
 
 SECTIONS = {"generation": "generation",       # the option rows' sections, in order, and headings
             "sampling": "sampling (temperature 0 is greedy: drafting never changes the text)",
@@ -108,6 +109,8 @@ class SettingsModel:
             if name in self.base.__dataclass_fields__:
                 self.base.replace(**{name: v})
             self.values[name] = v
+        except OptionsError as e:
+            self.errors[name] = option_error(e)
         except ValueError as e:
             self.errors[name] = str(e)
         try:
@@ -126,6 +129,8 @@ class SettingsModel:
         options = {n: v[n] for n in self.base.__dataclass_fields__ if n in v and n != "history"}
         try:
             opts = self.base.replace(**options, history=v["history"])
+        except OptionsError as e:         # options that do not go together: beside the option's row, if any
+            raise FieldError(e.option if e.option in v else None, option_error(e)) from None
         except ValueError as e:
             raise FieldError(None, str(e)) from None
         if v["history"] and not uses_history(v["draft"]):

@@ -12,7 +12,7 @@ import json
 import os
 
 from olifant_mlx.files import NotARegularFile, check_file_path, read_regular, write_atomic
-from olifant_mlx.tui.conversation import Conversation, ConversationError
+from olifant_mlx.conversation import Conversation, ConversationError
 
 FORMAT = "olifant_mlx.conversations"
 VERSION = 1

@@ -11,11 +11,12 @@ import copy
 import time
 from dataclasses import dataclass, field
 
-from olifant_mlx.tui.conversation import Conversation
-from olifant_mlx.tui.copied import char_spans
+from olifant_mlx.conversation import Conversation, char_spans
 from olifant_mlx.tui.messages import Chunk, CompareDone, Done, Failed, Status, TokenizerKnown
+from olifant_mlx.tui.render import option_error
 from olifant_mlx.tui.settings_tab import Settings
 
+from olifant_mlx.engine.options import OptionsError
 from olifant_mlx.engine.request import without_drafting
 from olifant_mlx.teardown import on_own_thread
 
@@ -98,6 +99,12 @@ def chat_check(session, job: Job) -> None:
                          f"continue text in the Document tab (F3)")
 
 
+def failure(e: Exception) -> str:
+    """A run's failure as the TUI shows it: an option's as its settings row words it, else the
+    exception's type and message."""
+    return option_error(e) if isinstance(e, OptionsError) else f"{type(e).__name__}: {e}"
+
+
 @on_own_thread           # MLX never runs on the pool's thread: see olifant_mlx.teardown
 def generate(workspace, job: Job, post, cancelled) -> None:
     """A chat answer or a document continuation, over the workspace's Session (and its prompt
@@ -112,7 +119,7 @@ def generate(workspace, job: Job, post, cancelled) -> None:
         _, text, stats, window, reason = stream(post, session, job, cancelled, request)
         post(Done(job.id, text, stats, window, reason))
     except Exception as e:     # shown in the UI, never as a traceback
-        post(Failed("generation", f"{type(e).__name__}: {e}", job.id))
+        post(Failed("generation", failure(e), job.id))
 
 
 @on_own_thread           # MLX never runs on the pool's thread: see olifant_mlx.teardown
@@ -137,7 +144,7 @@ def compare(workspace, job: Job, post, cancelled) -> None:
     except InterruptedError:
         post(Failed("compare", "stopped", job.id))
     except Exception as e:
-        post(Failed("compare", f"{type(e).__name__}: {e}", job.id))
+        post(Failed("compare", failure(e), job.id))
 
 
 def compare_rounds(post, session, requests, cancelled):

@@ -14,7 +14,7 @@ import itertools
 import threading
 
 from olifant_mlx.tui import render, store
-from olifant_mlx.tui.conversation import Conversation
+from olifant_mlx.conversation import Conversation, short_spec
 from olifant_mlx.tui.messages import Loaded, Status
 from olifant_mlx.tui.workers import Job
 
@@ -309,7 +309,7 @@ class Workspace:
         s = self.session
         drafter = s.spec.text if s is not None and s.spec else job.settings.draft.text
         return {"stats": m.stats.as_dict(), "energy": energy, "finish_reason": m.finish_reason,
-                "verifier": s.verifier.name if s is not None else None, "drafter": render.short_spec(drafter)}
+                "verifier": s.verifier.name if s is not None else None, "drafter": short_spec(drafter)}
 
     def sources(self, kind: str) -> list | None:
         """The copied spans of the current conversation (or document) of `kind`, with those of

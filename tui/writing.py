@@ -14,7 +14,7 @@ import functools
 import time
 
 from olifant_mlx.tui import render, workers
-from olifant_mlx.tui.conversation import export_data
+from olifant_mlx.conversation import export_data
 from olifant_mlx.tui.copied import where
 from olifant_mlx.tui.messages import Chunk, Done, Failed, Status
 from olifant_mlx.tui.save import ExportScreen

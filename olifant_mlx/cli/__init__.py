@@ -118,12 +118,10 @@ def main(argv=None) -> int:
     try:
         return args.func(args)
     except OptionsError as e:      # a usage error, said with the flag that caused it
-        from olifant_mlx.bindings import flag_of
+        from olifant_mlx.cli.common import option_error
         from olifant_mlx.engine.options import OptionFileError
 
-        flag = flag_of(e.option)
-        said = flag and not str(e).startswith(f"{flag} ")      # "--precedent X: ..." names it already
-        sys.stderr.write(f"error: {flag + ': ' if said else ''}{e}\n")
+        sys.stderr.write(f"error: {option_error(e)}\n")
         return 1 if isinstance(e, OptionFileError) else 2     # a file not there: as every other one
     except BrokenPipeError:        # `... --json | head`: the reader left; say nothing more
         import os

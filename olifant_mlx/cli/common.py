@@ -14,6 +14,13 @@ MODEL_HELP = ("verifier: alias (smollm2-135m, gemma3-270m, qwen2.5-coder-1.5b), 
               "(default: Mistral-7B-v0.1 if cached, else smollm2-135m; $OLIFANT_MODEL)")
 
 
+def option_error(e) -> str:
+    """An OptionsError as the command line says it: the option's flag, then the engine's message
+    (the flag once: a message of the CLI's own that starts with it stands as it is)."""
+    flag = flag_of(e.option)
+    return f"{flag}: {e}" if flag and not str(e).startswith(flag) else str(e)
+
+
 def draft_tokens(value: str) -> int:
     """argparse type of a -k that is no generation option (bench's, train's, demo's): k as
     the options check it (a usage error otherwise)."""
@@ -281,9 +288,9 @@ def check_precedents(options, args) -> None:
         elif library_document(lib, spec):
             continue
         elif not path.exists() and lib is None:
-            raise OptionFileError(f"--precedent {spec}: no such file", "precedent_files")
+            raise OptionFileError(f"{spec}: no such file", "precedent_files")
         elif path.exists() and not_pinnable(path) is not None:
-            raise OptionFileError(f"--precedent {spec}: not read: {not_pinnable(path)}", "precedent_files")
+            raise OptionFileError(f"{spec}: not read: {not_pinnable(path)}", "precedent_files")
 
 
 def check_draft_model(path, model_spec) -> None:

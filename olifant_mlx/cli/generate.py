@@ -187,8 +187,8 @@ def report(session, prompt, text, tokens, last, args) -> None:
 
 
 def cmd_generate(args) -> int:
+    from olifant_mlx.conversation import Conversation, Turn
     from olifant_mlx.engine import Chat
-    from olifant_mlx.tui.conversation import Conversation, Turn
     from olifant_mlx.verifier.loader import check_text
 
     if args.prompt_cache_file and args.prefill_response is not None:
@@ -301,7 +301,7 @@ def cmd_chat(args) -> int:
     """A multi-turn conversation on stdin/stdout (like mlx_lm.chat), kept in memory only."""
     from olifant_mlx.engine import Chat, PromptCache
 
-    from olifant_mlx.tui.conversation import Conversation, Turn
+    from olifant_mlx.conversation import Conversation, Turn
 
     if args.output:
         output_format(args.output, probe=True)     # before the model loads

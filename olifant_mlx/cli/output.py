@@ -1,5 +1,5 @@
 """`generate --output FILE` and `chat --output FILE`: the text, its copied spans and their
-sources written to a file, in the TUI's export formats (tui/conversation.py), picked by the
+sources written to a file, in the TUI's export formats (olifant_mlx/conversation.py), picked by the
 file's suffix: .docx (Word, the copied spans highlighted), .md, .txt or .json. Written
 atomically, mode 0600 (it holds the user's text); the path is checked before the model loads."""
 from __future__ import annotations
@@ -29,9 +29,9 @@ def output_format(path: str, probe: bool = False) -> str:
 
 
 def answer_turn(session, options, text, tokens, last, prefill: str = ""):
-    """The assistant's Turn (tui/conversation.py) of a generation: text, numbers, sources
+    """The assistant's Turn (olifant_mlx/conversation.py) of a generation: text, numbers, sources
     placed in the text (their "chars"), the precedents it was given."""
-    from olifant_mlx.tui.conversation import Turn
+    from olifant_mlx.conversation import Turn
 
     stats = last.stats
     energy = last.energy.as_dict(stats.tokens) if last.energy is not None else None
@@ -45,7 +45,7 @@ def answer_turn(session, options, text, tokens, last, prefill: str = ""):
 def placed_sources(session, options, text, tokens, last, offset: int = 0) -> list:
     """The generation's sources as the TUI keeps them: with "library" and "chars" (in `text`,
     where the output starts at `offset`)."""
-    from olifant_mlx.tui.copied import char_spans
+    from olifant_mlx.conversation import char_spans
 
     library = session.sources_library(options)
     decode = getattr(session.verifier.identity, "decode", None)
@@ -59,7 +59,7 @@ def placed_sources(session, options, text, tokens, last, offset: int = 0) -> lis
 
 def document(prompt_text: str, turn):
     """A raw continuation as a document: the prompt, then the output, its copied spans marked."""
-    from olifant_mlx.tui.conversation import COPIED, Conversation, Run
+    from olifant_mlx.conversation import COPIED, Conversation, Run
 
     start = len(prompt_text)
     conv = Conversation(kind="document", text=prompt_text + turn.content)
@@ -73,7 +73,7 @@ def document(prompt_text: str, turn):
 def write_output(path: str, conv, options) -> None:
     """The conversation or document, in the format of `path`'s suffix, written atomically (0600)."""
     from olifant_mlx.files import write_atomic
-    from olifant_mlx.tui.conversation import export_data
+    from olifant_mlx.conversation import export_data
 
     settings = {name: getattr(options, name) for name in ("k", "max_tokens", "temperature", "seed")
                 if hasattr(options, name)}

@@ -315,11 +315,12 @@ class Shard:
 
 
 def options_dict(options) -> dict:
-    """GenerationOptions as JSON for the other ranks: the options sent to ranks (not the
-    history file, which stays on rank 0, nor the cost models, rank 0's: olifant_mlx.bindings)."""
-    from olifant_mlx.bindings import RANKS, bound
+    """GenerationOptions as JSON for the other ranks: every option but the rank-local ones
+    (`Option.rank_local`: the history file and the libraries, which stay on rank 0, the cost
+    models, which each rank fits itself)."""
+    from olifant_mlx.engine.options import options as table
 
-    return {name: getattr(options, name) for name in bound(RANKS)}
+    return {name: getattr(options, name) for name, o in table().items() if not o.rank_local}
 
 
 class SharedDrafter(DrafterBase):

@@ -22,11 +22,16 @@ KV_BITS = (2, 3, 4, 5, 6, 8)            # what mx.quantize takes
 KV_GROUP_SIZES = (32, 64, 128)
 LEAD_RULES = ("auto", True, False)
 VERBATIM_ACTIONS = ("warn", "stop")
+PRECEDENT_BUDGET = 512      # tokens of precedents when precedent_tokens is None (context permitting): two
+# passages; more cost prefill and distract the model from the one it copies (docs/precedents.md#the-budget)
 
 
 class OptionsError(ValueError):
-    """A generation option out of range; the message names the option, `option` is its field
-    (surfaces show their own spelling of it: the CLI its flag)."""
+    """A generation option out of range or out of place. `option` is its field; the message is
+    the engine's, in words of no surface (options named as people say them: "max tokens", "KV
+    bits"): each surface words the error with its own spelling of `option` in front (the CLI
+    its flag, the server its request field, the TUI its settings row: cli.common.option_error,
+    server.schemas.option_error, tui.render.option_error)."""
 
     def __init__(self, message: str, option: str = ""):
         super().__init__(message)
@@ -54,7 +59,9 @@ class Option:
     """What one GenerationOptions field takes. `kind`: "whole", "number" (finite), "flag",
     "text", "texts" (a tuple of non-empty strings), "choice" (one of `choices`), "schema" (a
     JSON schema: the text of a JSON object; the surfaces that type one name its file) or "cost"
-    (a pass-cost model: coefficients() and observe())."""
+    (a pass-cost model: coefficients() and observe()). Every option is sent to a sharded verifier's
+    other ranks (engine/distributed.py) unless it is `rank_local`: what only rank 0 reads (its
+    files, libraries and cost models)."""
     what: str                         # its name in messages: "top-p"
     kind: str = "whole"
     low: float | None = None
@@ -64,6 +71,7 @@ class Option:
     choices: tuple = ()
     optional: bool = False            # None is a value: off, or chosen elsewhere
     note: str = ""                    # said after the range: " (0 is greedy)"
+    rank_local: bool = False          # rank 0's alone: never sent to a sharded verifier's other ranks
 
 
 def option(default, **meta):
@@ -156,42 +164,45 @@ class GenerationOptions:
     stop: tuple = option((), what="stop sequences", kind="texts")
     truncate: bool = option(False, what="truncate", kind="flag")
     # structured output (olifant_mlx.structured): the answer is JSON that follows this schema
-    json_schema: str | None = option(None, what="the JSON schema", kind="schema", optional=True)
-    history: str | None = option(None, what="the history file", kind="text", optional=True)
+    json_schema: str | None = option(None, what="the JSON schema", kind="schema", optional=True,
+                                     rank_local=True)
+    history: str | None = option(None, what="the history file", kind="text", optional=True, rank_local=True)
     # the opt-in audit log (olifant_mlx.audit): a line per generation, never a word of its text
-    audit_log: str | None = option(None, what="the audit log", kind="text", optional=True)
+    audit_log: str | None = option(None, what="the audit log", kind="text", optional=True, rank_local=True)
     # provenance (olifant_mlx.provenance): the spans of the output found verbatim in a library
-    sources: str | None = option(None, what="the sources library", kind="text", optional=True)
-    min_source_tokens: int = option(12, what="the minimum source length", low=1, note=" of tokens")
-    max_verbatim: int | None = option(None, what="max verbatim", low=1, optional=True)
-    verbatim_action: str = option("warn", what="the verbatim action", kind="choice", choices=VERBATIM_ACTIONS)
-    matter: str | None = option(None, what="the matter", kind="text", optional=True)
+    sources: str | None = option(None, what="the sources library", kind="text", optional=True, rank_local=True)
+    min_source_tokens: int = option(12, what="the minimum source length", low=1, note=" of tokens", rank_local=True)
+    max_verbatim: int | None = option(None, what="max verbatim", low=1, optional=True, rank_local=True)
+    verbatim_action: str = option("warn", what="the verbatim action", kind="choice", choices=VERBATIM_ACTIONS,
+                                  rank_local=True)
+    matter: str | None = option(None, what="the matter", kind="text", optional=True, rank_local=True)
     # the wall (a server's, per API key): the matters whose documents retrieval, pins and provenance
     # may reach, beside the documents of no matter; None: every matter
-    matters: tuple | None = option(None, what="the matters", kind="texts", optional=True)
+    matters: tuple | None = option(None, what="the matters", kind="texts", optional=True, rank_local=True)
     # drafting with precedents (olifant_mlx.precedents): passages put into the prompt ahead of the request
-    precedents: str | None = option(None, what="the precedents library", kind="text", optional=True)
-    precedent_files: tuple = option((), what="pinned precedents", kind="texts")
+    precedents: str | None = option(None, what="the precedents library", kind="text", optional=True, rank_local=True)
+    precedent_files: tuple = option((), what="pinned precedents", kind="texts", rank_local=True)
     # a server's requests pin documents of the precedents library by their path there, never a file
-    precedent_documents: tuple = option((), what="pinned documents", kind="texts")
+    precedent_documents: tuple = option((), what="pinned documents", kind="texts", rank_local=True)
     precedent_tokens: int | None = option(None, what="the precedent budget", low=1, optional=True,
-                                          note=" of tokens")
+                                          note=" of tokens", rank_local=True)
     # the KV rule after a correction (engine.loop.LeadRule): "auto" decides per pass, True
     # always leads, False holds the correction back (the older rule, for measuring) ...
     lead: object = option("auto", what="the lead rule", kind="choice", choices=LEAD_RULES)
     # ... planning with this pass-cost model (None: the session fits one from its passes);
     # a cost-aware drafter (adaptive) plans with draft_cost (None: its own fitted one)
-    pass_cost: object = option(None, what="the pass cost", kind="cost", optional=True)
-    draft_cost: object = option(None, what="the draft cost", kind="cost", optional=True)
+    # (rank-local: each rank fits its own)
+    pass_cost: object = option(None, what="the pass cost", kind="cost", optional=True, rank_local=True)
+    draft_cost: object = option(None, what="the draft cost", kind="cost", optional=True, rank_local=True)
 
     def __post_init__(self):
         for name in options():
             check_option(name, getattr(self, name))
         if self.kv_bits is not None and self.max_kv_size is not None:
             raise OptionsError("a quantized KV cache cannot be a sliding window (mlx-lm has no quantized "
-                               "rotating cache): give --kv-bits or --max-kv-size, not both", "kv_bits")
+                               "rotating cache): give KV bits or a max KV size, not both", "kv_bits")
         if self.kv_bits is not None and not self.kv_cache:
-            raise OptionsError("--kv-bits quantizes the KV cache: the uncached regime has none", "kv_bits")
+            raise OptionsError("KV bits quantize the KV cache: the uncached regime has none", "kv_bits")
 
     @property
     def sampling(self) -> Sampling | None:

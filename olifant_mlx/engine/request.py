@@ -88,8 +88,8 @@ def drafting(drafter, identity, history=None) -> Drafting:
     if spec.kind == "auto":
         spec = resolve_auto(identity)
     if history is not None and not uses_history(spec):
-        raise OptionsError("a session history is read only by a hybrid drafter: use "
-                           "--draft hybrid:PATH or adaptive:hybrid:PATH", "history")
+        raise OptionsError("a session history is read only by a hybrid drafter: draft with "
+                           "hybrid:PATH or adaptive:hybrid:PATH", "history")
     return Drafting(drafter, spec, build_drafter(spec, identity, history))
 
 
@@ -274,8 +274,8 @@ def provenance_index(verifier, opts: GenerationOptions, library: str | None, use
         return of_passages(used, ident)
     if library is None:
         if opts.max_verbatim is not None:
-            raise OptionsError("--max-verbatim needs a library to compare with: --sources NAME "
-                               "or --draft library:NAME", "max_verbatim")
+            raise OptionsError("max verbatim needs a library to compare with: a sources library, "
+                               "or the drafter library:NAME", "max_verbatim")
         return None
     from olifant_mlx.library import LibraryError
     from olifant_mlx.provenance import index_of
@@ -283,9 +283,9 @@ def provenance_index(verifier, opts: GenerationOptions, library: str | None, use
     try:
         index = index_of(library)
     except LibraryError as e:
-        raise LibraryOptionError(f"--sources {library}: {e}", "sources", library) from None
+        raise LibraryOptionError(str(e), "sources", library) from None
     if not index.library.fits(ident):
-        raise LibraryOptionError(f"--sources {library}: the library was built for another tokenizer than "
+        raise LibraryOptionError(f"library {library!r} was built for another tokenizer than "
                                  f"{verifier.name}'s: build one with `library build NEW_NAME FOLDER --model "
                                  f"{verifier.name}`", "sources", library)
     if opts.matters is not None:        # a server key's wall: the library as if it held nothing else

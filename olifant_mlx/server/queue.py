@@ -345,14 +345,14 @@ class GenerationQueue:
                      f"{info.id}'s context holds {info.context_length:,}: shorten the prompt or ask for "
                      f"fewer tokens (max_tokens)", "context_length_exceeded", job.param))
         except OptionsError as e:        # precedents or a library that cannot be used
-            from olifant_mlx.bindings import BINDINGS, request_field
+            from olifant_mlx.server.wording import option_error
 
             why = "bad_precedents" if (e.option or "").startswith("precedent") else "bad_sources"
-            param = request_field(e.option) if e.option in BINDINGS else e.option or None
+            message, param = option_error(e)
             if isinstance(e, LibraryOptionError):   # its files and fix are the operator's: in the log
                 log.warning("request %s: %s", job.id, e)
                 return self._refuse(job, why, library_refusal(param or "precedents", e.library))
-            return self._refuse(job, why, Failed(400, str(e), "invalid_value", param))
+            return self._refuse(job, why, Failed(400, message, "invalid_value", param))
         except SchemaError as e:         # a schema this verifier's tokenizer cannot take
             return self._refuse(job, "bad_schema", Failed(400, str(e), "invalid_schema", "response_format"))
         except Exception as e:           # a chat template that refuses the conversation, ...

@@ -23,6 +23,7 @@ from olifant_mlx.engine.options import check_option, options
 from olifant_mlx.engine.session import Chat, GenerationOptions, OptionsError
 from olifant_mlx.server.config import Limits
 from olifant_mlx.server.queue import ModelInfo
+from olifant_mlx.server.wording import option_error
 
 INT64 = 1 << 63
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
@@ -468,8 +469,8 @@ def _plan(req, kind, prompt, max_tokens, max_param, info, defaults, limits, prom
                    stop=defaults.stop if req.stop is None else tuple(stops))
     try:
         options = defaults.replace(**changes)
-    except OptionsError as e:
-        raise ApiError(400, str(e), code="invalid_value") from None
+    except OptionsError as e:          # options that do not go together (kv_bits, max_kv_size)
+        raise ApiError(400, *option_error(e), "invalid_value") from None
     stream = bool(req.stream)
     if req.stream_options is not None and not stream:
         raise ApiError(400, "stream_options: only with stream: true", "stream_options")
@@ -495,7 +496,7 @@ def request_options(req) -> dict:
         try:
             check_option(name, value, BINDINGS[name].server_high)
         except OptionsError as e:
-            raise ApiError(400, f"{field}: {e}", field, "invalid_value") from None
+            raise ApiError(400, *option_error(e), "invalid_value") from None
         changes[name] = value
     return changes
 

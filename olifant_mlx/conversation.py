@@ -1,4 +1,5 @@
-"""What the workspace holds: conversations and documents, in memory, and their exports.
+"""Conversations and documents, in memory, and their exports: what the TUI's workspace holds
+and what `generate`/`chat --output` write (the same model for both surfaces).
 
 A `Conversation` is either a chat (messages for an instruct model's chat template) or a
 document (a text continued as it is, the paper's protocol). Each generated answer or
@@ -9,19 +10,18 @@ Nothing here touches the disk: `export_text` makes the text of an export and
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from dataclasses import dataclass, field
 
 from olifant_mlx.engine import Chat
-from olifant_mlx.exports import docx_bytes
-from olifant_mlx.tui.copied import appendix, cited
-from olifant_mlx.tui.render import short_spec
+from olifant_mlx.exports import appendix, cited, docx_bytes
 
 KINDS = ("chat", "document")
 ROLES = ("system", "user", "assistant")
 PROVENANCE = ("accepted", "correction", "bonus", "plain")
-COPIED = "copied"            # a document mark: text found verbatim in a library (tui/copied.py)
+COPIED = "copied"            # a document mark: text found verbatim in a library (char_spans)
 FORMATS = {"md": "Markdown", "txt": "plain text", "json": "JSON (with the statistics)",   # each with
            "docx": "Word (copied spans highlighted)"}
 # the sources of its copied spans (an appendix; json: "sources"), when a library was asked for
@@ -31,6 +31,33 @@ EXPORT_VERSION = 1
 
 class ConversationError(ValueError):
     """Data that is not a conversation this version can read."""
+
+
+def short_spec(spec: str) -> str:
+    """A drafter spec with its file paths cut to their names (for headers and titles)."""
+    return ":".join(os.path.basename(part) if "/" in part else part for part in spec.split(":"))
+
+
+def char_spans(sources, text: str, tokens, decode=None) -> list:
+    """The sources with "chars": [start, end] added, character offsets in `text` (the output
+    of `tokens`); one that cannot be placed gets none (listed, not marked)."""
+    out, pos = [], 0
+    for s in sources:
+        s = dict(s)
+        span = s.get("text") or ""
+        at = text.find(span, pos) if span else -1
+        if at < 0 and span:
+            at = text.find(span)
+        if at >= 0:
+            s["chars"] = [at, at + len(span)]
+            pos = at + len(span)
+        elif decode is not None:
+            a = len(decode(list(tokens[:s["start"]])))
+            b = len(decode(list(tokens[:s["end"]])))
+            if 0 <= a < b <= len(text):
+                s["chars"] = [a, b]
+        out.append(s)
+    return out
 
 
 def new_id() -> str:
