@@ -19,10 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
-from olifant_mlx.engine.options import PRECEDENT_BUDGET, LibraryOptionError, OptionFileError, OptionsError
+from olifant_mlx.option_errors import LibraryOptionError, OptionFileError, OptionsError
 from olifant_mlx.passages import PassageError, Passage, UnusableIndex, search
 
-DEFAULT_BUDGET = PRECEDENT_BUDGET   # the precedent_tokens option's (engine/options.py)
+DEFAULT_BUDGET = 512        # tokens of precedents when precedent_tokens is None (context permitting): two
+# passages; more cost prefill and distract the model from the one it copies (docs/precedents.md#the-budget)
 CANDIDATES = 24            # passages retrieved before the budget is filled
 MIN_SHARE = 0.3            # a retrieved passage scoring under this share of the best one stays out
 MAX_PINS = 64             # documents a request may pin

@@ -225,26 +225,14 @@ def test_a_fields_comment_is_read_with_its_continuation(tmp_path):
 # ---- the floors ----------------------------------------------------------------------------
 
 # imports from a lower floor to a higher one that are being removed (files this change may not edit)
-KNOWN_UPWARD = [("engine.distributed", "bindings"), ("engine.request", "precedents"), ("engine.session", "precedents")]
-
-
 def test_every_module_is_on_a_floor():
     floors = {m: architecture.floor_of(m) for m in modules()}
     assert floors["olifant_mlx.files"] == 0 and floors["olifant_mlx.cli.serve"] == len(architecture.FLOORS) - 1
     assert floors["olifant_mlx.drafters.base"] < floors["olifant_mlx.engine.loop"] < floors["olifant_mlx.server.app"]
 
 
-@pytest.mark.xfail(strict=True, reason="engine/distributed.py imports bindings (for the options sent to the other "
-                                       "ranks), engine/request.py and engine/session.py import precedents inside "
-                                       "functions: the engine stands below both (files being rewritten elsewhere)")
 def test_no_import_goes_up_a_floor():
     assert architecture.floor_violations() == []
-
-
-def test_no_import_goes_up_a_floor_but_the_known_ones():
-    """Until the xfail above passes: no import goes up a floor beyond the known ones."""
-    found = architecture.floor_violations()
-    assert set(found) <= set(KNOWN_UPWARD), sorted(set(found) - set(KNOWN_UPWARD))
 
 
 def test_the_floor_check_can_fail():

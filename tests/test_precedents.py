@@ -11,7 +11,8 @@ from document_fixtures import cache_with_models, write_pdf
 from olifant_mlx import library, passages, precedents
 from olifant_mlx.cli import main
 from olifant_mlx.engine import Chat
-from olifant_mlx.engine.options import GenerationOptions, OptionFileError, OptionsError
+from olifant_mlx.engine.options import GenerationOptions
+from olifant_mlx.option_errors import OptionFileError, OptionsError
 from olifant_mlx.verifier import load_tokenizer
 
 CONFIDENTIALITY = ("Each party shall keep the Confidential Information of the other party strictly "

@@ -117,12 +117,13 @@ def cross_package_imports() -> dict:
 # first, each floor's packages and modules by their short names ("" is the package's __init__);
 # a module is on the floor of its longest listed prefix.
 FLOORS = (
-    ("helpers", ("", "files", "machine", "teardown", "mlx_setup", "passages", "exports", "audit", "structured")),
+    ("helpers", ("", "files", "machine", "teardown", "mlx_setup", "passages", "exports", "audit", "structured",
+                 "option_errors")),
     ("file formats", ("draftmodel", "energy", "redline")),
-    ("models and libraries", ("verifier", "library", "catalog", "provenance")),
+    ("models and libraries", ("verifier", "library", "catalog", "provenance", "precedents")),
     ("drafters", ("drafters",)),
     ("engine", ("engine",)),
-    ("services", ("precedents", "bindings", "revise", "measure")),
+    ("services", ("bindings", "conversation", "revise", "measure")),
     ("server", ("server",)),
     ("tui", ("tui",)),
     ("cli", ("cli", "__main__")),

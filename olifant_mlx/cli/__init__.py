@@ -119,7 +119,7 @@ def main(argv=None) -> int:
         return args.func(args)
     except OptionsError as e:      # a usage error, said with the flag that caused it
         from olifant_mlx.cli.common import option_error
-        from olifant_mlx.engine.options import OptionFileError
+        from olifant_mlx.option_errors import OptionFileError
 
         sys.stderr.write(f"error: {option_error(e)}\n")
         return 1 if isinstance(e, OptionFileError) else 2     # a file not there: as every other one

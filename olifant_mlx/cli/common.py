@@ -265,7 +265,7 @@ def check_precedents(options, args) -> None:
     tokenizer: check_library): a library without a passage index, a pinned file that is not
     there, or a prompt given as ids (a prefilled answer, a cached prompt), which has no request
     to add them to."""
-    from olifant_mlx.engine.options import OptionFileError, OptionsError
+    from olifant_mlx.option_errors import OptionFileError, OptionsError
 
     for flag in ("prefill_response", "prompt_cache_file"):
         if getattr(args, flag, None) is not None:

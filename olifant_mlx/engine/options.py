@@ -15,6 +15,8 @@ import math
 from dataclasses import dataclass
 
 from olifant_mlx.engine.sampling import Sampling
+from olifant_mlx.option_errors import OptionsError
+from olifant_mlx.precedents import DEFAULT_BUDGET as PRECEDENT_BUDGET  # noqa: F401  (precedent_tokens' default)
 
 MAX_K = 64
 MAX_REPETITION_CONTEXT = 1 << 20        # tokens: more than any context the penalty could look back over
@@ -22,36 +24,6 @@ KV_BITS = (2, 3, 4, 5, 6, 8)            # what mx.quantize takes
 KV_GROUP_SIZES = (32, 64, 128)
 LEAD_RULES = ("auto", True, False)
 VERBATIM_ACTIONS = ("warn", "stop")
-PRECEDENT_BUDGET = 512      # tokens of precedents when precedent_tokens is None (context permitting): two
-# passages; more cost prefill and distract the model from the one it copies (docs/precedents.md#the-budget)
-
-
-class OptionsError(ValueError):
-    """A generation option out of range or out of place. `option` is its field; the message is
-    the engine's, in words of no surface (options named as people say them: "max tokens", "KV
-    bits"): each surface words the error with its own spelling of `option` in front (the CLI
-    its flag, the server its request field, the TUI its settings row: cli.common.option_error,
-    server.schemas.option_error, tui.render.option_error)."""
-
-    def __init__(self, message: str, option: str = ""):
-        super().__init__(message)
-        self.option = option
-
-
-class LibraryOptionError(OptionsError):
-    """An OptionsError about a library named by an option (`library`) that cannot be used: missing,
-    damaged, or built for another tokenizer. Its message, for the machine's own user, names files
-    and the fix; a server answers every one alike, naming nothing but the name it was sent."""
-
-    def __init__(self, message: str, option: str, library: str):
-        super().__init__(message, option)
-        self.library = library
-
-
-class OptionFileError(OptionsError):
-    """A file an option names that is not there or cannot be read (`--precedent FILE`): the
-    user's error, as every other missing or unreadable file is (the CLI's status 1), not the
-    command line's (an OptionsError's 2)."""
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,8 @@ from olifant_mlx.drafters.auto import resolve_auto
 from olifant_mlx.drafters.base import Drafter, NoDrafter, as_drafter
 from olifant_mlx.drafters.prediction import predicting
 from olifant_mlx.drafters.registry import DrafterSpec, build_drafter, parse_spec, uses_history
-from olifant_mlx.engine.options import GenerationOptions, LibraryOptionError, OptionsError
+from olifant_mlx.engine.options import GenerationOptions
+from olifant_mlx.option_errors import LibraryOptionError, OptionsError
 
 
 class ContextError(ValueError):
