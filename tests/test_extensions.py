@@ -270,10 +270,6 @@ def test_a_toy_tab_given_to_the_app_is_a_tab_with_its_keys():
     asyncio.run(go())
 
 
-@pytest.mark.xfail(strict=True, reason="tui/app.py reads tui/panes.py's PANES once, as it is imported (OlifantApp's "
-                                       "default argument panes=PANES, and TABS): a pane added to the registry "
-                                       "afterwards never reaches the App the `tui` command makes, and tui/panes.py "
-                                       "has no register() as the drafter and command registries have")
 def test_a_toy_tab_added_to_the_registry_reaches_the_app(monkeypatch):
     from olifant_mlx.tui import panes as registry_of_panes
 

@@ -25,6 +25,7 @@ from olifant_mlx.tui.layout import Body, KeyFooter
 from olifant_mlx.tui.live_panel import LivePanel
 from olifant_mlx.tui.messages import Loaded
 from olifant_mlx.tui.models_tab import ModelsTab
+from olifant_mlx.tui import panes as pane_registry
 from olifant_mlx.tui.panes import PANES
 from olifant_mlx.tui.precedents_pane import PrecedentsTab
 from olifant_mlx.tui.sources_pane import SourcesTab
@@ -72,8 +73,9 @@ class OlifantApp(App):
                  template_kwargs: dict | None = None, mode: str = "chat",
                  conversations: str | None = None, theme: str | None = None, meter=None,
                  session_factory=None, model_dirs=None, train_fn=None, tokenizer_fn=None,
-                 meter_clock=None, panes=PANES):
+                 meter_clock=None, panes=None):
         super().__init__()
+        panes = pane_registry.PANES if panes is None else panes    # the registry as it is now
         self.registry = {p.id: p for p in panes}     # the tabs, in order (tui/panes.py)
         for p in panes:
             b = p.binding()
