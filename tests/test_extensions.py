@@ -6,8 +6,6 @@ rows, its drafter list, its tabs and keys) and the request a generation runs wit
 one takes is these tests passing (issue 46), not a count of the places that name the entries."""
 import asyncio
 import json
-import sys
-import types
 from dataclasses import dataclass
 
 import pytest
@@ -161,12 +159,16 @@ class EchoDrafter(DrafterBase):
 
 @pytest.fixture
 def toy_drafter(monkeypatch):
-    """`echo[:N]`: a module olifant_mlx.drafters.echo and its entry in the registry; the drafters it built."""
+    """`echo[:N]`: its entry in the registry, with its builder (a drafter module's from_spec); the
+    drafters it built."""
     built = []
-    module = types.ModuleType("olifant_mlx.drafters.echo")
-    module.from_spec = lambda spec, tokenizer, history: built.append(EchoDrafter(spec.number)) or built[-1]
-    monkeypatch.setitem(sys.modules, module.__name__, module)
-    monkeypatch.setitem(registry.KINDS, "echo", registry.DrafterKind("echo", "int", "the last token again", "echo", 2))
+
+    def from_spec(spec, tokenizer, history):
+        built.append(EchoDrafter(spec.number))
+        return built[-1]
+
+    monkeypatch.setitem(registry.KINDS, "echo", registry.DrafterKind("echo", "int", "the last token again",
+                                                                     from_spec, 2))
     return built
 
 

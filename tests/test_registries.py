@@ -31,12 +31,12 @@ class RepeatDrafter(DrafterBase):
 
 @pytest.fixture
 def repeat_kind(monkeypatch):
-    """`repeat[:N]`: a module olifant_mlx.drafters.repeat and one registry entry, undone after."""
-    module = types.ModuleType("olifant_mlx.drafters.repeat")
-    module.from_spec = lambda spec, tokenizer, history: RepeatDrafter(spec.number)
-    monkeypatch.setitem(sys.modules, module.__name__, module)
+    """`repeat[:N]`: one registry entry with its builder (a drafter module's from_spec), undone after."""
+    def from_spec(spec, tokenizer, history):
+        return RepeatDrafter(spec.number)
+
     kinds, aliases = dict(KINDS), dict(registry.ALIASES)
-    registry.register(DrafterKind("repeat", "int", "the last token again, N times (default 2)", "repeat", 2,
+    registry.register(DrafterKind("repeat", "int", "the last token again, N times (default 2)", from_spec, 2,
                                   aliases=("again",)))
     yield KINDS["repeat"]
     KINDS.clear()

@@ -9,17 +9,17 @@ index), `ngram-cache:PATH` (llama.cpp's static n-gram cache) and `library:NAME` 
 library: the adaptive hybrid over its IGTree, its suffix index and the session's text).
 
 Each kind is one `DrafterKind` entry (`register`): its name, the grammar of its argument, its
-help line, where its builder is (a function of the drafter's own module, imported when first
-built) and what it is (reads the session history, may be a hybrid's source, needs the
+help line, its builder (a function of the drafter's own module: `from_spec(spec, tokenizer,
+history)`) and what it is (reads the session history, may be a hybrid's source, needs the
 verifier's tokenizer, chooses its own draft length). Parsing, `help_text()`, `describe()`,
 `uses_history` and the TUI's drafter list are derived from the entries, so a drafter is its
-module (with `from_spec(spec, tokenizer, history)`) plus one entry here; no builder lives here.
+module plus one entry in the table of the built-in kinds (olifant_mlx/drafters/__init__.py,
+which imports every drafter module first: the modules import this one, so it imports none).
 """
 from __future__ import annotations
 
 import os
 import stat
-from importlib import import_module
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -80,8 +80,7 @@ class DrafterKind:
     name: str
     arg: str                 # "" (none) | "int" (optional) | "file" | "optfile" | "model" | "spec" | "name"
     summary: str             # its help line (`describe()`, the TUI)
-    build: Callable | str    # (spec, tokenizer, history) -> Drafter, or where that function is:
-    #                          "MODULE[:FUNCTION]" in olifant_mlx.drafters (from_spec), imported when used
+    build: Callable          # (spec, tokenizer, history) -> Drafter (a module's from_spec)
     default: int | None = None  # an "int" argument's value when it is left out
     magic: bytes = MODEL_MAGIC  # what a "file" argument must start with
     sources: bool = False    # takes extra candidate sources after its file: KIND[:PATH]+SPEC+...
@@ -98,12 +97,6 @@ class DrafterKind:
         return {"": self.name, "int": f"{self.name}[:N]", "file": f"{self.name}:PATH",
                 "optfile": f"{self.name}[:PATH]", "model": f"{self.name}:MODEL",
                 "spec": f"{self.name}:SPEC", "name": f"{self.name}:NAME"}[self.arg] + more
-
-    def builder(self) -> Callable:
-        if callable(self.build):
-            return self.build
-        module, _, function = self.build.partition(":")
-        return getattr(import_module(f"olifant_mlx.drafters.{module}"), function or "from_spec")
 
 
 KINDS: dict[str, DrafterKind] = {}
@@ -224,7 +217,7 @@ def build_drafter(spec, tokenizer=None, history=None) -> Drafter:
     kind = KINDS[spec.kind]
     if kind.tokenizer and tokenizer is None:
         raise DrafterSpecError(f"{kind.name} needs the verifier's tokenizer")
-    return kind.builder()(spec, tokenizer, history)
+    return kind.build(spec, tokenizer, history)
 
 
 def help_text() -> str:
@@ -235,45 +228,6 @@ def help_text() -> str:
 def describe() -> list:
     """(usage, summary) of every drafter, for help screens and the TUI's list."""
     return [(k.usage, k.summary) for k in KINDS.values()]
-
-
-# ---- the drafters: each built by its module's function (see DrafterKind.build) ------------
-
-for _kind in (
-    DrafterKind("auto", "", "the best available: adaptive hybrid over every corpus source for the "
-                            "verifier's tokenizer (draft model, suffix indexes) and the session's "
-                            "own text, drafting only where it beats plain decoding", "auto",
-                source=False, history=True, own_length=True),
-    DrafterKind("none", "", "plain decoding: no drafts", "base:none_from_spec", source=False, drafts=False,
-                aliases=("plain", "")),
-    DrafterKind("olifant", "file", "the trained IGTree draft model (the paper's drafter)", "olifant"),
-    DrafterKind("ngram", "int", "the session's own token n-grams (default 4), with back-off",
-                "ngram", 4),
-    DrafterKind("ngram-words", "int", "the paper's word-level n-gram baseline (default 4)",
-                "ngram:words_from_spec", 4, tokenizer=True),
-    DrafterKind("lookup", "int", "prompt lookup: copy what followed the last N tokens (default 3)",
-                "lookup", 3),
-    DrafterKind("neural", "model", "a small mlx-lm model with the verifier's tokenizer", "neural"),
-    DrafterKind("hybrid", "optfile", "a per-step choice by expected accepted tokens among the "
-                                     "session's own text, the IGTree if given and any +SPEC sources",
-                "hybrid", sources=True, source=False, history=True),
-    DrafterKind("adaptive", "spec", "any drafter, its draft length chosen per step by cost",
-                "adaptive", source=False, own_length=True),
-    DrafterKind("rest", "file", "REST: the most frequent continuation of the longest corpus "
-                                "match (a suffix index from build-rest)", "retrieval:rest_from_spec",
-                magic=INDEX_MAGIC),
-    DrafterKind("ngram-cache", "file", "llama.cpp's static n-gram cache (llama-lookup's "
-                                       "corpus tier, from build-rest --ngram-cache)",
-                "retrieval:ngram_cache_from_spec", magic=NGRAM_MAGIC),
-    DrafterKind("prediction", "", "the request's prediction (the text being revised, OpenAI's predicted "
-                                  "outputs), its place kept and found again after a change, and the "
-                                  "session's own text: the adaptive hybrid over both", "prediction",
-                source=False, history=True, own_length=True),
-    DrafterKind("library", "name", "a precedent library (`library build`): the adaptive hybrid over "
-                                   "its IGTree, its suffix index and the session's text",
-                "auto:library_from_spec", history=True),
-):
-    register(_kind)
 
 
 def uses_history(spec: DrafterSpec) -> bool:
