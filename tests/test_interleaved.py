@@ -11,6 +11,7 @@ with it on, streams that run together each start from what was kept when they op
 here), which is again each one's solo drafting from a frozen start — and the one to finish
 last is what the next request starts from."""
 import pytest
+from tiers import extended
 from tiny_models import igtree_on_own_output, tiny_llama, tiny_verifier
 
 from olifant_mlx.drafters import NeuralDrafter, OlifantDrafter
@@ -59,15 +60,16 @@ def to_the_end(stream) -> tuple:
     return drafting(tokens, last)
 
 
-def check_solo_and_interleaved(session, prompts, **kw):
+def check_solo_and_interleaved(session, prompts, learning_on: bool = True, **kw):
     """Frozen learning: interleaved == solo, count for count; learning on: interleaved streams
     start from what was kept when they opened (nothing), so again == the frozen solo runs."""
     session.learning.frozen = True
     solo = run(session, prompts, False, **kw)
     assert run(session, prompts, True, **kw) == solo
     assert any(d[3] for d in solo), "nothing accepted: the test would prove little"
-    session.learning.frozen = False
-    assert run(session, prompts, True, **kw) == solo
+    if learning_on:
+        session.learning.frozen = False
+        assert run(session, prompts, True, **kw) == solo
 
 
 @pytest.fixture(scope="module")
@@ -127,20 +129,22 @@ def test_the_shared_drafter_is_never_written_and_learning_goes_through_the_sessi
         again.stats.steps != cold.stats.steps
 
 
-SMOL_PROMPTS = ("The Member States shall ensure that", "Article 4 of this Regulation applies to",
-                "The licensee shall not")
+SMOL_PROMPTS = ("The Member States shall ensure that", "Article 4 of this Regulation applies to")
 
 
 @pytest.mark.slow
 def test_interleaved_generations_on_smollm2(smol, draft_path):
-    """SmolLM2 (KV cache; chat-less text prompts): ngram, lookup, olifant, the adaptive hybrid
-    and auto each draft three interleaved requests exactly as alone."""
-    for spec in ("ngram", "lookup", f"olifant:{draft_path}", f"adaptive:hybrid:{draft_path}", "auto"):
-        check_solo_and_interleaved(Session(smol, spec, costs()), SMOL_PROMPTS)
+    """SmolLM2 (KV cache; text prompts): ngram, olifant and the adaptive hybrid (learning frozen),
+    auto (frozen and on) each draft two interleaved requests exactly as alone (lookup keeps no
+    state: the tiny model's test has it)."""
+    opts = costs(max_tokens=32)
+    for spec in ("ngram", f"olifant:{draft_path}", f"adaptive:hybrid:{draft_path}"):
+        check_solo_and_interleaved(Session(smol, spec, opts), SMOL_PROMPTS, learning_on=False)
+    check_solo_and_interleaved(Session(smol, "auto", opts), SMOL_PROMPTS)
 
 
 @pytest.mark.slow
-def test_interleaved_generations_on_gemmas_rotating_layers(gemma):
+@pytest.mark.parametrize("spec", ["auto", pytest.param("ngram", marks=extended)])
+def test_interleaved_generations_on_gemmas_rotating_layers(gemma, spec):
     """Gemma-3-270M: its sliding-window layers keep rotating KV caches, one per request."""
-    for spec in ("ngram", "adaptive:hybrid", "auto"):
-        check_solo_and_interleaved(Session(gemma, spec, costs(max_tokens=32)), SMOL_PROMPTS[:2])
+    check_solo_and_interleaved(Session(gemma, spec, costs(max_tokens=24)), SMOL_PROMPTS, learning_on=spec == "auto")
