@@ -64,7 +64,7 @@ class Precedents:
                 f"{len(docs)} document{'s' * (len(docs) != 1)}: "
                 + "; ".join(f"[{i}] {p.citation()}" for i, p in enumerate(self.passages, 1)))
         if self.left_out:
-            line += f" ({self.left_out} pinned passage(s) left out: over --precedent-tokens {self.budget:,})"
+            line += f" ({self.left_out} pinned passage(s) left out: over the budget of {self.budget:,} tokens)"
         return line
 
 
@@ -217,7 +217,7 @@ def pinned_passages(spec: str, lib, tokenizer, limit: int | None = None, matters
     from olifant_mlx.draftmodel import documents
 
     if matters is not None:
-        return library_pins(spec, lib, matters, f"--precedent {spec[:200]}"), 0
+        return library_pins(spec, lib, matters, f"precedent {spec[:200]}"), 0
     name, rel = parse_pin(spec)
     if name is not None:                 # a document of a named library, whichever --precedents is
         pin_lib = lib if lib is not None and lib.name == name else open_library(name, tokenizer, "precedent_files")

@@ -105,3 +105,22 @@ def test_the_tui_says_the_settings_row():
             assert static_text(app, "#set-check") == f"✗ KV bits: {BOTH}"
 
     asyncio.run(go())
+
+
+def test_a_context_error_advises_each_surfaces_options():
+    """A prompt that does not fit: the engine says the numbers and what to change (max tokens,
+    truncate) in no surface's words; the CLI names the flags, the TUI its settings rows."""
+    from tiny_models import Tok, tiny_llama
+
+    from olifant_mlx.bindings import flag_of
+    from olifant_mlx.engine import ContextError, Session
+    from olifant_mlx.tui.render import context_error, option_label
+    from olifant_mlx.verifier import Verifier
+
+    session = Session(Verifier(tiny_llama(0), Tok(), Tok(), "tiny", context_length=40), "none")
+    with pytest.raises(ContextError) as e:
+        session.plan("x" * 35, GenerationOptions(max_tokens=10))
+    tail = "ask for fewer tokens ({}), or {} to keep the prompt's last 30 tokens"
+    assert str(e.value).endswith(tail.format("max tokens", "truncate")) and "--" not in str(e.value)
+    assert e.value.worded(lambda o: flag_of(o) or o).endswith(tail.format("--max-tokens", "--truncate"))
+    assert context_error(e.value).endswith(tail.format(option_label("max_tokens"), option_label("truncate")))

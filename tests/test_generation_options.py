@@ -73,8 +73,10 @@ def test_context_is_checked_before_prefill_and_truncate_keeps_the_tail(verifier)
     v = Verifier(verifier.model, Tok(), Tok(), "tiny", context_length=40)
     session = Session(v, "ngram")
     long = "x" * 35                                       # 35 prompt tokens + 10 asked > 40
-    with pytest.raises(ContextError, match=r"35 tokens and 10 more .* holds 40.*--truncate"):
+    with pytest.raises(ContextError, match=r"35 tokens and 10 more .* holds 40.*or truncate to keep") as e:
         session.generate(long, GenerationOptions(max_tokens=10))
+    assert e.value.worded(lambda option: f"--{option.replace('_', '-')}").endswith(
+        "ask for fewer tokens (--max-tokens), or --truncate to keep the prompt's last 30 tokens")
     r = session.generate("ab" + long, GenerationOptions(max_tokens=10, truncate=True))
     assert r.stats.prompt_tokens == 30 and r.stats.tokens == 10
     tail = Session(v).generate(Tok().encode("ab" + long)[-30:], GenerationOptions(max_tokens=10, k=0))

@@ -309,7 +309,7 @@ def test_truncate_applies_with_precedents_on(built, smollm2):
         session.plan(long, opts)
     request = session.plan(long, opts.replace(truncate=True))
     assert len(request.ids) == 256 - 32 and request.ids[-5:] == tuple(smollm2.encode(long)[-5:])
-    assert request.precedents.passages == () and "--truncate" in request.precedents.summary()
+    assert request.precedents.passages == () and "truncated to its last tokens" in request.precedents.summary()
     short = session.plan("Keep the confidential information.", opts.replace(truncate=True))
     assert short.precedents.passages                       # room left: precedents as ever
 

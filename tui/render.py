@@ -27,6 +27,12 @@ def option_error(e: OptionsError) -> str:
     return text if said else f"{label}: {text}"
 
 
+def context_error(e) -> str:
+    """An engine.request.ContextError as the TUI says it: the options it advises changing by
+    their settings rows."""
+    return e.worded(lambda option: option_label(option) or option.replace("_", " "))
+
+
 def fmt(value, spec: str, unit: str = "", missing: str = "not measured") -> str:
     return missing if value is None else f"{value:{spec}}{unit}"
 

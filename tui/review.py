@@ -327,6 +327,7 @@ def revise_clauses(workspace, job, post, cancelled) -> None:
     ClauseDone each, Revised at the end; a clause too long for the context is a ClauseFailed and
     the run goes on; stopped or failed, a Failed (the clauses done are kept)."""
     from olifant_mlx.engine.request import ContextError
+    from olifant_mlx.tui.render import context_error
     from olifant_mlx.revise import finish, plan_revision
     from olifant_mlx.tui.workers import stream
 
@@ -341,7 +342,7 @@ def revise_clauses(workspace, job, post, cancelled) -> None:
                 request = plan_revision(session, p, asked.instruction, s.options, asked.max_tokens,
                                         system_prompt=s.system_prompt, template_kwargs=workspace.template_kwargs)
             except ContextError as e:
-                post(ClauseFailed(job.id, p.index, str(e)))
+                post(ClauseFailed(job.id, p.index, context_error(e)))
                 continue
             d = request.drafting
             post(Status(f"revising ¶{p.number} ({order} of {len(asked.paragraphs)}) with {session.verifier.name}, "

@@ -107,7 +107,7 @@ def main(argv=None) -> int:
     from olifant_mlx.draftmodel.igtree import IGTreeError, TokenizerMismatch
     from olifant_mlx.draftmodel.suffix import SuffixError
     from olifant_mlx.energy import EnergyError
-    from olifant_mlx.engine import OptionsError
+    from olifant_mlx.engine import ContextError, OptionsError
     from olifant_mlx.verifier import TokenizerError, VerifierError
 
     args = parse_args(build_parser(), argv)
@@ -123,6 +123,11 @@ def main(argv=None) -> int:
 
         sys.stderr.write(f"error: {option_error(e)}\n")
         return 1 if isinstance(e, OptionFileError) else 2     # a file not there: as every other one
+    except ContextError as e:      # the options it advises changing, said as flags
+        from olifant_mlx.bindings import flag_of
+
+        sys.stderr.write(f"error: {e.worded(lambda option: flag_of(option) or option)}\n")
+        return 1
     except BrokenPipeError:        # `... --json | head`: the reader left; say nothing more
         import os
 

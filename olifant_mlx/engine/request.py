@@ -30,12 +30,22 @@ from olifant_mlx.option_errors import LibraryOptionError, OptionsError
 
 class ContextError(ValueError):
     """A prompt that, with the tokens asked for, does not fit the verifier's context;
-    `prompt_tokens` and `max_tokens` are the numbers (a surface words its own message), `what`
-    the input that does not fit: "prompt", or "prediction" (then `max_tokens` is its length)."""
+    `prompt_tokens` and `max_tokens` are the numbers, `what` the input that does not fit:
+    "prompt", or "prediction" (then `max_tokens` is its length). `facts` say what does not fit
+    and `advice` what to change: (text, option) pairs, the text with `{}` where the option is
+    named (option None: none is). `worded(spell)` is the message with each option spelled as a
+    surface spells it (the CLI its flag); str() spells them as people say them ("max tokens")."""
 
-    def __init__(self, message: str, prompt_tokens: int = 0, max_tokens: int = 0, what: str = "prompt"):
-        super().__init__(message)
+    def __init__(self, facts: str, prompt_tokens: int = 0, max_tokens: int = 0, what: str = "prompt",
+                 advice=()):
+        self.facts, self.advice = facts, tuple(advice)
         self.prompt_tokens, self.max_tokens, self.what = prompt_tokens, max_tokens, what
+        super().__init__(self.worded(lambda option: option.replace("_", " ")))
+
+    def worded(self, spell) -> str:
+        """The message, each option of the advice spelled `spell(option)`."""
+        said = [text.format(spell(option)) if option else text for text, option in self.advice]
+        return f"{self.facts}: {', '.join(said)}" if said else self.facts
 
 
 @dataclass(frozen=True)
@@ -201,11 +211,11 @@ def with_precedents(verifier, prompt, opts: GenerationOptions):
     if left is not None and left <= precedents.LABEL_TOKENS:
         if opts.truncate:      # the prompt alone fills the context: cut as it would be without them
             return prompt, precedents.Precedents((), "", 0, 0, opts.precedents, note=(
-                "the prompt fills the context: --truncate keeps its last tokens, and no room is left "
+                "the prompt fills the context: it is truncated to its last tokens, and no room is left "
                 "for precedents"))
         raise ContextError(f"{verifier.name}'s context ({limit:,} tokens) leaves no room for "
-                           f"precedents beside the prompt and {opts.max_tokens:,} tokens of answer: "
-                           f"ask for fewer tokens (--max-tokens)", n, opts.max_tokens)
+                           f"precedents beside the prompt and {opts.max_tokens:,} tokens of answer",
+                           n, opts.max_tokens, advice=[("ask for fewer tokens ({})", "max_tokens")])
     if budget is None:
         room = precedents.DEFAULT_BUDGET if left is None else left
         budget = min(precedents.DEFAULT_BUDGET, room)
@@ -216,6 +226,7 @@ def with_precedents(verifier, prompt, opts: GenerationOptions):
                              opts.precedent_documents)
     return precedents.with_block(prompt, used), used
 
+
 def encode(verifier, prompt) -> list:
     """Prompt ids: text is encoded as the verifier reads it, a Chat through its chat
     template; a list of ids is taken as is."""
@@ -224,6 +235,7 @@ def encode(verifier, prompt) -> list:
     if isinstance(prompt, str):
         return verifier.encode(prompt)
     return [int(t) for t in prompt]
+
 
 def fit_context(verifier, ids: list, opts: GenerationOptions) -> list:
     """The prompt checked against the verifier's context before any prefill: too long is
@@ -237,9 +249,10 @@ def fit_context(verifier, ids: list, opts: GenerationOptions) -> list:
         return bos + ids[len(ids) - (room - len(bos)):]
     raise ContextError(
         f"the prompt is {len(ids):,} tokens and {opts.max_tokens:,} more are asked for, but "
-        f"{verifier.name}'s context holds {limit:,}: shorten the prompt, ask for fewer "
-        f"tokens (--max-tokens), or --truncate to keep the prompt's last "
-        f"{max(room, 0):,} tokens", len(ids), opts.max_tokens)
+        f"{verifier.name}'s context holds {limit:,}", len(ids), opts.max_tokens,
+        advice=[("shorten the prompt", None), ("ask for fewer tokens ({})", "max_tokens"),
+                (f"or {{}} to keep the prompt's last {max(room, 0):,} tokens", "truncate")])
+
 
 def eos_ids(verifier, opts: GenerationOptions) -> tuple:
     extra = tuple(verifier.token_id(t) for t in opts.extra_eos_tokens)
