@@ -118,6 +118,23 @@ def test_a_server_request_is_planned_once(verifier, monkeypatch):
     assert queue.session.spec.text == "library:copied"          # the default drafter as it was
 
 
+def test_the_reports_name_the_requests_drafter_not_the_sessions(verifier):
+    """The CLI's summary and its saved turn, and the TUI's live panel, read what a generation ran
+    with from its Request: a request drafting with lookup on a session whose default is ngram."""
+    from olifant_mlx.cli.common import summary_lines
+    from olifant_mlx.cli.output import answer_turn
+
+    session = Session(verifier, "ngram", DEFAULTS)
+    request = session.plan(PROMPT, DEFAULTS.replace(max_tokens=8), drafter="lookup:2")
+    tokens, last = [], None
+    for r in session.stream(request):
+        tokens += r.tokens
+        last = r
+    drafting_line = next(line for line in summary_lines(last.stats, request.drafting, None) if "lookup" in line)
+    assert "ngram" not in drafting_line
+    assert answer_turn(session, request, "", tokens, last).drafter == "lookup:2"
+
+
 # ---- SmolLM2-135M (slow): through a Request, the text is the plain decoding's ----------------
 
 @pytest.mark.slow

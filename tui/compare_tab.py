@@ -83,7 +83,7 @@ class CompareTab(WritingPane):
                                         m.same, m.measured, m.rates))
         self.ws.last_stats = ss
         self.app.refresh_bindings()
-        self.app.live.show_session(self.ws.session, self.ws.last_k)
+        self.app.live.show_session(self.ws.session, self.ws.last_request, self.ws.last_k)
 
     def on_failed(self, m: Failed) -> None:
         self.failed(m, self.ended(m))

@@ -48,13 +48,14 @@ class LivePanel(VerticalScroll):
             if line:
                 self.show_energy(line)
 
-    def show_session(self, session, k: int) -> None:
-        """The verifier, the drafter asked for (and what it resolved to) and k, here and in the
-        header."""
+    def show_session(self, session, request, k: int) -> None:
+        """The verifier, the drafter the last run's `request` asked for (and what it resolved
+        to; without one, the session's default) and its k, here and in the header."""
         if session is None:
             return
-        requested = short_spec(str(getattr(session.requested, "text", session.requested)))
-        resolved = short_spec(session.spec.text if session.spec is not None else session.drafter.name)
+        d, k = (request.drafting, request.options.k) if request is not None else (session.drafting, k)
+        requested = short_spec(str(getattr(d.requested, "text", d.requested)))
+        resolved = short_spec(d.spec.text if d.spec is not None else d.drafter.name)
         drafter = requested if not resolved or resolved == requested else f"{requested} → {resolved}"
         self.query_one("#live-session", Static).update(f"verifier {session.verifier.name}\ndrafter {drafter}\nk {k}")
         self.app.sub_title = f"{session.verifier.name} · {resolved} · k {k}"
@@ -64,7 +65,7 @@ class LivePanel(VerticalScroll):
         ws = self.app.workspace
         self.show_stats(stats, elapsed)
         self.show_energy(render.energy_text(window, stats.tokens, ws.meter.info.label if ws.meter else "not measured"))
-        self.show_session(ws.session, ws.last_k)
+        self.show_session(ws.session, ws.last_request, ws.last_k)
 
     def show_stats(self, stats, elapsed: float | None = None) -> None:
         self.query_one("#stats", Static).update(render.stats_text(stats, elapsed))

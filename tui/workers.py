@@ -112,7 +112,8 @@ def generate(workspace, job: Job, post, cancelled) -> None:
     try:
         session = workspace.session_for(job.settings, post)
         chat_check(session, job)
-        request = session.plan(job.prompt, job.settings.options, cache=workspace.prompt_cache)
+        request = workspace.last_request = session.plan(job.prompt, job.settings.options,
+                                                        cache=workspace.prompt_cache)
         job.t0 = time.perf_counter()
         d = request.drafting
         post(Status(f"writing with {session.verifier.name}, drafter {d.spec.text if d.spec else d.drafter.name}"))
@@ -129,7 +130,7 @@ def compare(workspace, job: Job, post, cancelled) -> None:
     try:
         session = workspace.session_for(job.settings, post)
         chat_check(session, job)
-        speculative = session.plan(job.prompt, job.settings.options)
+        speculative = workspace.last_request = session.plan(job.prompt, job.settings.options)
         plain = without_drafting(speculative)
         job.t0 = time.perf_counter()
         p_ids, p_text, p_stats, p_win, r1 = stream(post, session, job, cancelled, plain, target=-job.id)

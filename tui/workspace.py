@@ -115,6 +115,7 @@ class Workspace:
         self.generating = False
         self.last_stats = self.last_window = None
         self.last_k = k
+        self.last_request = None              # the engine Request of the last run (its worker's)
         self.last_prompt = None               # (kind, prompt) of the last chat or document run
         self.pins = Pins()                    # pinned in the Precedents pane (this session's)
 

@@ -362,17 +362,18 @@ def mb(n) -> str:
     return f"{n / 1e6:.2f} MB"
 
 
-def summary_lines(stats, session, energy, detailed: bool = False) -> list:
+def summary_lines(stats, drafted, energy, detailed: bool = False) -> list:
     """mlx-lm's summary (prompt and generation tokens/s, peak memory) and ours (drafting,
-    stop reason, energy) as lines for stderr."""
+    stop reason, energy) as lines for stderr; `drafted`: the generation's Request's drafting
+    (engine.request.Drafting: the drafter as asked for and as built)."""
     from olifant_mlx.mlx_setup import mx
 
     lines = ["=" * 10,
              f"Prompt: {stats.prompt_tokens} tokens, {stats.prompt_tps:.3f} tokens-per-sec",
              f"Generation: {stats.tokens} tokens, {stats.generation_tps:.3f} tokens-per-sec",
              f"Peak memory: {mx.get_peak_memory() / 1e9:.3f} GB"]
-    drafter = session.spec.text if session.spec is not None else session.drafter.name
-    asked = getattr(session.requested, "text", session.requested)
+    drafter = drafted.spec.text if drafted.spec is not None else drafted.drafter.name
+    asked = getattr(drafted.requested, "text", drafted.requested)
     label = f"{asked} -> {drafter}" if isinstance(asked, str) and asked != drafter else drafter
     lines.append(drafting_line(label, stats))
     sharded = stats.extra.get("sharded")

@@ -159,11 +159,12 @@ def source_documents(sources) -> list[str]:
     return [f"  {path}: {', '.join(spots)}" for path, spots in where.items()]
 
 
-def report(session, prompt, text, tokens, last, args) -> None:
-    """The summary on stderr (unless --quiet), the final JSON object, the empty-answer hint."""
-    stats = last.stats
-    stats.extra.update(k=args.k, regime="uncached" if args.no_kv_cache else "kv",
-                       drafter_spec=session.spec.text if session.spec else None)
+def report(session, request, prompt, text, tokens, last, args) -> None:
+    """The summary on stderr (unless --quiet), the final JSON object, the empty-answer hint:
+    what the generation ran with is its Request's."""
+    stats, spec = last.stats, request.drafting.spec
+    stats.extra.update(k=request.options.k, regime="kv" if request.options.kv_cache else "uncached",
+                       drafter_spec=spec.text if spec else None)
     if getattr(args, "json", False) or getattr(args, "json_stream", False):
         energy = last.energy.as_dict(stats.tokens) if last.energy is not None else None
         print_json({"text": text, "tokens": tokens, "finish_reason": last.finish_reason,
@@ -178,7 +179,7 @@ def report(session, prompt, text, tokens, last, args) -> None:
     if stats.tokens == 0 and stats.stop_reason == "eos":
         sys.stderr.write("note: " + empty_answer_hint(session, prompt) + "\n")
     if not getattr(args, "quiet", False):
-        sys.stderr.write("\n".join(summary_lines(stats, session, last.energy, args.stats)) + "\n")
+        sys.stderr.write("\n".join(summary_lines(stats, request.drafting, last.energy, args.stats)) + "\n")
         if last.sources:        # where, not what: the spans' text stays in --json
             docs = source_documents(last.sources)
             sys.stderr.write(f"sources: {len(last.sources)} verbatim span(s), the longest "
@@ -212,9 +213,9 @@ def cmd_generate(args) -> int:
     request = session.plan(prefilled(session, prompt, args.prefill_response), options, cache=cache,
                    continuation=appended)
     text, tokens, last = stream_answer(session, request, args)
-    report(session, prompt, text, tokens, last, args)
+    report(session, request, prompt, text, tokens, last, args)
     if args.output:
-        turn = answer_turn(session, options, text, tokens, last, args.prefill_response or "")
+        turn = answer_turn(session, request, text, tokens, last, args.prefill_response or "")
         if appended and not isinstance(prompt, Chat):
             conv = document(prompt_text, turn)
         else:
@@ -334,7 +335,7 @@ def cmd_chat(args) -> int:
         sys.stdout.flush()
         chat = chat.then("assistant", (args.prefill_response or "") + text)
         if args.output:               # after every answer: the file always holds a whole conversation
-            kept.turns += [Turn("user", query), answer_turn(session, options, text, tokens, last,
+            kept.turns += [Turn("user", query), answer_turn(session, request, text, tokens, last,
                                                             args.prefill_response or "")]
             kept.touch()
             write_output(args.output, kept, options)

@@ -28,26 +28,26 @@ def output_format(path: str, probe: bool = False) -> str:
     return fmt
 
 
-def answer_turn(session, options, text, tokens, last, prefill: str = ""):
-    """The assistant's Turn (olifant_mlx/conversation.py) of a generation: text, numbers, sources
-    placed in the text (their "chars"), the precedents it was given."""
+def answer_turn(session, request, text, tokens, last, prefill: str = ""):
+    """The assistant's Turn (olifant_mlx/conversation.py) of a generation (its Request's drafter
+    and library): text, numbers, sources placed in the text (their "chars"), the precedents it
+    was given."""
     from olifant_mlx.conversation import Turn
 
     stats = last.stats
     energy = last.energy.as_dict(stats.tokens) if last.energy is not None else None
     turn = Turn("assistant", prefill + text, [], stats.as_dict(), energy, last.finish_reason,
-                session.verifier.name, session.spec.text if session.spec else None, None,
-                placed_sources(session, options, prefill + text, tokens, last, len(prefill)))
+                session.verifier.name, request.drafting.spec.text if request.drafting.spec else None, None,
+                placed_sources(session, request.library, prefill + text, tokens, last, len(prefill)))
     turn.precedents = last.precedents.as_list() if getattr(last, "precedents", None) is not None else []
     return turn
 
 
-def placed_sources(session, options, text, tokens, last, offset: int = 0) -> list:
-    """The generation's sources as the TUI keeps them: with "library" and "chars" (in `text`,
-    where the output starts at `offset`)."""
+def placed_sources(session, library, text, tokens, last, offset: int = 0) -> list:
+    """The generation's sources as the TUI keeps them: with "library" (the request's) and
+    "chars" (in `text`, where the output starts at `offset`)."""
     from olifant_mlx.conversation import char_spans
 
-    library = session.sources_library(options)
     decode = getattr(session.verifier.identity, "decode", None)
     found = [{**s.as_dict(), "library": library} for s in last.sources]
     placed = char_spans(found, text[offset:], tokens, decode)
