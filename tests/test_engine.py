@@ -7,6 +7,7 @@ from olifant_mlx.drafters import (Draft, HybridDrafter, LookupDrafter, NgramDraf
 from olifant_mlx.drafters.adaptive import AcceptanceEstimate, AdaptiveDrafter, best_length
 from olifant_mlx.drafters.costs import PassCost
 from olifant_mlx.engine import Stats, generate, generate_steps
+from olifant_mlx.engine.loop import script_options
 from olifant_mlx.mlx_setup import mx
 from tiny_models import VOCAB, CharTok, drafters, igtree_on_own_output, tiny_llama  # noqa: F401 (kept importable)
 
@@ -59,7 +60,7 @@ def test_rotating_cache_after_wrap(model, olifant, prompts):
 
 
 def test_steps_report_what_happened(model, olifant, prompts):
-    steps = list(generate_steps(model, prompts[1], OlifantDrafter(olifant), k=4, max_tokens=30))
+    steps = list(generate_steps(model, prompts[1], OlifantDrafter(olifant), script_options(k=4, max_tokens=30)))
     assert sum(len(s.emitted) for s in steps) == 30 and steps[-1].finished
     for s in steps:
         assert s.accepted <= len(s.drafted) and s.emitted[:s.accepted] == s.drafted[:s.accepted]
@@ -67,9 +68,9 @@ def test_steps_report_what_happened(model, olifant, prompts):
             assert s.accepted == 0 and s.emitted == [s.verifier_token]
             assert s.forward_tokens == (0 if s.finished else 1)
     with pytest.raises(ValueError, match="k must be"):
-        list(generate_steps(model, prompts[1], k=65))
+        list(generate_steps(model, prompts[1], None, script_options(k=65)))
     with pytest.raises(ValueError, match="empty prompt"):
-        list(generate_steps(model, []))
+        list(generate_steps(model, [], None, script_options()))
 
 
 def test_a_drafters_learning_counts_as_its_time(model, olifant, prompts):
@@ -81,14 +82,14 @@ def test_a_drafters_learning_counts_as_its_time(model, olifant, prompts):
             time.sleep(0.02)
 
     for kv in (True, False):
-        steps = list(generate_steps(model, prompts[1], SlowLearner(), k=3, max_tokens=6, kv_cache=kv))
+        steps = list(generate_steps(model, prompts[1], SlowLearner(), script_options(k=3, max_tokens=6, kv_cache=kv)))
         for s in steps:
             assert s.draft_s >= 0.02 and s.step_s >= s.draft_s + s.verify_s - 1e-9
 
 
 def test_adaptive_length_follows_acceptance(model, olifant, prompts):
     d = AdaptiveDrafter(NgramDrafter())
-    steps = list(generate_steps(model, prompts[3], d, k=8, max_tokens=80))
+    steps = list(generate_steps(model, prompts[3], d, script_options(k=8, max_tokens=80)))
     lengths = [len(s.drafted) for s in steps if s.drafted]
     assert lengths and max(lengths) <= 8
     assert len(set(lengths)) > 1   # k varied with acceptance
@@ -262,7 +263,7 @@ def test_what_a_generation_teaches_outlives_it(model, olifant, prompts):
     starts from the first one's counts (kept in the drafter's own learning, no Session given),
     not from the prior; the drafter object itself is never written."""
     for d in (HybridDrafter(OlifantDrafter(olifant)), AdaptiveDrafter(HybridDrafter(OlifantDrafter(olifant)))):
-        list(generate_steps(model, prompts[1], d, k=4, max_tokens=30))
+        list(generate_steps(model, prompts[1], d, script_options(k=4, max_tokens=30)))
         assert not d.learner.acceptance.counts and d.learner.acceptance.step == 0
         kept = d.own.peek(d.keys[0])
         learner = kept if isinstance(d, HybridDrafter) else kept[0]
@@ -275,30 +276,26 @@ def test_what_a_generation_teaches_outlives_it(model, olifant, prompts):
 
 @pytest.mark.slow   # over 1.4 s on two cores: out of the 3-minute loop's margin
 def test_sampling_is_lossless(model, olifant, prompts):
-    from olifant_mlx.engine import Sampling
-
     for seed in range(3):
-        s = Sampling(temperature=0.9, top_p=0.95, seed=seed)
-        ref, _ = generate(model, prompts[2], max_tokens=30, sampling=s)
+        s = {"temperature": 0.9, "top_p": 0.95, "seed": seed}
+        ref, _ = generate(model, prompts[2], max_tokens=30, **s)
         greedy, _ = generate(model, prompts[2], max_tokens=30)
         assert ref != greedy
         for kv in (True, False):
             for d in (OlifantDrafter(olifant), NgramDrafter(), LookupDrafter()):
                 for k in (1, 4):
-                    out, _ = generate(model, prompts[2], d, k=k, max_tokens=30, kv_cache=kv, sampling=s)
+                    out, _ = generate(model, prompts[2], d, k=k, max_tokens=30, kv_cache=kv, **s)
                     assert out == ref, (seed, kv, d.name, k)
 
 
 @pytest.mark.slow   # over 5 s on two cores: out of the 3-minute default loop
 def test_sampling_follows_the_model_distribution(model, prompts):
     """First sampled token over many seeds vs the softmax: a chi-square goodness-of-fit test."""
-    from olifant_mlx.engine import Sampling
-
     prompt = prompts[1]
     probs = np.array(mx.softmax(model(mx.array(prompt)[None])[0, -1].astype(mx.float32)))
     n = 3000
     counts = np.bincount([generate(model, prompt, NgramDrafter(), k=3, max_tokens=1,
-                                   sampling=Sampling(seed=s))[0][0] for s in range(n)],
+                                   temperature=1.0, seed=s)[0][0] for s in range(n)],
                          minlength=VOCAB)
     expected = probs * n
     big = expected >= 5                       # pool the rare tokens into one cell

@@ -11,7 +11,7 @@ from olifant_mlx.drafters.base import Drafter, DrafterBase, as_drafter
 from olifant_mlx.drafters.costs import PassCost
 from olifant_mlx.engine import GenerationOptions, generate, generate_steps
 from olifant_mlx.engine.collective import Collective
-from olifant_mlx.engine.costs import LeadRule, PassCostModel
+from olifant_mlx.engine.costs import PassCostModel
 
 PROMPT = [7, 7, 2, 40, 11, 3, 9, 30, 7, 7, 2, 40]
 
@@ -69,8 +69,8 @@ def test_the_lead_rule_plans_with_the_cost_model_it_is_given(model):
     assert [t for s in steps for t in s.emitted] == ref
     assert dear.seen                             # every pass fed to it
     assert dear.asked > 0 and any(s.led for s in steps) and not any(s.led and s.drafted for s in steps)
-    rule = LeadRule(FakeCost(1.0, 0.0))          # tokens for free: every correction leads
-    steps = list(generate_steps(model, PROMPT, HalfRight(ref), k=3, max_tokens=40, lead=rule))
+    free = opts.replace(pass_cost=FakeCost(1.0, 0.0))   # tokens for free: every correction leads
+    steps = list(generate_steps(model, PROMPT, HalfRight(ref), free))
     assert [t for s in steps for t in s.emitted] == ref and any(s.led and s.drafted for s in steps)
 
 

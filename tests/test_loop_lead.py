@@ -7,7 +7,8 @@ from tiny_models import VOCAB, drafters, igtree_on_own_output, tiny_llama
 from olifant_mlx.drafters import (AdaptiveDrafter, HybridDrafter, LookupDrafter, NgramDrafter,
                                   OlifantDrafter)
 from olifant_mlx.drafters.base import Draft, DrafterBase, Signal
-from olifant_mlx.engine import Sampling, generate, generate_steps
+from olifant_mlx.engine import generate, generate_steps
+from olifant_mlx.engine.loop import script_options
 from olifant_mlx.engine.costs import LeadRule
 from olifant_mlx.engine.reference import ReferenceModel
 from olifant_mlx.engine.stats import Step
@@ -49,7 +50,7 @@ def test_both_rules_give_the_plain_output(model, olifant, lead):
         ref, _ = generate(model, prompt, max_tokens=40)
         for d in drafters(model, olifant):
             for k in (1, 3, 8):
-                steps = list(generate_steps(model, prompt, d, k=k, max_tokens=40, lead=lead))
+                steps = list(generate_steps(model, prompt, d, script_options(k=k, max_tokens=40, lead=lead)))
                 assert [t for s in steps for t in s.emitted] == ref, (d.name, k, lead)
                 if lead:
                     check_steps(steps)
@@ -129,7 +130,7 @@ def test_a_queued_pass_is_timed_in_its_two_parts():
 def test_the_engine_marks_queued_passes_and_the_waits_for_them(model, olifant):
     """What PassTimes relies on, from the real loop: a queued pass is a 1-token one, and a wait
     comes only in a step right after a queued pass."""
-    steps = list(generate_steps(model, PROMPTS[1], OlifantDrafter(olifant), k=3, max_tokens=60))
+    steps = list(generate_steps(model, PROMPTS[1], OlifantDrafter(olifant), script_options(k=3, max_tokens=60)))
     assert any(s.queued for s in steps)
     for prev, s in zip(steps, steps[1:]):
         assert not s.queued or s.forward_tokens == 1
@@ -146,15 +147,15 @@ def test_auto_feeds_the_correction_alone_where_leading_does_not_pay(model, olifa
     alone = 0
     planner = OlifantDrafter(olifant)
     planner.plans_led_passes = True
-    rules = [("dear", LeadRule(FixedCost(1.0, 100.0), prior=0.01)), ("free", LeadRule(FixedCost(1.0, 0.0))),
-             ("always", True)]
+    rules = [("dear", {"lead": "auto", "pass_cost": FixedCost(1.0, 100.0)}),
+             ("free", {"lead": "auto", "pass_cost": FixedCost(1.0, 0.0)}), ("always", {"lead": True})]
     for prompt in PROMPTS:
         ref, _ = generate(model, prompt, max_tokens=40)
         runs = {}                        # drafter's position -> (drafter, {rule: steps})
         for name, lead in rules:
             # fresh drafters for every rule: learning ones keep what a run taught them
             for i, d in enumerate([*drafters(model, olifant), planner]):
-                steps = list(generate_steps(model, prompt, d, k=3, max_tokens=40, lead=lead))
+                steps = list(generate_steps(model, prompt, d, script_options(k=3, max_tokens=40, **lead)))
                 assert [t for s in steps for t in s.emitted] == ref, (d.name, name)
                 check_steps(steps)
                 runs.setdefault(i, (d, {}))[1][name] = [(s.drafted, s.accepted, s.emitted, s.led, s.forward_tokens)
@@ -176,18 +177,15 @@ def test_auto_feeds_the_correction_alone_where_leading_does_not_pay(model, olifa
 
 
 def test_led_passes_with_sampling_rotating_windows_and_processors(model, olifant):
-    from mlx_lm.sample_utils import make_logits_processors
-
     prompt = PROMPTS[1]
-    procs = make_logits_processors(repetition_penalty=1.3, repetition_context_size=8)
-    for kw in ({"sampling": Sampling(temperature=0.8, seed=3)}, {"max_kv_size": 8},
-               {"max_kv_size": 20, "sampling": Sampling(temperature=1.0, top_p=0.9, seed=1)},
-               {"processors": procs}):
+    for kw in ({"temperature": 0.8, "seed": 3}, {"max_kv_size": 8},
+               {"max_kv_size": 20, "temperature": 1.0, "top_p": 0.9, "seed": 1},
+               {"repetition_penalty": 1.3, "repetition_context_size": 8}):
         ref, _ = generate(model, prompt, max_tokens=50, **kw)
         led = 0
         for d in (OlifantDrafter(olifant), LookupDrafter(), NgramDrafter()):
             for k in (2, 5):
-                steps = list(generate_steps(model, prompt, d, k=k, max_tokens=50, **kw))
+                steps = list(generate_steps(model, prompt, d, script_options(k=k, max_tokens=50, **kw)))
                 assert [t for s in steps for t in s.emitted] == ref, (kw, d.name, k)
                 check_steps(steps)
                 led += sum(s.led for s in steps)
@@ -212,7 +210,7 @@ class Rewinder(DrafterBase):
 def test_a_led_pass_without_drafts_feeds_the_correction_and_holds_the_next(model):
     prompt = PROMPTS[1]
     ref, _ = generate(model, prompt, max_tokens=40)
-    steps = list(generate_steps(model, prompt, Rewinder(), k=4, max_tokens=40))
+    steps = list(generate_steps(model, prompt, Rewinder(), script_options(k=4, max_tokens=40)))
     assert [t for s in steps for t in s.emitted] == ref
     empty = [s for s in steps if s.led and not s.drafted]
     assert empty and all(s.emitted == [] and s.forward_tokens == 1 and not s.next_led for s in empty)
@@ -255,10 +253,10 @@ def test_reference_mode_steps_exactly_like_the_real_verifier(model, olifant):
                 for make in (lambda: OlifantDrafter(olifant), LookupDrafter, NgramDrafter,
                              lambda: HybridDrafter(OlifantDrafter(olifant)),
                              lambda: AdaptiveDrafter(HybridDrafter(OlifantDrafter(olifant)))):
-                    real = list(generate_steps(model, prompt, make(), k=4, max_tokens=50,
-                                               kv_cache=kv, lead=lead))
-                    fake = list(generate_steps(sim, prompt, make(), k=4, max_tokens=50,
-                                               kv_cache=kv, lead=lead))
+                    real = list(generate_steps(model, prompt, make(),
+                                               script_options(k=4, max_tokens=50, kv_cache=kv, lead=lead)))
+                    fake = list(generate_steps(sim, prompt, make(),
+                                               script_options(k=4, max_tokens=50, kv_cache=kv, lead=lead)))
                     name = make().name
                     if name.startswith("adaptive"):
                         # its lengths follow measured pass times, which differ: same output

@@ -10,6 +10,7 @@ from olifant_mlx.cli.generate import demo_draft_model
 from olifant_mlx.drafters import (AdaptiveDrafter, HybridDrafter, LookupDrafter, NeuralDrafter,
                                   NgramDrafter, OlifantDrafter, WordNgramDrafter)
 from olifant_mlx.engine import GenerationOptions, Session, generate, generate_steps
+from olifant_mlx.engine.loop import script_options
 from tiers import kv_regimes
 
 pytestmark = pytest.mark.slow    # the real offline verifiers: minutes on two cores
@@ -40,7 +41,8 @@ def test_every_drafter_preserves_output(smol):
             for k in (1, 8):
                 out, _ = generate(model, prompt, d, k=k, max_tokens=n, kv_cache=kv)
                 assert out == ref, (d.name, k, kv)
-        steps = list(generate_steps(model, prompt, NeuralDrafter(model), k=3, max_tokens=n, kv_cache=kv))
+        steps = list(generate_steps(model, prompt, NeuralDrafter(model),
+                                    script_options(k=3, max_tokens=n, kv_cache=kv)))
         assert [t for s in steps for t in s.emitted] == ref
         # the verifier drafting for itself: every draft accepted, but where max_tokens cuts
         assert all(s.accepted == len(s.drafted) == 3 for s in steps[:-1])

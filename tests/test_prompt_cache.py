@@ -5,6 +5,7 @@ import pytest
 
 from olifant_mlx.drafters import AdaptiveDrafter, HybridDrafter, NgramDrafter, NoDrafter, OlifantDrafter
 from olifant_mlx.engine import PrefixCache, PromptCache, Stats, generate, generate_steps
+from olifant_mlx.engine.loop import script_options
 from olifant_mlx.engine import cache as kv
 from tiny_models import VOCAB, igtree_on_own_output, tiny_llama
 
@@ -25,9 +26,9 @@ def turns(model, drafter, store, kv_cache=True, max_kv_size=None, n=5, k=4, eos=
     out = []
     for turn in range(n):
         stats = Stats()
-        got = [t for s in generate_steps(model, prompt, drafter(), k=k, max_tokens=12, kv_cache=kv_cache,
-                                         max_kv_size=max_kv_size, stats=stats, prompt_cache=store,
-                                         eos_ids=eos)
+        got = [t for s in generate_steps(model, prompt, drafter(),
+                                         script_options(k=k, max_tokens=12, kv_cache=kv_cache, max_kv_size=max_kv_size),
+                                         stats=stats, prompt_cache=store, eos_ids=eos)
                for t in s.emitted]
         want, _ = generate(model, prompt, drafter(), k=k, max_tokens=12, kv_cache=kv_cache,
                            max_kv_size=max_kv_size, eos_ids=eos)
@@ -84,26 +85,28 @@ def test_rotating_window_reuses_only_what_it_can(model, olifant, window):
 def test_a_cache_made_for_another_model_or_window_is_not_used(model):
     store = PromptCache()
     prompt = list(range(1, 12))
-    list(generate_steps(model, prompt, max_tokens=4, prompt_cache=store))
+    list(generate_steps(model, prompt, None, script_options(max_tokens=4), prompt_cache=store))
     other = tiny_llama(3)
     stats = Stats()
-    got = [t for s in generate_steps(other, prompt + [5], max_tokens=4, prompt_cache=store, stats=stats)
+    got = [t for s in generate_steps(other, prompt + [5], None, script_options(max_tokens=4), prompt_cache=store,
+                                     stats=stats)
            for t in s.emitted]
     assert stats.extra["cached_tokens"] == 0 and got == generate(other, prompt + [5], max_tokens=4)[0]
     stats = Stats()
-    list(generate_steps(other, prompt + [5, 6], max_tokens=4, prompt_cache=store, stats=stats,
-                        max_kv_size=100))
+    list(generate_steps(other, prompt + [5, 6], None, script_options(max_tokens=4, max_kv_size=100), prompt_cache=store,
+                        stats=stats))
     assert stats.extra["cached_tokens"] == 0
 
 
 def test_a_generation_closed_early_keeps_its_cache(model):
     store = PromptCache()
     prompt = list(range(1, 12))
-    steps = generate_steps(model, prompt, max_tokens=20, prompt_cache=store)
+    steps = generate_steps(model, prompt, None, script_options(max_tokens=20), prompt_cache=store)
     emitted = [t for _, s in zip(range(3), steps) for t in s.emitted]
     steps.close()
     assert store.tokens == (prompt + emitted)[:len(store.tokens)] and len(store.tokens) >= len(prompt)
-    got = [t for s in generate_steps(model, prompt + emitted, max_tokens=5, prompt_cache=store) for t in s.emitted]
+    got = [t for s in generate_steps(model, prompt + emitted, None, script_options(max_tokens=5),
+                                     prompt_cache=store) for t in s.emitted]
     assert got == generate(model, prompt + emitted, max_tokens=5)[0]
 
 
@@ -111,22 +114,24 @@ def test_prefix_cache_copies_evicts_and_bounds(model):
     store = PrefixCache(max_entries=2)
     a, b, c = [list(range(1, 10)), list(range(20, 30)), list(range(30, 40))]
     for p in (a, b):
-        list(generate_steps(model, p, max_tokens=3, prompt_cache=store))
+        list(generate_steps(model, p, None, script_options(max_tokens=3), prompt_cache=store))
     assert len(store) == 2
     # two requests extending a: each gets its own copy, both exact
     key = kv.cache_key(model)
     first, n1 = store.take(key, a + [3, 4])
     second, n2 = store.take(key, a + [3, 4])
     assert n1 == n2 >= len(a) - 1 and first is not second and first[0] is not second[0]
-    list(generate_steps(model, c, max_tokens=3, prompt_cache=store))      # evicts b (a was used later)
+    list(generate_steps(model, c, None, script_options(max_tokens=3),
+                        prompt_cache=store))      # evicts b (a was used later)
     assert len(store) == 2 and store.take(key, b + [1])[1] == 0 and store.take(key, a + [1])[1] > 0
     for p in (a + [7, 8, 9], b + [1, 2]):
-        got = [t for s in generate_steps(model, p, max_tokens=6, prompt_cache=store) for t in s.emitted]
+        got = [t for s in generate_steps(model, p, None, script_options(max_tokens=6),
+                                         prompt_cache=store) for t in s.emitted]
         assert got == generate(model, p, max_tokens=6)[0]
     # an entry extended by a later one is dropped: the longer one serves both
     assert not any(t == tuple(a) for _, t in store.entries)
     tiny = PrefixCache(max_entries=4, max_bytes=1)
-    list(generate_steps(model, a, max_tokens=3, prompt_cache=tiny))
+    list(generate_steps(model, a, None, script_options(max_tokens=3), prompt_cache=tiny))
     assert len(tiny) == 0
 
 
@@ -154,7 +159,7 @@ def test_a_prompt_cache_file_round_trips_and_continues_exactly(model, olifant, t
     store.keep(kv.cache_key(v.model), tokens, got_layers)
     full = cached + [7, 8, 9]
     stats = Stats()
-    got = [t for s in generate_steps(v.model, full, OlifantDrafter(olifant), k=4, max_tokens=10,
+    got = [t for s in generate_steps(v.model, full, OlifantDrafter(olifant), script_options(k=4, max_tokens=10),
                                      prompt_cache=store, stats=stats) for t in s.emitted]
     assert stats.extra["cached_tokens"] == len(cached)
     assert got == generate(v.model, full, max_tokens=10)[0]
@@ -246,14 +251,16 @@ def test_a_quantized_cache_is_trimmed_on_rollback_and_not_reused(qmodel, qolifan
     store = PromptCache()
     p = list(range(1, 15))
     stats = Stats()
-    list(generate_steps(qmodel, p, OlifantDrafter(qolifant), k=8, max_tokens=30, kv_bits=8,
-                        quantized_kv_start=0, prompt_cache=store, stats=stats))
+    list(generate_steps(qmodel, p, OlifantDrafter(qolifant),
+                        script_options(k=8, max_tokens=30, kv_bits=8, quantized_kv_start=0), prompt_cache=store,
+                        stats=stats))
     assert stats.steps < 30 and all(isinstance(c, QuantizedKVCache) for c in store.entry[2])
     assert kv.held_tokens(store.entry[2]) == len(store.tokens)
     # the next turn reads its prompt afresh: a fresh prefill reads it unquantized first
     nxt = store.tokens + [4, 5, 6]
     stats = Stats()
-    got = [t for s in generate_steps(qmodel, nxt, k=0, max_tokens=8, kv_bits=8, quantized_kv_start=0,
+    got = [t for s in generate_steps(qmodel, nxt, None,
+                                     script_options(k=0, max_tokens=8, kv_bits=8, quantized_kv_start=0),
                                      prompt_cache=store, stats=stats) for t in s.emitted]
     assert stats.extra["cached_tokens"] == 0
     assert got == generate(qmodel, nxt, max_tokens=8, kv_bits=8, quantized_kv_start=0)[0]
@@ -276,7 +283,7 @@ def test_a_cache_of_a_model_that_is_gone_never_matches():
 
     store = PrefixCache()
     m = tiny_llama(5)
-    list(generate_steps(m, list(range(1, 12)), max_tokens=3, prompt_cache=store))
+    list(generate_steps(m, list(range(1, 12)), None, script_options(max_tokens=3), prompt_cache=store))
     key = next(iter(store.entries))[0]
     assert key == kv.cache_key(m)
     del m

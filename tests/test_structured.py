@@ -18,7 +18,7 @@ from tiny_models import JsonTok, drafters, igtree_on_own_output, tiny_json_verif
 
 from olifant_mlx.drafters import LookupDrafter, NgramDrafter, build_drafter  # noqa: E402
 from olifant_mlx.engine import Chat, GenerationOptions, Session  # noqa: E402
-from olifant_mlx.engine.loop import generate, generate_steps  # noqa: E402
+from olifant_mlx.engine.loop import generate, generate_steps, script_options  # noqa: E402
 from olifant_mlx.engine.options import OptionsError  # noqa: E402
 from olifant_mlx.structured import Grammar, SchemaError, check_schema, llg_tokenizer, read_schema  # noqa: E402
 
@@ -42,8 +42,8 @@ def grammar():
 
 
 def run(verifier, grammar, drafter=None, **kw):
-    steps = list(generate_steps(verifier.model, PROMPT, drafter, eos_ids=(0,), constraint=grammar.constraint(),
-                                **{"max_tokens": 100, **kw}))
+    steps = list(generate_steps(verifier.model, PROMPT, drafter, script_options(**{"max_tokens": 100, **kw}),
+                                eos_ids=(0,), constraint=grammar.constraint()))
     return [t for s in steps for t in s.emitted], steps
 
 

@@ -267,42 +267,38 @@ class UncachedVerification:
         return None
 
 
-def generate_steps(model, prompt, drafter=None, options: GenerationOptions | None = None, *,
-                   eos_ids=(), bos_id: int | None = None, stats: Stats | None = None, on_prefill=None,
-                   vocab_size: int | None = None, shared: Collective | None = None, prompt_cache=None,
-                   sampling=None, processors=None, constraint=None, learning=None, **fields):
+def generate_steps(model, prompt, drafter, options: GenerationOptions, *, eos_ids=(), bos_id: int | None = None,
+                   stats: Stats | None = None, on_prefill=None, vocab_size: int | None = None,
+                   shared: Collective | None = None, prompt_cache=None, constraint=None, learning=None):
     """Yield a Step per verifier pass until max_tokens or an EOS token (not emitted), as
     `options` say (engine.options.GenerationOptions: k, max_tokens, the KV regime and its
-    quantization, sampling, the lead rule and the cost models; `fields` change some of them, and
-    without options they make them, with 100 tokens at most and lead=True: tests and scripts).
-    Greedy by default; with sampling options the verifier samples (see Sampling; `sampling`,
-    `processors`: given as objects instead); the options' logits processors (mlx-lm's:
-    processor(tokens, logits) -> logits) shape every choice. The drafter sees the prompt without
-    a leading BOS unless it `wants_bos`. `vocab_size` (default: found on the model) bounds the
-    ids: a prompt id outside it is refused, drafts are cut before one. `lead`: True leads every
-    pass after a correction with the drafts that follow it, "auto" a LeadRule decides per pass
-    (planning with `pass_cost`, a fresh fitted model if none; a LeadRule object given as `lead=`
-    is used as it is), False keeps the older KV rule (corrections held back for the next step's
-    free check), for measuring. A cost-aware drafter (the adaptive one) plans this generation
-    with `draft_cost` when it is set. The generation drafts with a state of its own
-    (`drafter.open`: the drafter is shared), started from what `learning` (drafters.learning: a
+    quantization, sampling, the lead rule and the cost models; `script_options` makes them for
+    tests and scripts). Greedy by default; with sampling options the verifier samples (see
+    Sampling); the options' logits processors (mlx-lm's: processor(tokens, logits) -> logits)
+    shape every choice. `drafter` (None: plain decoding) is shared: the generation drafts with a
+    state of its own (`drafter.open`), started from what `learning` (drafters.learning: a
     Session's; None: the drafter's own) kept, where it keeps what it learnt at its end, as the
-    lead rule its pass-cost fit. With `shared` (engine.collective.Collective: a sharded
-    verifier's), the drafts and every choice of token are rank 0's, so every rank takes the same
-    passes and rollbacks, and every pass after a correction is led (pass times differ between
-    ranks). `prompt_cache` (KV regime; engine.cache's PromptCache or PrefixCache) lends an
-    earlier generation's cache: only the prompt's tokens past the prefix it shares are
-    prefilled; it goes back at the end (or when the generator is closed). `kv_bits` (KV regime)
-    quantizes the cache as mlx-lm does (QuantizedKVCache, `kv_group_size`), once it holds
-    `quantized_kv_start` tokens, checked between passes. `constraint` (engine.constraint:
-    structured output) masks every choice; each pass drafts its forced tokens, then the
-    drafter's (ForcedDrafts)."""
-    options, rule = _options(options, fields)
+    lead rule its pass-cost fit; the state sees the prompt without a leading BOS unless it
+    `wants_bos`. `vocab_size` (default: found on the model) bounds the ids: a prompt id outside
+    it is refused, drafts are cut before one. `lead`: True leads every pass after a correction
+    with the drafts that follow it, "auto" a LeadRule decides per pass (planning with
+    `pass_cost`, else the fit `learning` kept, else a fresh one), False keeps the older KV rule
+    (corrections held back for the next step's free check), for measuring. A drafter that sizes
+    its drafts by cost (the adaptive one) plans this generation with `draft_cost` when it is
+    set. With `shared` (engine.collective.Collective: a sharded verifier's), the drafts and
+    every choice of token are rank 0's, so every rank takes the same passes and rollbacks, and
+    every pass after a correction is led (pass times differ between ranks). `prompt_cache` (KV
+    regime; engine.cache's PromptCache or PrefixCache) lends an earlier generation's cache: only
+    the prompt's tokens past the prefix it shares are prefilled; it goes back at the end (or
+    when the generator is closed). `kv_bits` (KV regime) quantizes the cache as mlx-lm does
+    (QuantizedKVCache, `kv_group_size`), once it holds `quantized_kv_start` tokens, checked
+    between passes. `constraint` (engine.constraint: structured output) masks every choice; each
+    pass drafts its forced tokens, then the drafter's (ForcedDrafts)."""
     prompt = [int(t) for t in prompt]
     vocab_size = vocab_size or model_vocab_size(model)
     _check_prompt(prompt, vocab_size)
     drafter = as_drafter(drafter)
-    plan_rule = _lead_rule(options, rule, drafter, shared, learning)
+    plan_rule = _lead_rule(options, drafter, shared, learning)
     skip = 0 if drafter.wants_bos or bos_id is None or prompt[0] != bos_id else 1
     stats = stats if stats is not None else Stats()
     stats.prompt_tokens = len(prompt)
@@ -310,9 +306,8 @@ def generate_steps(model, prompt, drafter=None, options: GenerationOptions | Non
         return
     state = as_drafter(drafter.open(prompt[skip:], learning, options.draft_cost))
     plan = _plan(state, plan_rule, options, eos_ids, skip, vocab_size, shared, constraint, prompt)
-    pick = _pick(options, sampling, processors, constraint, shared)
-    leads = rule is not None or options.lead is not False
-    verifier = _verifier(model, prompt, pick, options, leads, on_prefill, prompt_cache, stats)
+    pick = _pick(options, constraint, shared)
+    verifier = _verifier(model, prompt, pick, options, options.lead is not False, on_prefill, prompt_cache, stats)
     if not options.kv_cache:
         prompt_cache = None                     # nothing to keep: no pass leaves a cache behind
     seq = list(prompt)                      # everything the verifier has seen or will see
@@ -323,16 +318,15 @@ def generate_steps(model, prompt, drafter=None, options: GenerationOptions | Non
             verifier.keep(prompt_cache, seq)
         raise
     finally:                     # what it learnt goes on to the next generation (a stopped one's too)
-        _finish(state, plan_rule if rule is None and options.pass_cost is None else None, learning)
+        _finish(state, plan_rule if options.pass_cost is None else None, learning)
     if prompt_cache is not None:
         verifier.keep(prompt_cache, seq)
 
 
-def _pick(options, sampling, processors, constraint, shared):
-    """The verifier's choice function: the options' sampling and processors (or the objects
-    given), under the constraint; rank 0's on every rank of a sharded verifier."""
-    pick = picker(options.sampling if sampling is None else sampling,
-                  options.processors() if processors is None else processors, constraint)
+def _pick(options, constraint, shared):
+    """The verifier's choice function: the options' sampling and processors, under the
+    constraint; rank 0's on every rank of a sharded verifier."""
+    pick = picker(options.sampling, options.processors(), constraint)
     return shared.choices(pick) if shared is not None else pick
 
 
@@ -363,22 +357,21 @@ def _constrained(drafter, constraint, prompt, skip):
     return ForcedDrafts(drafter, constraint, prompt[:skip])
 
 
-def _options(options, fields) -> tuple:
-    """(the generation's options, a LeadRule object given as `lead=`, or None)."""
-    rule = fields.pop("lead") if isinstance(fields.get("lead"), LeadRule) else None
+def script_options(options: GenerationOptions | None = None, **fields) -> GenerationOptions:
+    """Options for tests and scripts: `options` with `fields` changed; without options, made
+    from the fields with 100 tokens at most and every pass after a correction led (lead=True)."""
     if options is None:
-        options = GenerationOptions(**{"max_tokens": 100, "lead": True, **fields})
-    elif fields:
-        options = options.replace(**fields)
-    return options, rule
+        return GenerationOptions(**{"max_tokens": 100, "lead": True, **fields})
+    return options.replace(**fields) if fields else options
 
 
-def _lead_rule(options, rule, drafter, shared, learning) -> LeadRule | None:
+def _lead_rule(options, drafter, shared, learning) -> LeadRule | None:
     """The LeadRule that decides each pass after a correction, or None where every such pass
     is led (or, with lead=False, none): a drafter that plans led passes is left to it, and the
     ranks of a sharded verifier must all take the same passes whatever their pass times. It
     plans with the options' pass cost, else the fit `learning` kept (else a fresh one)."""
-    if rule is None and options.lead == "auto":
+    rule = None
+    if options.lead == "auto":
         cost = options.pass_cost
         if cost is None and learning is not None:
             cost = learning.take((LEAD_COST,), PassCost())
@@ -489,10 +482,16 @@ def _learn(plan: Plan, step, kept, since) -> None:
     step.step_s += learnt
 
 
-def generate(model, prompt, drafter=None, **kw):
-    """All tokens and the Stats of one generation (see generate_steps)."""
-    stats = Stats()
+STEP_KEYWORDS = ("eos_ids", "bos_id", "stats", "on_prefill", "vocab_size", "shared", "prompt_cache",
+                 "constraint", "learning")
+
+
+def generate(model, prompt, drafter=None, options: GenerationOptions | None = None, **kw):
+    """All tokens and the Stats of one generation, for tests and scripts: generate_steps with
+    generate_steps' keywords, the rest option fields (script_options)."""
+    steps = {k: kw.pop(k) for k in STEP_KEYWORDS if k in kw}
+    stats = steps.pop("stats", None) or Stats()
     tokens = []
-    for step in generate_steps(model, prompt, drafter, stats=stats, **kw):
+    for step in generate_steps(model, prompt, drafter, script_options(options, **kw), stats=stats, **steps):
         tokens.extend(step.emitted)
     return tokens, stats
