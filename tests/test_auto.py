@@ -207,7 +207,7 @@ def test_auto_on_smollm2_equals_plain_where_drafting_pays_and_where_it_cannot(sm
                                                       draft_cost=FixedCost(0.06, 0.005, draft_s=1.0)))
     r = hostile.generate(prompt)
     assert r.tokens == plain.tokens
-    guard = hostile.drafter.guard              # 4 passes drafted, 8 plain, a probe of 4, ...
+    guard = hostile.learning.peek(hostile.drafter.keys[0])[2]   # kept: 4 passes drafted, 8 plain, a probe ...
     assert guard.pauses >= 2 and guard.off_passes >= 8
 
 

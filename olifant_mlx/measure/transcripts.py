@@ -56,7 +56,7 @@ def make_transcripts(verifier, prompts, max_tokens: int, on_progress=None, draft
                  "text": r.text, "eos_ids": list(verifier.eos_ids), "bos_id": verifier.bos_id}
             write_atomic(path, json.dumps(t))
         if prediction is not None:
-            t = {**t, "prediction_ids": list(prediction_ids(session, prediction, len(t["prompt_ids"])))}
+            t = {**t, "prediction_ids": list(prediction_ids(session.verifier, prediction, len(t["prompt_ids"])))}
         out[key] = t
         if on_progress:
             on_progress(i + 1, len(prompts))
