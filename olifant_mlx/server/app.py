@@ -34,8 +34,9 @@ from starlette.routing import Route
 from olifant_mlx.server.config import Limits
 from olifant_mlx.server.connections import ConnectionLimits, InFlight, protocol_for
 from olifant_mlx.server.queue import Delta, Failed, Finished, GenerationQueue, Job, QueueClosed, QueueFull
-from olifant_mlx.server.schemas import (ApiError, ChatRequest, CompletionRequest, Responder, error_body,
-                                        new_id, parse_body, plan_chat, plan_completion, with_sources)
+from olifant_mlx.server.schemas import (ApiError, ChatBody, CompletionBody, Responder, error_body,
+                                        new_id, parse_body, plan_chat, plan_completion, with_option_fields,
+                                        with_sources)
 
 log = logging.getLogger("olifant_mlx.server")
 access = logging.getLogger("olifant_mlx.server.access")
@@ -213,6 +214,9 @@ class Api:
         from olifant_mlx.server.access import Access
 
         self.queue, self.defaults, self.limits = queue, defaults, limits
+        # the request bodies with every option's field, as the option table is when the server
+        # is made (an option registered after this module was imported included)
+        self.bodies = {"chat": with_option_fields(ChatBody), "completion": with_option_fields(CompletionBody)}
         self.info = queue.info
         self.fingerprint = fingerprint
         self.created = int(time.time())
@@ -272,10 +276,10 @@ class Api:
         return OpenAIJSON(self.model_object(self.info_for(request.path_params["model"])))
 
     async def chat(self, request):
-        return await self.generate(request, ChatRequest, plan_chat, "chat")
+        return await self.generate(request, self.bodies["chat"], plan_chat, "chat")
 
     async def completions(self, request):
-        return await self.generate(request, CompletionRequest, plan_completion, "completion")
+        return await self.generate(request, self.bodies["completion"], plan_completion, "completion")
 
     async def generate(self, request, body, planner, kind):
         """A request checked, planned over its key's defaults and put behind its key's wall
