@@ -10,6 +10,11 @@ surfaces spell it and which of them it applies to (`applies`):
 - `request`: a request field without a serve flag (`seed`: a request without one draws afresh);
 - `tui`: a row of the TUI's settings (tui/settings_tab.py).
 
+The drafter (`draft`) is a row too: its flags (--draft, and mlx-lm's --draft-model MODEL as its
+`alias`), its settings row (kind, argument and draft length, tui/settings_tab.py's `spec_rows`)
+and a request field that is `named`: a server's requests choose among the drafters it was
+started with (serve --draft/--drafters), by name, never by spec (server/schemas.py's `_drafter`).
+
 Whether a sharded verifier's other ranks get an option is the option's own (`Option.rank_local`),
 no surface's. An option that applies nowhere is the engine's alone (`lead`, `pass_cost`,
 `draft_cost`: set in code).
@@ -43,6 +48,12 @@ class Binding:
     after: str | None = None          # the option whose row this one follows (default: table order)
     off: str | None = None            # a request's value that turns the server's default off (None)
     clients: bool = True              # a serve option a request may set (False: the server's own)
+    # another flag for the same option: (flag, metavar, prefix, help), its value the option's after
+    # the prefix (--draft-model MODEL: mlx-lm's spelling of --draft neural:MODEL); it wins over the flag
+    alias: tuple | None = None
+    # the request field names one of the server's configured choices (serve --draft/--drafters), or
+    # "none", never a value of the option: the server checks it by its own rule (server.schemas)
+    named: bool = False
 
 
 def bind(*applies: str, **spelling) -> Binding:
@@ -50,6 +61,12 @@ def bind(*applies: str, **spelling) -> Binding:
 
 
 BINDINGS = {
+    # a server's requests choose among the drafters it was started with, by name (serve --drafters);
+    # its help lists the registry's drafters, made by the command line (cli/common.py's MADE_HELPS)
+    "draft": bind(GENERATE, SERVE, TUI, flags=("--draft",), named=True, label="drafter",
+                  row_id="set-drafter",
+                  alias=("--draft-model", "MODEL", "neural:",
+                         "a small mlx-lm draft model (mlx-lm's flag): the same as --draft neural:MODEL")),
     "k": bind(GENERATE, SERVE, TUI, flags=("-k", "--num-draft-tokens"), request="num_draft_tokens",
               label="k", help="draft tokens per step, 0..64 (the maximum for adaptive drafters; default "
                               "%(default)s)"),

@@ -57,6 +57,14 @@ def libraries_dir() -> Path:
     return cache_dir() / "libraries"
 
 
+def index_owner(path) -> str | None:
+    """The name of the library whose suffix index `path` is (a library's own `index.sfx`), else None."""
+    p = Path(path)
+    if p.name != "index.sfx":
+        return None
+    return p.parent.name if p.resolve().parent.parent == libraries_dir().resolve() else None
+
+
 def check_name(name: str) -> str:
     if not NAME_RE.fullmatch(name or ""):
         raise LibraryError(f"library name {name!r}: use letters, digits, '.', '_' or '-' (at most 64)")

@@ -166,27 +166,6 @@ def walled_index(lib, matters) -> LibraryIndex:
     return _walled[key]
 
 
-def library_of_spec(spec) -> str | None:
-    """The name of the library a drafter spec drafts from: `library:NAME`, or a spec that uses
-    a library's suffix index (what `auto` resolves to); None for any other."""
-    if spec is None:
-        return None
-    if spec.kind == "library":
-        return spec.arg
-    from olifant_mlx.library import libraries_dir
-
-    root = libraries_dir().resolve()
-    for s in (spec.inner, *spec.sources):
-        if s is None:
-            continue
-        if s.kind == "rest" and Path(s.arg).name == "index.sfx" and Path(s.arg).resolve().parent.parent == root:
-            return Path(s.arg).parent.name
-        found = library_of_spec(s)
-        if found is not None:
-            return found
-    return None
-
-
 def _source(li: LibraryIndex, ids, start: int, end: int, lo: int, hi: int, tokenizer,
             max_places: int, keep=None) -> Source:
     text = tokenizer.decode([int(t) for t in ids[start:end]]) if tokenizer is not None else None

@@ -90,9 +90,13 @@ def test_architecture_md_exit_statuses_are_mains(no_model_loads, capsys, tmp_pat
     # an OptionsError: a usage error (2), naming the flag
     code, err = exit_status(["generate", "--model", "smollm2-135m", "-p", "x", "-k", "99"], capsys)
     assert code == 2 and err.startswith("error: -k") and "Traceback" not in err
-    # a ValueError of another layer (a drafter spec): 1
+    # a drafter spec is an option: one the registry cannot parse is a usage error too
     code, err = exit_status(["generate", "--model", "smollm2-135m", "-p", "x", "--draft", "foo"], capsys)
-    assert code == 1 and "unknown drafter 'foo'" in err
+    assert code == 2 and err.startswith("error: --draft: unknown drafter 'foo'")
+    # a ValueError of another layer (a drafter spec's file that is not there): 1
+    code, err = exit_status(["generate", "--model", "smollm2-135m", "-p", "x", "--draft",
+                             f"olifant:{tmp_path / 'missing.olif'}"], capsys)
+    assert code == 1 and "missing.olif cannot be read" in err
 
 
 README_MAX_LINES = 249          # issue 38, item 8: the README stays under 250 lines

@@ -64,6 +64,25 @@ def test_one_rule_for_the_provenance_library(verifier):
     assert sources_library(DEFAULTS, None) is None
 
 
+def test_the_library_a_spec_drafts_from_is_the_drafters_to_say(tiny, tmp_path):
+    """drafters.auto.library_of (provenance names no drafter kind): a kind whose argument is a
+    library's name, or a spec with a part over a library's own suffix index (what `auto` and
+    `library:NAME` resolve to); a suffix index outside the libraries is no library's."""
+    import shutil
+
+    from olifant_mlx import library
+    from olifant_mlx.drafters.auto import library_of, library_spec
+
+    lib = library.load("copied")
+    assert library_of(parse_spec("library:copied", check_files=False)) == "copied"
+    assert library_of(library_spec(lib)) == "copied"
+    assert library_of(parse_spec(f"rest:{lib.index_path}")) == "copied"
+    outside = tmp_path / "index.sfx"
+    shutil.copyfile(lib.index_path, outside)
+    assert library_of(parse_spec(f"adaptive:hybrid:+rest:{outside}")) is None
+    assert library_of(parse_spec("lookup")) is library_of(None) is None
+
+
 def test_two_requests_on_one_session_keep_their_own_drafter_and_library(tiny):
     """Request B (another drafter, another library) planned and run between A's planning and
     its run: A still drafts from its own library and reports its spans; the Session's default

@@ -41,6 +41,11 @@ SERVING = {
 }
 
 
+# the serving options whose request field names one of the server's configured choices, never a value:
+# serve's flags and the choice they configure, a configured name, a name not configured, a spec
+NAMED = {"draft": (["--draft", "ngram:3"], "ngram:3", "lookup", "legal", "ngram:3")}
+
+
 def parsers():
     sub = next(a for a in build_parser("olifant")._actions if a.dest == "command")
     return sub.choices["serve"], sub.choices["generate"]
@@ -74,7 +79,9 @@ def test_serves_defaults_are_the_options_defaults():
     args = build_parser("olifant").parse_args(["serve"])
     assert options_from(args) == GenerationOptions(max_tokens=Limits.default_max_tokens)
     assert serve.get_default("max_tokens") == Limits().default_max_tokens
-    assert set(SERVING) == set(bound(SERVE)) & set(bound(REQUEST))     # every serving option is tried below
+    serving = set(bound(SERVE)) & set(bound(REQUEST))
+    assert set(SERVING) == {n for n in serving if not BINDINGS[n].named}     # every serving option is tried below
+    assert set(NAMED) == {n for n in serving if BINDINGS[n].named} == {"draft"}     # ... the named ones too
     assert set(bound(SERVE)) - set(bound(REQUEST)) == {"audit_log"}     # the server's own
 
 
@@ -201,3 +208,37 @@ def test_serve_max_verbatim_guards_the_requests_that_name_a_library(served):
         lib="library:servedlib")
     assert stopped.status_code == 200 and stopped.json()["choices"][0]["finish_reason"] == "content_filter"
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "max_verbatim"
+
+
+@pytest.mark.parametrize("name", sorted(NAMED))
+def test_a_named_serve_flag_configures_the_choice_a_request_field_names(name, served):
+    """The draft row: `serve --draft SPEC` (and its alias --draft-model MODEL) is the drafter
+    named 'default', not a value the requests' defaults carry; a request's field takes a name
+    the server was configured with, or "none", on a real server: a spec or path is refused as
+    invalid_drafter, another name as drafter_not_found, both 400 naming the field."""
+    from olifant_mlx.cli.serve import prepare
+
+    argv, spec, configured, unknown, refused = NAMED[name]
+    choice, defaults, *_, sock = prepare(build_parser("olifant").parse_args(
+        ["serve", *argv, "--port", "0", "--energy", "none"]))
+    sock.close()
+    assert choice.specs["default"].text == spec and getattr(defaults, name) is None
+    alias, metavar, prefix, _ = BINDINGS[name].alias
+    choice, *_, sock = prepare(build_parser("olifant").parse_args(
+        ["serve", alias, "smollm2-135m", "--port", "0", "--energy", "none"]))
+    sock.close()
+    assert choice.specs["default"].text == prefix + "smollm2-135m"
+    field = request_field(name)
+    verifier, _output, _lib = served
+    ok, plain, missing, spelled = serve_with(verifier, [], [
+        {"prompt": "abcabcabc", "max_tokens": 6, field: configured},
+        {"prompt": "abcabcabc", "max_tokens": 6, field: "none"},
+        {"prompt": "abcabcabc", "max_tokens": 6, field: unknown},
+        {"prompt": "abcabcabc", "max_tokens": 6, field: refused}])
+    assert ok.status_code == plain.status_code == 200, (ok.text, plain.text)
+    assert ok.json()["usage"]["drafter"] == configured and plain.json()["usage"]["drafter"] == "none"
+    assert ok.json()["choices"][0]["text"] == plain.json()["choices"][0]["text"]
+    for r, code in ((missing, "drafter_not_found"), (spelled, "invalid_drafter")):
+        error = r.json()["error"]
+        assert r.status_code == 400 and (error["param"], error["code"]) == (field, code), r.text
+        assert "this server has lookup, none" in error["message"]

@@ -209,7 +209,7 @@ def valid(o) -> str:
     else:
         said = word or {"choice": "one of " + ", ".join(map(repr, getattr(o, "choices", ()))),
                         "flag": "true or false", "text": "a non-empty text",
-                        "texts": "a tuple of non-empty strings",
+                        "texts": "a tuple of non-empty strings", "spec": "a drafter spec (drafters.registry)",
                         "cost": "a pass-cost model (coefficients(), observe())"}.get(kind, kind)
     return said + getattr(o, "note", "") + (", or None" if getattr(o, "optional", False) else "")
 

@@ -3,10 +3,11 @@
 The drafter list is the registry's (`describe()`), `auto` first and preselected; a drafter is
 used with a fixed k or with an adaptive draft length (k is then the maximum). What the form
 holds is a model (`SettingsModel`): each field's value is set, and checked, when its widget
-changes (the option's own check, `GenerationOptions`'; the drafter's, `parse_spec`), a bad
-one shown beside its field and on the last line; a run reads the model's `Settings` as they
-are (`read`), nothing parsed then. Changing a setting touches nothing until the next
-generation; changing the drafter then switches the drafter, never the verifier.
+changes (the option's own check, `GenerationOptions`'; the drafter, an option too, is first
+parsed with its files read, `parse_spec`), a bad one shown beside its field and on the last
+line; a run reads the model's `Settings` as they are (`read`), nothing parsed then. Changing
+a setting touches nothing until the next generation; changing the drafter then switches the
+drafter, never the verifier.
 """
 from __future__ import annotations
 
@@ -63,7 +64,7 @@ def compose_spec(kind: str, arg: str, length: str) -> str:
 
 @dataclass(frozen=True)
 class Settings:
-    """What the next generation uses, validated."""
+    """What the next generation uses, validated: `draft` is options.draft parsed."""
     model: str | None
     draft: DrafterSpec
     options: GenerationOptions
@@ -106,6 +107,8 @@ class SettingsModel:
         self.errors.pop(name, None)
         try:
             v = value()
+            if isinstance(v, DrafterSpec):         # a drafter option holds its spec's text
+                v = v.text
             if name in self.base.__dataclass_fields__:
                 self.base.replace(**{name: v})
             self.values[name] = v
@@ -119,7 +122,8 @@ class SettingsModel:
             self.settings, self.error = None, e
 
     def order(self) -> list[str]:
-        return ["model", "draft", "history", "store", *self.base.__dataclass_fields__, "system"]
+        fields = [n for n in self.base.__dataclass_fields__ if n != "draft"]
+        return ["model", "draft", "history", "store", *fields, "system"]
 
     def make(self) -> Settings:
         wrong = next((n for n in self.order() if n in self.errors), None)
@@ -133,10 +137,11 @@ class SettingsModel:
             raise FieldError(e.option if e.option in v else None, option_error(e)) from None
         except ValueError as e:
             raise FieldError(None, str(e)) from None
-        if v["history"] and not uses_history(v["draft"]):
+        draft = parse_spec(opts.draft, check_files=False)        # its files were read when it was set
+        if v["history"] and not uses_history(draft):
             raise FieldError("history", "the session history is read only by a hybrid drafter: choose "
                                         "auto, hybrid, or an adaptive hybrid")
-        return Settings(v["model"], v["draft"], opts, v["system"], v["store"])
+        return Settings(v["model"], draft, opts, v["system"], v["store"])
 
 
 def _whole(value: str, what: str, optional: bool = False):
@@ -220,6 +225,18 @@ def read_option(name: str, widget):
     return text.strip() or (None if o.optional else "")
 
 
+def spec_rows(name: str, row, spec: str):
+    """A drafter option's rows (one widget of three parts: split_spec, compose_spec): its kind
+    (the row's own id and label), its argument and whether its draft length is adaptive."""
+    kind, arg, length = split_spec(spec)
+    yield from row(BINDINGS[name].label, Select([(usage, k) for k, usage, _ in drafters()], value=kind,
+                                                allow_blank=False, id=row_id(name), compact=True))
+    yield from row("  argument", Input(arg, id="set-draft-arg", compact=True))
+    yield Static("", id="set-draft-about", classes="about")
+    yield from row("draft length", Checkbox("adaptive: up to k, chosen per pass (off: k every pass)",
+                                            length == "adaptive", id="set-adaptive", compact=True))
+
+
 class SettingsTab(TabPane):
     """The form, and the model it edits (`self.model`, a SettingsModel)."""
     FIXED = {"set-model": "model", "set-system": "system", "set-drafter": "draft", "set-draft-arg": "draft",
@@ -240,7 +257,6 @@ class SettingsTab(TabPane):
     def compose(self) -> ComposeResult:
         model, draft, system, store = self.initial
         o = self.base
-        kind, arg, length = split_spec(draft)
 
         def row(label, widget):
             with Horizontal(classes="row"):
@@ -252,18 +268,14 @@ class SettingsTab(TabPane):
             yield Static("generation", classes="heading")
             yield from row("verifier", Input(model, placeholder="default: smollm2-135m or $OLIFANT_MODEL",
                                              id="set-model", compact=True))
-            yield from row("drafter", Select([(usage, k) for k, usage, _ in drafters()], value=kind,
-                                             allow_blank=False, id="set-drafter", compact=True))
-            yield from row("  argument", Input(arg, id="set-draft-arg", compact=True))
-            yield Static("", id="set-draft-about", classes="about")
-            yield from row("draft length", Checkbox("adaptive: up to k, chosen per pass "
-                                                    "(off: k every pass)", length == "adaptive",
-                                                    id="set-adaptive", compact=True))
             for section, names in option_rows().items():
                 if section != "generation":
                     yield Static(SECTIONS.get(section, section), classes="heading")
                 for name in names:
-                    yield from row(BINDINGS[name].label, option_widget(name, getattr(o, name)))
+                    if options()[name].kind == "spec":       # the drafter: its kind, argument and length
+                        yield from spec_rows(name, row, draft)
+                    else:
+                        yield from row(BINDINGS[name].label, option_widget(name, getattr(o, name)))
             yield Static("conversations", classes="heading")
             yield from row("system prompt", Input(system, placeholder="none", id="set-system",
                                                   compact=True))
@@ -307,7 +319,7 @@ class SettingsTab(TabPane):
 
     def value(self, name: str, widget):
         """What field `name` holds now, read from its widget (ValueError naming it)."""
-        if name == "draft":
+        if options().get(name) and options()[name].kind == "spec":     # its files read as it is set
             return parse_spec(self.spec_text())
         if name == "history":
             return self.file("set-history", "history is on: give the path of the history file")

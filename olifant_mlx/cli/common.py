@@ -6,8 +6,8 @@ import argparse
 import json
 import sys
 
-from olifant_mlx.drafters.registry import help_text
 from olifant_mlx.bindings import BINDINGS, GENERATE, bound, flag_of
+from olifant_mlx.drafters.registry import help_text
 from olifant_mlx.engine.options import default_of, options
 
 MODEL_HELP = ("verifier: alias (smollm2-135m, gemma3-270m, qwen2.5-coder-1.5b), GGUF file, MLX folder or hub id "
@@ -73,6 +73,16 @@ def draft_help() -> str:
     return f"drafter (default auto): {help_text()}"
 
 
+# the option flags whose help is made when a parser is made, not the row's: the registry's drafters
+MADE_HELPS = {"draft": draft_help}
+
+
+def flag_help(name: str) -> str | None:
+    """An option flag's help: made now (MADE_HELPS), else its row's."""
+    made = MADE_HELPS.get(name)
+    return made() if made is not None else BINDINGS[name].help
+
+
 def add_weights_arg(p) -> None:
     """--weights: how an alias or GGUF file is converted (main() hands it on as $OLIFANT_GGUF_WEIGHTS)."""
     p.add_argument("--weights", choices=("fp32", "fp16", "bf16", "q4"),
@@ -92,10 +102,11 @@ def add_option_args(p, names, **helps) -> None:
     """The flags of these GenerationOptions fields, made from their bindings (spellings, help,
     metavar) and their `Option`s (type): the default is the field's, or the parser's own
     (set_defaults); `helps`: a command's own help for a field. Values are converted here and
-    checked once, where the options are made (`options_from`)."""
+    checked once, where the options are made (`options_from`). A row's `alias` is a flag of
+    its own (its dest the alias's), read into the option by `options_from`."""
     for name in names:
         o, b = options()[name], BINDINGS[name]
-        kw = dict(dest=flag_dest(name), help=helps.get(name, b.help))
+        kw = dict(dest=flag_dest(name), help=helps.get(name, flag_help(name)))
         if o.kind == "flag":
             kw.update(action="store_true")
         elif o.kind == "texts":          # repeatable, and several values after one flag
@@ -104,21 +115,26 @@ def add_option_args(p, names, **helps) -> None:
             kw.update(type=type(o.choices[0]) if o.kind == "choice" else _FLAG_TYPES[o.kind],
                       default=default_of(name), metavar=b.metavar)
         p.add_argument(*b.flags, **{k: v for k, v in kw.items() if v is not None or k == "help"})
+        if b.alias:
+            flag, metavar, _, help = b.alias
+            p.add_argument(flag, dest=alias_dest(name), metavar=metavar, help=help)
 
 
-_FLAG_TYPES = {"whole": int, "number": float, "text": str, "texts": str, "schema": str}
+def alias_dest(name: str) -> str:
+    return BINDINGS[name].alias[0].lstrip("-").replace("-", "_")
+
+
+_FLAG_TYPES = {"whole": int, "number": float, "text": str, "texts": str, "schema": str, "spec": str}
 
 
 def add_generation_args(p, prompt: bool = True) -> None:
     """The flags of generate, chat, demo and serve-like commands, spelled as in mlx-lm."""
     p.add_argument("--model", help=MODEL_HELP)
     add_weights_arg(p)
-    p.add_argument("--draft", default="auto", help=draft_help())
-    p.add_argument("--draft-model", metavar="MODEL",
-                   help="a small mlx-lm draft model (mlx-lm's flag): the same as --draft neural:MODEL")
     names = bound(GENERATE)
-    before_prompt = names[:names.index("max_tokens")]          # -k .. --quantized-kv-start
+    before_prompt = names[:names.index("max_tokens")]          # --draft, -k .. --quantized-kv-start
     add_option_args(p, before_prompt)
+    p.set_defaults(draft="auto")       # the commands draft unless told not to (the field's None: a Session's own)
     if prompt:
         p.add_argument("-p", "--prompt", default="hello",
                        help="the prompt ('-' reads stdin; default 'hello'): an instruction for an "
@@ -195,6 +211,9 @@ def options_from(args):
         if dest is None or not hasattr(args, dest):
             continue
         value = getattr(args, dest)
+        alias = BINDINGS[name].alias
+        if alias and getattr(args, alias_dest(name), None) is not None:     # --draft-model MODEL
+            value = alias[2] + getattr(args, alias_dest(name))
         if o.kind == "schema" and value is not None:     # a FILE, or the schema's JSON text
             from olifant_mlx.structured import read_schema
 
@@ -235,8 +254,7 @@ def prepare(args):
     if getattr(args, "prefill_response", None) is not None and getattr(args, "ignore_chat_template", False):
         raise ValueError("--prefill-response starts the assistant's answer after the chat template: "
                          "it cannot go with --ignore-chat-template")
-    draft = f"neural:{args.draft_model}" if getattr(args, "draft_model", None) else args.draft
-    spec = parse_spec(draft)
+    spec = parse_spec(options.draft)       # its files read now (the option's check reads none)
     if options.history and not uses_history(spec):
         raise ValueError("--history needs a hybrid drafter: --draft auto, hybrid[:PATH] or "
                          "adaptive:hybrid[:PATH]")

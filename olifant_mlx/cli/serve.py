@@ -13,7 +13,7 @@ import sys
 
 from olifant_mlx.bindings import BINDINGS, SERVE, bound, request_field
 from olifant_mlx.cli.common import (MODEL_HELP, add_adapter_arg, add_option_args, add_weights_arg, check_adapter_path,
-                                    check_draft_model, check_library, check_precedents, draft_help, energy_help,
+                                    check_draft_model, check_library, check_precedents, energy_help, flag_help,
                                     open_meter, options_from)
 from olifant_mlx.cli.train import byte_size
 from olifant_mlx.server.config import Limits
@@ -47,7 +47,7 @@ def prepare(args):
     from olifant_mlx.server.app import bind, own_audit
     from olifant_mlx.server.config import check_api_keys, check_bind, check_port, parse_drafters
 
-    defaults = options_from(args)        # serve's option flags: the requests' defaults
+    defaults = options_from(args)        # serve's option flags: the requests' defaults ...
     limits = Limits(max_body_bytes=args.max_body_bytes, default_max_tokens=args.max_tokens,
                     max_tokens=args.max_tokens_limit, queue_size=args.queue_size, parallel=args.parallel,
                     timeout_s=args.timeout, prompt_cache_size=args.prompt_cache_size,
@@ -60,8 +60,8 @@ def prepare(args):
     api_key = check_api_keys(keys + list(access)) or None
     host = check_bind(args.host, api_key)
     port = check_port(args.port)
-    draft = f"neural:{args.draft_model}" if args.draft_model else args.draft
-    choice = parse_drafters(draft, args.drafters)
+    choice = parse_drafters(defaults.draft, args.drafters)
+    defaults = defaults.replace(draft=None)      # ... but the drafter: a request names one of `choice`
     check_adapter_path(args.adapter_path)
     models = served_models(args.model, args.models)
     for spec in choice.specs.values():
@@ -100,11 +100,13 @@ def check_libraries(defaults, args, models, access=None) -> None:
 def serve_help(name: str) -> str | None:
     """An option's serve flag's help: serve's own, else generate's and the request field that
     overrides it."""
-    help = BINDINGS[name].help
+    help = flag_help(name)
     if name in SERVE_HELPS or help is None:
         return SERVE_HELPS.get(name)
     if not BINDINGS[name].clients:          # the server's own: no request sets it
         return help
+    if BINDINGS[name].named:                # a request names one of the server's choices
+        return f"{help}; requests get it as 'default'"
     return f"{help}; a request's default (its field \"{request_field(name)}\")"
 
 
@@ -235,12 +237,10 @@ def add_serve(s):
     s.add_argument("--model", help=MODEL_HELP)
     add_weights_arg(s)
     d = s.add_mutually_exclusive_group()
-    d.add_argument("--draft", help=draft_help() + "; requests get it as 'default'")
+    add_option_args(d, ["draft"], draft=serve_help("draft"))      # with --draft-model, its alias
     d.add_argument("--drafters", nargs="+", metavar="NAME=SPEC",
                    help="named drafters a request chooses with \"draft\": NAME (the first is the "
                         "default; \"none\" is always there), e.g. legal=adaptive:hybrid:models/legal.olif")
-    d.add_argument("--draft-model", metavar="MODEL",
-                   help="a small mlx-lm draft model (mlx-lm's flag): the same as --draft neural:MODEL")
     s.add_argument("--models", nargs="+", default=[], metavar="MODEL",
                    help=f"more verifiers a request may name in \"model\" (aliases, GGUF files, folders, "
                         f"hub ids; all loaded at start, at most {MAX_MODELS} with --model); --model "
@@ -248,7 +248,7 @@ def add_serve(s):
     add_adapter_arg(s)
     # the generation options' flags (olifant_mlx.bindings: spellings; engine.options: type, checks),
     # said as a request's defaults: -k here, -m with the limits, the others after them
-    placed = ["k", "max_tokens"]                 # the rest follow the server's own flags
+    placed = ["draft", "k", "max_tokens"]        # the rest follow the server's own flags
     add_option_args(s, ["k"], k=serve_help("k"))
     s.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1; any other needs --api-key)")

@@ -1,9 +1,9 @@
 """The drafters that resolve to another spec: `auto` (the best drafter available for the
 verifier's tokenizer) and `library:NAME` (a precedent library's), both the adaptive hybrid over
-corpus sources and the session's own text."""
+corpus sources and the session's own text; and the library a spec drafts from (`library_of`)."""
 from __future__ import annotations
 
-from olifant_mlx.drafters.registry import (INDEX_MAGIC, DrafterSpec, DrafterSpecError, build_drafter,
+from olifant_mlx.drafters.registry import (INDEX_MAGIC, KINDS, DrafterSpec, DrafterSpecError, build_drafter,
                                            check_model_file, load_library)
 
 
@@ -55,6 +55,22 @@ def library_spec(lib) -> DrafterSpec:
     """A library's drafter: the adaptive hybrid over its IGTree, its suffix index and the session."""
     rest = DrafterSpec("rest", str(lib.index_path))
     return DrafterSpec("adaptive", inner=DrafterSpec("hybrid", str(lib.model_path), sources=(rest,)))
+
+
+def library_of(spec) -> str | None:
+    """The name of the library a drafter spec drafts from (`auto` resolved first): a kind whose
+    argument names a library (`library:NAME`), else the library whose suffix index one of its
+    parts drafts from (what `auto` and `library:NAME` resolve to: library_spec); None for any
+    other (the provenance library of engine.request.sources_library)."""
+    from olifant_mlx.library import index_owner
+
+    if spec is None:
+        return None
+    if KINDS[spec.kind].arg == "name":
+        return spec.arg
+    if spec.arg and index_owner(spec.arg) is not None:
+        return index_owner(spec.arg)
+    return next((name for s in (spec.inner, *spec.sources) if (name := library_of(s)) is not None), None)
 
 
 def library_from_spec(spec, tokenizer, history):

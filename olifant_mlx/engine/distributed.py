@@ -316,8 +316,9 @@ class Shard:
 
 def options_dict(options) -> dict:
     """GenerationOptions as JSON for the other ranks: every option but the rank-local ones
-    (`Option.rank_local`: the history file and the libraries, which stay on rank 0, the cost
-    models, which each rank fits itself)."""
+    (`Option.rank_local`: the drafter spec, whose drafter rank 0 alone builds (the others draft
+    through SharedDrafter: a spec sent would have them build one), the history file and the
+    libraries, which stay on rank 0, the cost models, which each rank fits itself)."""
     from olifant_mlx.engine.options import options as table
 
     return {name: getattr(options, name) for name, o in table().items() if not o.rank_local}

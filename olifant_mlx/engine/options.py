@@ -30,7 +30,8 @@ VERBATIM_ACTIONS = ("warn", "stop")
 class Option:
     """What one GenerationOptions field takes. `kind`: "whole", "number" (finite), "flag",
     "text", "texts" (a tuple of non-empty strings), "choice" (one of `choices`), "schema" (a
-    JSON schema: the text of a JSON object; the surfaces that type one name its file) or "cost"
+    JSON schema: the text of a JSON object; the surfaces that type one name its file), "spec"
+    (a drafter spec as the registry parses it, its files not read: drafters.registry) or "cost"
     (a pass-cost model: coefficients() and observe()). Every option is sent to a sharded verifier's
     other ranks (engine/distributed.py) unless it is `rank_local`: what only rank 0 reads (its
     files, libraries and cost models)."""
@@ -94,12 +95,28 @@ def check_option(name: str, value, high=None) -> None:
         ok, what = isinstance(value, str) and bool(value), "must be a non-empty text"
     elif o.kind == "schema":
         ok, what = _is_json_object(value), "must be a JSON schema (the text of a JSON object)"
+    elif o.kind == "spec":
+        ok, what = _is_spec(value, name), "must be a drafter spec"
     elif o.kind == "cost":
         ok = hasattr(value, "coefficients") and hasattr(value, "observe")
         what = "must be a pass-cost model (coefficients(), observe())"
     if not ok:
         raise OptionsError(f"{o.what} {what}{' (or none)' if o.optional and o.kind != 'cost' else ''}"
                            f", got {value!r}", name)
+
+
+def _is_spec(value, name: str) -> bool:
+    """Whether the registry parses `value` as a drafter spec, its files unread (they are read
+    where the drafter is built); a spec it refuses is an OptionsError with the registry's words."""
+    from olifant_mlx.drafters.registry import parse_spec
+
+    if not isinstance(value, str):
+        return False
+    try:
+        parse_spec(value, check_files=False)
+    except ValueError as e:
+        raise OptionsError(str(e), name) from None
+    return True
 
 
 def _is_json_object(value) -> bool:
@@ -116,6 +133,9 @@ class GenerationOptions:
     """Everything that shapes one generation, checked here and nowhere else. The field order
     is the command line's. How each surface spells an option (its flag, request field, settings
     row) is olifant_mlx.bindings's, not this type's."""
+    # the drafter (a spec: drafters.registry); None: the Session's default drafter. Rank 0 drafts;
+    # the other ranks of a sharded verifier build none (engine.distributed.SharedDrafter)
+    draft: str | None = option(None, what="the drafter", kind="spec", optional=True, rank_local=True)
     k: int = option(8, what="k", low=0, high=MAX_K, note=" of draft tokens per step")
     kv_cache: bool = option(True, what="the KV cache", kind="flag")
     max_kv_size: int | None = option(None, what="max KV size", low=1, optional=True)

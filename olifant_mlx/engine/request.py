@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from olifant_mlx.drafters.auto import resolve_auto
+from olifant_mlx.drafters.auto import library_of, resolve_auto
 from olifant_mlx.drafters.base import Drafter, NoDrafter, as_drafter
 from olifant_mlx.drafters.prediction import predicting
 from olifant_mlx.drafters.registry import DrafterSpec, build_drafter, parse_spec, uses_history
@@ -83,9 +83,7 @@ class Drafting:
     @property
     def library(self) -> str | None:
         """The library this drafter drafts from (`library:NAME`, or what `auto` chose), or None."""
-        from olifant_mlx.provenance import library_of_spec
-
-        return library_of_spec(self.spec)
+        return library_of(self.spec)
 
 
 def drafting(drafter, identity, history=None) -> Drafting:

@@ -11,7 +11,8 @@ A prompt is text (continued as it is), token ids, or a `Chat` (messages formatte
 verifier's chat template); `session.prompt_for(text)` makes a Chat for an instruct model and
 leaves text alone for a base model, the way mlx-lm's generate does.
 
-A `Session` holds what outlives one generation: the verifier, the default drafter and options,
+A `Session` holds what outlives one generation: the verifier, the default drafter (the
+`drafter` given: a spec or a drafter object; else the options' `draft` spec; else none) and options,
 the energy meter, the opt-in history and what drafting learns (`learning`). A generation's own
 choices are a `Request` (`session.plan(prompt, options, drafter=...)` makes one, checked once);
 `stream(request)` runs it, the one way to run one (`generate` streams one to its end). `with_drafter` is this
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 
 from olifant_mlx.drafters.learning import Learning
 from olifant_mlx.drafters.prediction import prediction_counts
+from olifant_mlx.drafters.registry import parse_spec
 from olifant_mlx.engine.loop import generate_steps, model_vocab_size
 from olifant_mlx.engine.options import GenerationOptions, OptionsError
 from olifant_mlx.engine.request import Chat, ContextError, Request, drafting, encode, plan, sources_library
@@ -223,7 +225,7 @@ class Session:
     leads; False keeps the older rule (the correction held back for the next step's free
     check), for measuring."""
 
-    def __init__(self, verifier, drafter="none", options: GenerationOptions | None = None,
+    def __init__(self, verifier, drafter=None, options: GenerationOptions | None = None,
                  meter=None):
         self.verifier = verifier
         self.vocab_size = model_vocab_size(verifier.model)   # once: the engine checks ids against it
@@ -237,6 +239,8 @@ class Session:
 
             ident = verifier.identity
             self.history = SessionHistory(self.options.history, ident.digest, ident.vocab_size)
+        if drafter is None:            # the options' drafter (a spec), else plain decoding
+            drafter = self.options.draft or "none"
         self.drafting = drafting(drafter, verifier.identity, self.history)   # the default drafter
         self.grammars = None           # structured.Grammars: compiled schemas, made when one is asked for
 
@@ -288,10 +292,23 @@ class Session:
              continuation: bool | None = None, fit_max_tokens: bool = False, prediction=None) -> Request:
         """The Request for `prompt` (text, token ids or a Chat) on this Session: its default
         options and drafter unless given (`drafter`: a spec, built here with `auto` resolved for
-        this verifier, a drafter object or a Drafting); engine.request.plan says the rest."""
+        this verifier, a drafter object or a Drafting; without one, options whose `draft` asks
+        for another drafter than the default one draft with that one: `asks_for_another`);
+        engine.request.plan says the rest."""
+        if drafter is None and self.asks_for_another(options):
+            drafter = options.draft
         drafted = self.drafting if drafter is None else drafting(drafter, self.verifier.identity, self.history)
         return plan(self.verifier, prompt, options or self.options, drafted, cache, continuation,
                     fit_max_tokens, prediction, self.grammar)
+
+    def asks_for_another(self, options: GenerationOptions | None) -> bool:
+        """Whether `options.draft` names another drafter than this Session's default one, as it
+        was asked for (a spec) or as the Session's own options name it (None names none)."""
+        if options is None or options.draft is None:
+            return False
+        asked = self.requested if isinstance(self.requested, str) else getattr(self.requested, "text", None)
+        default = {parse_spec(t, check_files=False).text for t in (asked, self.options.draft) if t}
+        return parse_spec(options.draft, check_files=False).text not in default
 
     def grammar(self, schema: str, eos_ids):
         """`schema` (a JSON schema's text) compiled for this verifier's tokenizer (structured.Grammars);

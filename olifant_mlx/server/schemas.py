@@ -87,7 +87,7 @@ class Prediction(Strict):
     content: str | list[ContentPart]
 
 
-FIELD_TYPES = {"whole": int, "number": FiniteFloat, "flag": bool, "text": str, "texts": list[str]}
+FIELD_TYPES = {"whole": int, "number": FiniteFloat, "flag": bool, "text": str, "texts": list[str], "spec": str}
 
 
 def option_requests() -> dict:
@@ -126,8 +126,7 @@ class Common(Strict):
     frequency_penalty: FiniteFloat | None = None
     logit_bias: dict | None = None
     user: str | None = None
-    # ours, as mlx-lm's server spells them where it has them
-    draft: str | None = None                 # a configured drafter's name, or "none"
+    # ours, as mlx-lm's server spells them where it has them (draft: the option's row, a configured name)
     timeout: FiniteFloat | None = None       # seconds: this request's deadline
     prediction: Prediction | None = None     # OpenAI's predicted output (chat), on completions too
 
@@ -454,7 +453,7 @@ def _plan(req, kind, prompt, max_tokens, max_param, info, defaults, limits, prom
     changes = request_options(req)
     if req.seed is not None and not -INT64 <= req.seed < INT64:
         raise ApiError(400, "seed must be a 64-bit whole number", "seed", "invalid_value")
-    drafter = _drafter(req.draft, info)
+    drafter = _drafter(req.draft, info)       # the draft row's field: a configured name
     timeout = limits.timeout_s
     if req.timeout is not None:
         if not 0 < req.timeout <= limits.timeout_s:
@@ -483,11 +482,12 @@ def _plan(req, kind, prompt, max_tokens, max_param, info, defaults, limits, prom
 def request_options(req) -> dict:
     """{option: value} of the option fields a request set, each checked as the options check
     it (within the server's own limit, `server_high`): ApiError(400) naming the field. A field's
-    `off` value (`"precedents": ""`) turns the option off; null leaves the server's default."""
+    `off` value (`"precedents": ""`) turns the option off; null leaves the server's default. A
+    `named` field (draft) chooses among the server's configured names: `_drafter` checks it."""
     changes = {}
     for name, field in option_requests().items():
         value, o = getattr(req, field), options()[name]
-        if value is None:
+        if value is None or BINDINGS[name].named:
             continue
         if BINDINGS[name].off is not None and value == BINDINGS[name].off:
             changes[name] = None          # off, whatever the server's default (null keeps the default)
@@ -502,6 +502,9 @@ def request_options(req) -> dict:
 
 
 def _drafter(name, info: ModelInfo) -> str:
+    """A drafter the server was configured with (serve --draft/--drafters, and "none"), by
+    its name; the server's default for None. Never a spec: a path or spec is invalid_drafter,
+    any other name drafter_not_found."""
     if name is None:
         return info.default_drafter
     if name in info.drafters:
