@@ -12,8 +12,9 @@ mlx-lm's `stream_generate(model, tokenizer, prompt, draft_model=..., **kwargs)` 
 choice of a generation in one call; a Request is those choices as a value, checked where it is
 made: the precedents gathered, the prompt encoded and fitted to the context, `auto` resolved,
 the provenance library worked out (`sources_library`, the one rule for it) and opened. Nothing
-a request chooses is written on the Session, so two requests on one Session never see each
-other's drafter or library.
+a request chooses is written on the Session, and each generation drafts with a state of its
+own (drafters.base: `open`), so two requests on one Session, even streamed at once, never see
+each other's drafting or library (tests/test_interleaved.py).
 """
 from __future__ import annotations
 
