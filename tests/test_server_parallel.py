@@ -5,6 +5,7 @@ costs are fixed and the session's learning frozen, so what each request drafts d
 measured nor on the requests before it (tests/test_interleaved.py: the same on one Session)."""
 import json
 import threading
+import time
 
 import pytest
 
@@ -82,8 +83,9 @@ def test_requests_admitted_together_each_get_their_solo_answer_and_drafting(serv
     threads.append(threading.Thread(target=leaver))
     for t in threads:
         t.start()
-    while any(t.is_alive() for t in threads):
+    while any(t.is_alive() for t in threads):     # a look every 5 ms, not a spin against the worker
         peak[0] = max(peak[0], server.queue.status()["running"])
+        time.sleep(0.005)
     for t in threads:
         t.join()
     assert not errors, errors
