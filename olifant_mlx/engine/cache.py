@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import weakref
 
+from olifant_mlx.engine.forward import Forward, run
 from olifant_mlx.mlx_setup import mx
+
+PREFILL_CHUNK = 512          # prompt tokens a prefill pass feeds
 
 
 def make_cache(model, max_kv_size: int | None = None):
@@ -21,15 +24,26 @@ def make_cache(model, max_kv_size: int | None = None):
     return cache
 
 
-def prefill(model, cache, prompt, chunk: int = 512, on_progress=None):
+def prefill(model, cache, prompt, chunk: int = PREFILL_CHUNK, on_progress=None):
     """Feed all but the last prompt token in chunks, then the last: its logits (vocab,)."""
+    last = None
+    for forward in prefill_passes(cache, prompt, chunk, on_progress):
+        last = run(model, forward)
+    return last[-1]
+
+
+def prefill_passes(cache, prompt, chunk: int = PREFILL_CHUNK, on_progress=None):
+    """prefill's passes (engine.forward: Forwards, run by whoever drives them); returns the
+    last prompt token's logits (vocab,). Each chunk's cache is evaluated before the next."""
     n = len(prompt) - 1
     for i in range(0, n, chunk):
-        model(mx.array(prompt[i:min(i + chunk, n)])[None], cache=cache)
+        yield Forward(list(prompt[i:min(i + chunk, n)]), cache)
         mx.eval([c.state for c in cache])
         if on_progress is not None:
             on_progress(min(i + chunk, n), len(prompt))
-    return model(mx.array(prompt[-1:])[None], cache=cache)[0, -1]
+    last = Forward(list(prompt[-1:]), cache)
+    yield last
+    return last.logits[-1]
 
 
 def snapshot(cache) -> list:
@@ -40,8 +54,9 @@ def snapshot(cache) -> list:
     return [c.state if isinstance(c, RotatingKVCache) else None for c in cache]
 
 
-def rollback(model, cache, passed: int, keep: list, snap) -> None:
-    """Drop the last passed - len(keep) tokens of a pass of `passed` tokens from the cache."""
+def rollback(cache, passed: int, keep: list, snap):
+    """Drop the last passed - len(keep) tokens of a pass of `passed` tokens from the cache: a
+    generator of the passes that takes (engine.forward: a wrapped rotating window re-fed)."""
     from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 
     n = passed - len(keep)
@@ -59,7 +74,9 @@ def rollback(model, cache, passed: int, keep: list, snap) -> None:
         elif c.trim(passed) != passed:
             raise RuntimeError("KV cache could not be rolled back")
     if keep:
-        mx.eval(model(mx.array(keep)[None], cache=cache))
+        refeed = Forward(list(keep), cache)
+        yield refeed
+        mx.eval(refeed.logits)
 
 
 # ---- reuse between generations (a conversation's turns, a server's requests) ---------------

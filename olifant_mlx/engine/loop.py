@@ -38,6 +38,7 @@ from olifant_mlx.engine import cache as kv
 from olifant_mlx.engine.collective import Collective
 from olifant_mlx.engine.constraint import ForcedDrafts
 from olifant_mlx.engine.costs import LEAD_COST, LeadRule
+from olifant_mlx.engine.forward import Forward, Proposal, alone
 from olifant_mlx.engine.options import MAX_K, GenerationOptions  # noqa: F401  (MAX_K: engine.loop's name too)
 from olifant_mlx.engine.sampling import picker
 from olifant_mlx.engine.stats import Stats, Step
@@ -110,22 +111,35 @@ class CachedVerification:
     docstring). The cache always holds the whole sequence but, after a led pass's correction,
     its last token; `lead` False is the older rule (every correction held back for a free
     check of the next draft, which the drafter then usually re-proposes), kept to measure
-    against."""
+    against. Its passes are yielded (engine.forward), not run: `start`, `verify` and
+    `advance` are generators."""
 
     def __init__(self, model, prompt, pick, max_kv_size=None, on_prefill=None, lead: bool = True,
-                 prompt_cache=None, quantized=None):
+                 prompt_cache=None, quantized=None, prefill_chunk: int = kv.PREFILL_CHUNK):
         self.model, self.pick, self.lead = model, pick, lead
+        self.prompt, self.on_prefill, self.prefill_chunk = prompt, on_prefill, prefill_chunk
         self.quantized = quantized            # (bits, group size, start) of a quantized KV cache
         self.key = kv.cache_key(model, max_kv_size, quantized)
         layers, self.reused = prompt_cache.take(self.key, prompt) if prompt_cache else (None, 0)
         self.cache = layers if layers is not None else kv.make_cache(model, max_kv_size)
-        logits = kv.prefill(model, self.cache, prompt[self.reused:], on_progress=on_prefill)
-        self.requantize()
-        self._set_next(logits, len(prompt), prompt)
         self.led = False          # the sequence's last token is an emitted correction, not yet fed
         self.to_feed = False      # the token just emitted must be fed to know the next one
         self.waited_s = 0.0       # waiting for a queued pass's token, since the engine last read it
+        self._next = self._next_int = None
+
+    def start(self):
+        """Prefill the prompt (past what a reused cache holds): the verifier's first token."""
+        prompt = self.prompt
+        logits = yield from kv.prefill_passes(self.cache, prompt[self.reused:], self.prefill_chunk, self.on_prefill)
+        self.requantize()
+        self._set_next(logits, len(prompt), prompt)
         self._after_prefill = self._next_int is None   # a wait for the prefill is no 1-token pass
+
+    def _forward(self, tokens):
+        """A pass through the cache, yielded: its logits (rows x vocab)."""
+        forward = Forward(tokens, self.cache)
+        yield forward
+        return forward.logits
 
     # the verifier's next token: lazily computed (mx array) until read
     def _set_next(self, logits, position, context):
@@ -153,14 +167,16 @@ class CachedVerification:
     def _hold(self, token: int):
         self._next, self._next_int = None, int(token)
 
-    def verify(self, seq, drafts, room: int) -> Verdict:
+    def verify(self, seq, drafts, room: int):
+        """The pass for `drafts` after `seq` (a generator of its passes): its Verdict."""
         if self.led:
-            return self._led_pass(seq, drafts)
+            return (yield from self._led_pass(seq, drafts))
         if not drafts and room > 1 and self._next_int is None and self.pick.lazy_ok:
             # plain step: queue the next pass on the token before reading it (mlx-lm's overlap;
             # no logits processor here, so the pick needs no context)
             y_lazy = self._next
-            self._set_next(self.model(y_lazy.reshape(1, 1), cache=self.cache)[0, -1], len(seq) + 1, ())
+            logits = yield from self._forward(y_lazy.reshape(1))
+            self._set_next(logits[-1], len(seq) + 1, ())
             y = self._await(y_lazy)
             return Verdict([y], 0, y, False, 1, queued=True)
         y = self.next_token
@@ -170,12 +186,11 @@ class CachedVerification:
             self.to_feed = True
             return Verdict([y], 0, y, bool(drafts), 0, rejected=rejected)
         snap = kv.snapshot(self.cache)
-        preds = self.pick(self.model(mx.array(drafts)[None], cache=self.cache)[0], len(seq) + 1,
-                          seq + drafts)
+        preds = self.pick((yield from self._forward(drafts)), len(seq) + 1, seq + drafts)
         a = 1
         while a < len(drafts) and preds[a - 1] == drafts[a]:
             a += 1
-        kv.rollback(self.model, self.cache, len(drafts), drafts[:a], snap)
+        yield from kv.rollback(self.cache, len(drafts), drafts[:a], snap)
         c = preds[a - 1]
         if a == len(drafts):                       # all accepted: the bonus token is held back
             self._hold(c)
@@ -187,17 +202,17 @@ class CachedVerification:
         self.led = True
         return Verdict(drafts[:a] + [c], a, c, False, len(drafts), next_led=True, rejected=rejected)
 
-    def _led_pass(self, seq, drafts) -> Verdict:
+    def _led_pass(self, seq, drafts):
         """The correction (seq's last token, not yet fed) and the drafts that follow it, in one
         pass; a pass without drafts just feeds the correction and holds the token after it."""
         feed = [seq[-1]] + drafts
         snap = kv.snapshot(self.cache) if drafts else None
-        preds = self.pick(self.model(mx.array(feed)[None], cache=self.cache)[0], len(seq), seq + drafts)
+        preds = self.pick((yield from self._forward(feed)), len(seq), seq + drafts)
         a = 0
         while a < len(drafts) and preds[a] == drafts[a]:
             a += 1
         if drafts:
-            kv.rollback(self.model, self.cache, len(feed), feed[:a + 1], snap)
+            yield from kv.rollback(self.cache, len(feed), feed[:a + 1], snap)
         c = preds[a]
         if a == len(drafts):                       # all accepted (or none drafted): hold it
             self.led = False
@@ -225,15 +240,15 @@ class CachedVerification:
         if settled is not None:
             prompt_cache.keep(self.key, *settled)
 
-    def advance(self, seq, verdict: Verdict) -> None:
+    def advance(self, seq, verdict: Verdict):
         """Know the next token before the next step: from the pass just made, or by feeding
         the token just emitted (a 1-token pass, counted in the verdict; queued, not awaited,
-        so that the next draft is made while it runs)."""
+        so that the next draft is made while it runs). A generator of that pass."""
         if not self.to_feed:
             return
         self.to_feed = False
-        logits = self.model(mx.array(seq[-1:])[None], cache=self.cache)[0, -1]
-        self._set_next(logits, len(seq), seq)
+        logits = yield from self._forward(seq[-1:])
+        self._set_next(logits[-1], len(seq), seq)
         verdict.forward_tokens = 1
         verdict.queued = self._next_int is None
 
@@ -247,9 +262,14 @@ class UncachedVerification:
     def __init__(self, model, prompt, pick):
         self.model, self.pick = model, pick
 
-    def verify(self, seq, drafts, room: int) -> Verdict:
-        logits = self.model(mx.array(seq + drafts)[None])[0, len(seq) - 1:]
-        preds = self.pick(logits, len(seq), seq + drafts)
+    def start(self):
+        return
+        yield
+
+    def verify(self, seq, drafts, room: int):
+        forward = Forward(seq + drafts, None)
+        yield forward
+        preds = self.pick(forward.logits[len(seq) - 1:], len(seq), seq + drafts)
         a = 0
         while a < len(drafts) and preds[a] == drafts[a]:
             a += 1
@@ -257,8 +277,9 @@ class UncachedVerification:
         return Verdict(drafts[:a] + [preds[a]], a, preds[a], False, len(seq) + len(drafts),
                        rejected=rejected)
 
-    def advance(self, seq, verdict: Verdict) -> None:
-        pass
+    def advance(self, seq, verdict: Verdict):
+        return
+        yield
 
     def requantize(self) -> None:
         pass
@@ -269,7 +290,8 @@ class UncachedVerification:
 
 def generate_steps(model, prompt, drafter, options: GenerationOptions, *, eos_ids=(), bos_id: int | None = None,
                    stats: Stats | None = None, on_prefill=None, vocab_size: int | None = None,
-                   shared: Collective | None = None, prompt_cache=None, constraint=None, learning=None):
+                   shared: Collective | None = None, prompt_cache=None, constraint=None, learning=None,
+                   batched: bool = False, prefill_chunk: int = kv.PREFILL_CHUNK):
     """Yield a Step per verifier pass until max_tokens or an EOS token (not emitted), as
     `options` say (engine.options.GenerationOptions: k, max_tokens, the KV regime and its
     quantization, sampling, the lead rule and the cost models; `script_options` makes them for
@@ -293,7 +315,18 @@ def generate_steps(model, prompt, drafter, options: GenerationOptions, *, eos_id
     when the generator is closed). `kv_bits` (KV regime) quantizes the cache as mlx-lm does
     (QuantizedKVCache, `kv_group_size`), once it holds `quantized_kv_start` tokens, checked
     between passes. `constraint` (engine.constraint: structured output) masks every choice; each
-    pass drafts its forced tokens, then the drafter's (ForcedDrafts)."""
+    pass drafts its forced tokens, then the drafter's (ForcedDrafts). `batched`: the passes are
+    yielded too, between the Steps (engine.forward: a Forward to run and a Proposal to plan before
+    each pass with drafts), for engine.batch to run with other generations' passes; else each is
+    run alone as it comes. `prefill_chunk`: the prompt tokens a prefill pass feeds."""
+    events = _generation(model, prompt, drafter, options, eos_ids, bos_id, stats, on_prefill, vocab_size,
+                         shared, prompt_cache, constraint, learning, prefill_chunk)
+    return events if batched else alone(model, events)
+
+
+def _generation(model, prompt, drafter, options, eos_ids, bos_id, stats, on_prefill, vocab_size, shared,
+                prompt_cache, constraint, learning, prefill_chunk):
+    """generate_steps' generation: its Steps, and its passes as engine.forward's events."""
     prompt = [int(t) for t in prompt]
     vocab_size = vocab_size or model_vocab_size(model)
     _check_prompt(prompt, vocab_size)
@@ -307,11 +340,17 @@ def generate_steps(model, prompt, drafter, options: GenerationOptions, *, eos_id
     state = as_drafter(drafter.open(prompt[skip:], learning, options.draft_cost))
     plan = _plan(state, plan_rule, options, eos_ids, skip, vocab_size, shared, constraint, prompt)
     pick = _pick(options, constraint, shared)
-    verifier = _verifier(model, prompt, pick, options, options.lead is not False, on_prefill, prompt_cache, stats)
+    verifier = _verifier(model, prompt, pick, options, options.lead is not False, on_prefill, prompt_cache,
+                         prefill_chunk)
     if not options.kv_cache:
         prompt_cache = None                     # nothing to keep: no pass leaves a cache behind
     seq = list(prompt)                      # everything the verifier has seen or will see
     try:
+        t0 = time.perf_counter()
+        yield from verifier.start()
+        stats.prefill_s = time.perf_counter() - t0
+        if prompt_cache is not None:
+            stats.extra["cached_tokens"] = verifier.reused
         yield from _steps(verifier, plan, seq, stats)
     except GeneratorExit:        # closed between Steps: the cache holds a prefix of seq
         if prompt_cache is not None:
@@ -381,19 +420,14 @@ def _lead_rule(options, drafter, shared, learning) -> LeadRule | None:
     return rule
 
 
-def _verifier(model, prompt, pick, options, lead: bool, on_prefill, prompt_cache, stats):
-    """The regime's verification, the prompt prefilled (KV regime), its time in `stats`;
-    `lead` False: corrections held back (the older KV rule)."""
+def _verifier(model, prompt, pick, options, lead: bool, on_prefill, prompt_cache, prefill_chunk):
+    """The regime's verification (its `start` prefills the prompt, KV regime); `lead` False:
+    corrections held back (the older KV rule)."""
     if not options.kv_cache:
         return UncachedVerification(model, prompt, pick)
-    t0 = time.perf_counter()
     quantized = (options.kv_bits, options.kv_group_size, options.quantized_kv_start) if options.kv_bits else None
-    verifier = CachedVerification(model, prompt, pick, options.max_kv_size, on_prefill, lead,
-                                  prompt_cache, quantized)
-    stats.prefill_s = time.perf_counter() - t0
-    if prompt_cache is not None:
-        stats.extra["cached_tokens"] = verifier.reused
-    return verifier
+    return CachedVerification(model, prompt, pick, options.max_kv_size, on_prefill, lead, prompt_cache,
+                              quantized, prefill_chunk)
 
 
 @dataclass(frozen=True)
@@ -437,24 +471,29 @@ def _cut(emitted, eos, room):
 
 def _steps(verifier, plan: Plan, seq, stats):
     """The loop of generate_steps: draft, verify, emit, learn, until max_tokens or an EOS."""
-    produced, index, rejected = 0, 0, None
+    produced, index, rejected, rejections = 0, 0, None, 0
     while True:
         ts = time.perf_counter()
         led = verifier.led
         drafts = _drafts(plan, verifier, seq)
+        if drafts:                           # the pass's planner may take fewer of them
+            proposal = Proposal(drafts, stats.accepted, rejections)
+            yield proposal
+            drafts = drafts[:proposal.allowed]
         td = time.perf_counter()
         # the first draft is the token the verifier just rejected at this very position
         reproposed = bool(drafts) and rejected == (len(seq), drafts[0])
-        verdict = verifier.verify(seq, drafts, plan.max_tokens - produced)
+        verdict = yield from verifier.verify(seq, drafts, plan.max_tokens - produced)
         kept, reason = _cut(verdict.emitted, plan.eos, plan.max_tokens - produced)
         seq.extend(kept)
         produced += len(kept)
         if not reason:
-            verifier.advance(seq, verdict)
+            yield from verifier.advance(seq, verdict)
             verifier.requantize()
         te = time.perf_counter()
         waited, verifier.waited_s = verifier.waited_s, 0.0
         rejected = verdict.rejected
+        rejections += rejected is not None
         step = Step(index=index, drafted=drafts, accepted=min(verdict.accepted, len(kept)),
                     emitted=kept, verifier_token=verdict.own if verdict.own in kept else None,
                     fast_path=verdict.fast_path, forward_tokens=verdict.forward_tokens,
