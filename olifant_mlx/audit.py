@@ -219,6 +219,9 @@ def audited(log: AuditLog, request, responses, **who):
     found, tokens, written = [], 0, False
     try:
         for r in responses:
+            if not hasattr(r, "finish_reason"):     # a batched stream's pass (engine.forward)
+                yield r
+                continue
             found += r.sources
             tokens += len(r.tokens)
             if r.finish_reason is not None:

@@ -7,7 +7,7 @@ from olifant_mlx.drafters import AdaptiveDrafter, HybridDrafter, NgramDrafter, N
 from olifant_mlx.engine import PrefixCache, PromptCache, Stats, generate, generate_steps
 from olifant_mlx.engine.loop import script_options
 from olifant_mlx.engine import cache as kv
-from tiny_models import VOCAB, igtree_on_own_output, tiny_llama
+from tiny_models import VOCAB, head64_llama, igtree_on_own_output, tiny_llama
 
 
 def fresh_drafters(olifant):
@@ -198,22 +198,6 @@ def test_a_prompt_cache_file_that_cannot_be_used_is_refused_naming_it(tmp_path):
 
 
 # ---- a quantized KV cache (--kv-bits) -------------------------------------------------------
-
-def head64_llama(seed=0):
-    """A tiny llama whose head dimension (64) mx.quantize can group."""
-    from mlx.utils import tree_map
-    from mlx_lm.models import llama
-
-    from olifant_mlx.mlx_setup import mx
-
-    mx.random.seed(seed)
-    args = llama.ModelArgs(model_type="llama", hidden_size=128, num_hidden_layers=2, intermediate_size=96,
-                           num_attention_heads=2, num_key_value_heads=1, rms_norm_eps=1e-5, vocab_size=VOCAB,
-                           tie_word_embeddings=True)
-    m = llama.Model(args)
-    m.update(tree_map(lambda p: p * 2.0, m.parameters()))
-    return m
-
 
 @pytest.fixture(scope="module")
 def qmodel():

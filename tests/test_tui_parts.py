@@ -232,7 +232,7 @@ class TextVerifier:
 
 
 class Scripted(Session):
-    def _steps(self, ids, drafter, opts, stats, on_prefill, eos_ids, cache=None, constraint=None):
+    def _steps(self, ids, drafter, opts, stats, on_prefill, eos_ids, cache=None, constraint=None, batched=False):
         for i, t in enumerate((4, 5)):
             step = Step(index=i, drafted=[], accepted=0, emitted=[t], verifier_token=t, fast_path=False,
                         forward_tokens=1, draft_s=0, verify_s=0, step_s=0, finished=i == 1,

@@ -71,7 +71,7 @@ class RevisingSession(FakeSession):
     gates: list = []
     clauses = 0
 
-    def _steps(self, ids, drafter, opts, stats, on_prefill, eos_ids, cache=None, constraint=None):
+    def _steps(self, ids, drafter, opts, stats, on_prefill, eos_ids, cache=None, constraint=None, batched=False):
         gate = RevisingSession.gates[RevisingSession.clauses] if RevisingSession.clauses < len(self.gates) else None
         RevisingSession.clauses += 1
         n = min(len(self.verifier.pieces), opts.max_tokens)

@@ -160,3 +160,19 @@ class JsonTok(ChatTok):
 def tiny_json_verifier():
     """The tiny model with JsonTok: a verifier that structured output can constrain."""
     return Verifier(tiny_llama(0), JsonTok(), JsonTok(), "tiny", context_length=2048)
+
+
+def head64_llama(seed=0):
+    """A tiny llama whose head dimension (64) mx.quantize can group."""
+    from mlx.utils import tree_map
+    from mlx_lm.models import llama
+
+    from olifant_mlx.mlx_setup import mx
+
+    mx.random.seed(seed)
+    args = llama.ModelArgs(model_type="llama", hidden_size=128, num_hidden_layers=2, intermediate_size=96,
+                           num_attention_heads=2, num_key_value_heads=1, rms_norm_eps=1e-5, vocab_size=VOCAB,
+                           tie_word_embeddings=True)
+    m = llama.Model(args)
+    m.update(tree_map(lambda p: p * 2.0, m.parameters()))
+    return m

@@ -84,7 +84,7 @@ class FakeSession(Session):
     prompts: list = []   # every prompt's ids
     caches: list = []    # the prompt cache each generation was given (None: read afresh)
 
-    def _steps(self, ids, drafter, opts, stats, on_prefill, eos_ids, cache=None, constraint=None):
+    def _steps(self, ids, drafter, opts, stats, on_prefill, eos_ids, cache=None, constraint=None, batched=False):
         FakeSession.streams += 1
         FakeSession.prompts.append(list(ids))
         FakeSession.caches.append(cache)

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from olifant_mlx.drafters.learning import Learning
 from olifant_mlx.drafters.prediction import prediction_counts
 from olifant_mlx.drafters.registry import parse_spec
+from olifant_mlx.engine.batch import BATCH_PREFILL_CHUNK
+from olifant_mlx.engine.cache import PREFILL_CHUNK
 from olifant_mlx.engine.loop import generate_steps, model_vocab_size
 from olifant_mlx.engine.options import GenerationOptions, OptionsError
 from olifant_mlx.engine.request import Chat, ContextError, Request, drafting, encode, plan, sources_library
@@ -320,7 +322,7 @@ class Session:
         return self.grammars.get(schema, tuple(eos_ids))
 
     def stream(self, request: Request, should_stop: Callable[[], bool] | None = None,
-               on_prefill: Callable[[int, int], None] | None = None) -> Iterator[Response]:
+               on_prefill: Callable[[int, int], None] | None = None, batched: bool = False) -> Iterator[Response]:
         """Run a Request (`plan` makes one): one Response per verifier pass. `should_stop()` is
         asked after every pass; `on_prefill(done, total)` reports the prefill. The request's
         `cache` (engine.cache's PromptCache, a conversation's; or PrefixCache, a server's): the
@@ -328,11 +330,15 @@ class Session:
         only the prompt's tokens past the prefix they share; the output is the same. With a
         `prediction`, the last Response's stats count its accepted and rejected tokens
         (`prediction`). Streams of several Requests may be stepped in turn: each drafts with a
-        state of its own."""
+        state of its own. `batched`: its verifier passes come between the Responses, as
+        engine.forward's events, for an engine.batch.Batch to run with other streams' passes
+        (not on a sharded verifier)."""
         if not isinstance(request, Request):
             raise TypeError(f"Session.stream runs a Request, not a {type(request).__name__}: plan one "
                             f"first (session.plan(prompt, options, drafter=...))")
-        responses = self._stream(request, should_stop, on_prefill)
+        if batched and self.shard is not None:
+            raise ValueError("a sharded verifier's passes cannot be batched")
+        responses = self._stream(request, should_stop, on_prefill, batched)
         if request.options.audit_log:       # a line when it ends: counts and citations, never its text
             from olifant_mlx.audit import audited, open_log
 
@@ -353,7 +359,7 @@ class Session:
                                     "should_stop)")
                 raise
 
-    def _stream(self, request: Request, should_stop, on_prefill):
+    def _stream(self, request: Request, should_stop, on_prefill, batched=False):
         opts, ids, used = request.options, list(request.ids), request.precedents
         stats = Stats()
         if self.shard is not None:      # rank 0 announces the job the other ranks run with it
@@ -363,8 +369,11 @@ class Session:
         ident = self.verifier.identity
         guard = Guard(request.tracker(ident if hasattr(ident, "decode") else None))
         steps = self._steps(ids, request.drafter, opts, stats, on_prefill, request.eos_ids, request.cache,
-                            request.constraint())
+                            request.constraint(), batched)
         for step in steps:
+            if not isinstance(step, Step):      # a pass for the batch to run (batched)
+                yield step
+                continue
             segments = text.add(step)
             found, trip = guard.feed(step.emitted)
             reason = step.stop_reason or None
@@ -387,14 +396,16 @@ class Session:
         yield Response("", [], [], None, stats, "max_tokens",
                        self._finish(ids, [], stats, request.drafter, start, request.prediction), precedents=used)
 
-    def _steps(self, ids, drafter, opts, stats, on_prefill, eos_ids, cache=None, constraint=None):
-        """The engine loop for one generation (a Step per verifier pass); a sharded verifier
-        keeps no cache between generations (every rank would have to keep the same one)."""
+    def _steps(self, ids, drafter, opts, stats, on_prefill, eos_ids, cache=None, constraint=None, batched=False):
+        """The engine loop for one generation (a Step per verifier pass; batched, its passes
+        too); a sharded verifier keeps no cache between generations (every rank would have to
+        keep the same one)."""
         v = self.verifier
         return generate_steps(v.model, ids, drafter, opts, eos_ids=eos_ids, bos_id=v.bos_id,
                               stats=stats, on_prefill=on_prefill, vocab_size=self.vocab_size,
                               shared=self.shard, prompt_cache=cache if self.shard is None else None,
-                              constraint=constraint, learning=self.learning)
+                              constraint=constraint, learning=self.learning, batched=batched,
+                              prefill_chunk=BATCH_PREFILL_CHUNK if batched else PREFILL_CHUNK)
 
     def _finish(self, ids, tokens, stats, drafter, start, prediction=()):
         """Energy of the generation; the opt-in history remembers prompt and output; a
