@@ -9,7 +9,8 @@ from olifant_mlx.server.config import Limits
 SECRET = "CONFIDENTIAL-PATIENT-ZETA"     # in prompts: must never reach a log
 DEFAULTS = GenerationOptions(k=8, max_tokens=512)
 
-LIMITS = Limits(max_tokens=5000, default_max_tokens=64, max_body_bytes=1 << 20, timeout_s=120)
+# one request's pass at a time (max_batch 1), as the tests of queueing expect; batching: test_server_batch.py
+LIMITS = Limits(max_tokens=5000, default_max_tokens=64, max_body_bytes=1 << 20, timeout_s=120, max_batch=1)
 
 
 def wait_for(cond, what, timeout=120.0):
@@ -20,6 +21,23 @@ def wait_for(cond, what, timeout=120.0):
             return
         time.sleep(0.02)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def concurrently(run, calls) -> int:
+    """Each call on a thread of its own, all at once; the most requests seen running together
+    (a look every 5 ms, not a spin against the worker)."""
+    import threading
+
+    threads = [threading.Thread(target=call) for call in calls]
+    peak = 0
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        peak = max(peak, run.queue.status()["running"])
+        time.sleep(0.005)
+    for t in threads:
+        t.join()
+    return peak
 
 
 def idle(run):

@@ -59,7 +59,8 @@ def test_libraries_never_import_the_cli_or_the_ui():
                            for t in ts), (m, ts)
         # the HTTP server stands on the Session and its Request alone (no decoding of its own; engine.options for
         # the options' checks, bindings for their request fields; engine.cache for the prefix
-        # cache it keeps across requests; `teardown` is its worker thread's clean end; `library`
+        # cache it keeps across requests; engine.batch to run its requests' passes as one;
+        # `teardown` is its worker thread's clean end; `library`
         # to check a request's library name without listing the others; `audit` for its audit
         # log; `structured` to check a request's JSON schema before it is queued), and only the
         # serve command uses it
@@ -67,7 +68,8 @@ def test_libraries_never_import_the_cli_or_the_ui():
             assert all(t == "olifant_mlx" or t.startswith(("olifant_mlx.server", "olifant_mlx.engine.session",
                                                             "olifant_mlx.engine.request",
                                                             "olifant_mlx.engine.options", "olifant_mlx.engine.loop",
-                                                            "olifant_mlx.engine.cache", "olifant_mlx.library",
+                                                            "olifant_mlx.engine.cache", "olifant_mlx.engine.batch",
+                                                            "olifant_mlx.library",
                                                             "olifant_mlx.drafters", "olifant_mlx.teardown",
                                                             "olifant_mlx.bindings", "olifant_mlx.audit",
                                                             "olifant_mlx.structured"))

@@ -375,7 +375,7 @@ def test_deadlines(server, client):
 
 
 def test_a_full_queue_is_a_429_with_retry_after(verifier):
-    run = start(verifier, DrafterChoice({}, "none"), DEFAULTS, Limits(queue_size=1, max_tokens=5000))
+    run = start(verifier, DrafterChoice({}, "none"), DEFAULTS, Limits(queue_size=1, max_tokens=5000, max_batch=1))
     q = run.queue
     try:
         a = raw(run, "/v1/completions", LONG)

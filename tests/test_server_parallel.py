@@ -4,8 +4,6 @@ with mixed drafters, k, stop strings and lengths, while one more client leaves m
 costs are fixed and the session's learning frozen, so what each request drafts depends on nothing
 measured nor on the requests before it (tests/test_interleaved.py: the same on one Session)."""
 import json
-import threading
-import time
 
 import pytest
 
@@ -13,7 +11,7 @@ pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 httpx = pytest.importorskip("httpx")
 
-from server_helpers import DEFAULTS, LIMITS, wait_for  # noqa: E402
+from server_helpers import DEFAULTS, LIMITS, concurrently, wait_for  # noqa: E402
 from tiny_models import tiny_verifier  # noqa: E402
 
 from olifant_mlx.drafters.registry import parse_spec  # noqa: E402
@@ -62,7 +60,7 @@ def test_requests_admitted_together_each_get_their_solo_answer_and_drafting(serv
     with httpx.Client(base_url=server.url, timeout=120) as http:
         solo = [ask(http, body) for body in ASKED]
     assert sum(d["accepted_tokens"] for _, d in solo) > 0
-    peak, got, errors = [0], [None] * len(ASKED), []
+    got, errors = [None] * len(ASKED), []
 
     def client(i):
         try:
@@ -79,18 +77,10 @@ def test_requests_admitted_together_each_get_their_solo_answer_and_drafting(serv
                     if n > 6:
                         break
 
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(ASKED))]
-    threads.append(threading.Thread(target=leaver))
-    for t in threads:
-        t.start()
-    while any(t.is_alive() for t in threads):     # a look every 5 ms, not a spin against the worker
-        peak[0] = max(peak[0], server.queue.status()["running"])
-        time.sleep(0.005)
-    for t in threads:
-        t.join()
+    peak = concurrently(server, [lambda i=i: client(i) for i in range(len(ASKED))] + [leaver])
     assert not errors, errors
     assert got == solo
-    assert peak[0] >= 2, "no two requests ran at once: the test proved nothing"
+    assert peak >= 2, "no two requests ran at once: the test proved nothing"
     wait_for(lambda: server.queue.status()["running"] == 0, "the leaver's generation to end")
     assert server.queue.counts["disconnected"] >= 1
 

@@ -50,6 +50,7 @@ def prepare(args):
     defaults = options_from(args)        # serve's option flags: the requests' defaults ...
     limits = Limits(max_body_bytes=args.max_body_bytes, default_max_tokens=args.max_tokens,
                     max_tokens=args.max_tokens_limit, queue_size=args.queue_size, parallel=args.parallel,
+                    max_batch=args.max_batch,
                     timeout_s=args.timeout, prompt_cache_size=args.prompt_cache_size,
                     prompt_cache_bytes=args.prompt_cache_bytes)
     keys = list(args.api_key or ())
@@ -126,7 +127,7 @@ def cmd_serve(args) -> int:
     others = [make_setup(functools.partial(load_verifier, name), choice, defaults, meter) for name in args.models]
     queue = GenerationQueue(make_setup(lambda: load_verifier(args.model, adapter_path=args.adapter_path),
                                        choice, defaults, meter), limits.queue_size, others, prompt_cache(limits),
-                            audit=audit, parallel=limits.parallel)
+                            audit=audit, parallel=limits.parallel, max_batch=limits.max_batch)
 
     def stopped(*_):
         """A service manager's SIGTERM while the verifier loads: a normal exit with status 0
@@ -213,6 +214,9 @@ def read_access_file(path) -> dict:
 
 
 MAX_MODELS = 4      # verifiers one server holds in memory at once (all loaded at start)
+MAX_BATCH_HELP = ("requests whose verifier passes run as one pass, each with its own drafts and KV cache "
+                  "(default: as many as this machine's pass costs say pay, measured once per verifier "
+                  "and kept; 1: one request's pass at a time)")
 
 
 def served_models(model, others) -> list:
@@ -276,6 +280,7 @@ def add_serve(s):
     s.add_argument("--parallel", type=int, default=Limits.parallel, metavar="N",
                    help="requests generated at once, a verifier pass of each in turn, each with its own "
                         "drafting (default %(default)s: one at a time)")
+    s.add_argument("--max-batch", type=int, default=Limits.max_batch, metavar="N", help=MAX_BATCH_HELP)
     s.add_argument("--timeout", type=float, default=Limits.timeout_s,
                    help="seconds a request may take, queue included; a request may ask for "
                         "less with \"timeout\" (default 600)")

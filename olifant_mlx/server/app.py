@@ -573,7 +573,7 @@ def start(verifier, choice, defaults=None, limits: Limits | None = None, api_key
     sock = bind(host, port)
     queue = GenerationQueue(make_setup(verifier, choice, defaults, meter), limits.queue_size,
                             [make_setup(v, choice, defaults, meter) for v in others], prompt_cache(limits),
-                            audit=audit, parallel=limits.parallel)
+                            audit=audit, parallel=limits.parallel, max_batch=limits.max_batch)
     try:
         queue.start()
     except BaseException:

@@ -30,6 +30,7 @@ class Limits:
     max_messages: int = 1024            # chat messages per request
     queue_size: int = 16                # requests waiting behind the running ones (then 429)
     parallel: int = 1                   # requests generated at once, a verifier pass of each in turn
+    max_batch: int | None = None        # requests whose passes run as one (None: the pass-cost curve's)
     timeout_s: float = 600.0            # a request's deadline: queue wait plus generation
     prompt_cache_size: int = 10         # KV caches kept across requests (mlx-lm's default); 0: none
     prompt_cache_bytes: int = 1 << 30   # their memory in all (0: no bound but the count)
@@ -48,6 +49,8 @@ class Limits:
         whole("max_messages", 1)
         whole("queue_size", 0)
         whole("parallel", 1)
+        if self.max_batch is not None:
+            whole("max_batch", 1)
         whole("prompt_cache_size", 0)
         whole("prompt_cache_bytes", 0)
         if self.default_max_tokens > self.max_tokens:

@@ -117,6 +117,7 @@ class Job:
         self.passes = 0                # verifier passes so far (worker)
         self.started = None            # time.monotonic() when the worker took it
         self.cancelled_at_pass = None
+        self.batches = []              # how many jobs each of its forward passes held (worker)
         self.done = False
 
     def cancel(self, reason: str = "disconnected") -> None:
@@ -146,11 +147,17 @@ class GenerationQueue:
     `prompt_cache` (an engine PrefixCache, or None) keeps the verifiers' KV caches across
     requests (keyed by model): a request prefills only its prompt's tokens past the longest
     prefix it shares with a cached one (a conversation's next turn, a shared system prompt).
-    `parallel`: how many jobs run at once, a pass of each in turn (the rest wait)."""
+    `parallel`: how many jobs run at once, a pass of each in turn (the rest wait).
+    `max_batch`: how many running jobs' passes run as one (engine.batch; None: as many as this
+    machine's pass-cost curve says pay, the curve measured once per verifier and kept); more
+    jobs than that run at once when `parallel` says so, in batches by turn."""
 
-    def __init__(self, setup, size: int = 16, others=(), prompt_cache=None, audit=None, parallel: int = 1):
+    def __init__(self, setup, size: int = 16, others=(), prompt_cache=None, audit=None, parallel: int = 1,
+                 max_batch: int | None = 1):
         self._setup = setup
         self.parallel = parallel
+        self.max_batch = max_batch
+        self.batches = {}                # a served verifier's id -> its engine.batch.Batch
         self.audit = audit               # an audit.AuditLog: a line per job (counts and citations, no text)
         self._others = tuple(others)
         self.models = {}
@@ -184,7 +191,7 @@ class GenerationQueue:
         with self._cv:
             if self._closed:
                 raise QueueClosed("the server is shutting down")
-            busy = len(self._running) >= self.parallel or bool(self._waiting)
+            busy = len(self._running) >= self.running_limit or bool(self._waiting)
             if busy and len(self._waiting) >= self.size:
                 self.counts["rejected"] += 1
                 raise QueueFull(self.retry_after())
@@ -202,11 +209,17 @@ class GenerationQueue:
     def retry_after(self) -> int:
         """Seconds until a slot is likely free: a job's average time, times the jobs ahead / parallel."""
         per_job = self._service_s or 5.0
-        return max(1, min(600, math.ceil(per_job * (len(self._waiting) + 1) / self.parallel)))
+        return max(1, min(600, math.ceil(per_job * (len(self._waiting) + 1) / self.running_limit)))
+
+    @property
+    def running_limit(self) -> int:
+        """How many jobs run at once: --parallel, or a batch's worth where that is more."""
+        return max(self.parallel, self.max_batch or 1)
 
     def status(self) -> dict:
         with self._cv:
-            return {"running": len(self._running), "parallel": self.parallel, "waiting": len(self._waiting),
+            return {"running": len(self._running), "parallel": self.parallel, "max_batch": self.max_batch,
+                    "waiting": len(self._waiting),
                     "size": self.size, "served": sum(v for k, v in self.counts.items() if k != "rejected"),
                     "rejected": self.counts["rejected"]}
 
@@ -241,14 +254,31 @@ class GenerationQueue:
             for setup in self._others:
                 served = setup()
                 self.models.setdefault(served[2].id, served)
+            self._batching()
         except BaseException as e:       # noqa: B036 - handed to start(), which raises it
             self._error = e
             self._ready.set()
             return
         self._ready.set()
         while self._admit():
-            for job, passes in list(self._running.items()):
-                self._advance(job, passes)
+            self._round()
+
+    def _batching(self) -> None:
+        """A Batch for each served verifier (batches_for); `max_batch` None becomes the default one's size."""
+        self.batches, size = batches_for(self.models, self.max_batch)
+        if self.max_batch is None:
+            self.max_batch = size
+            log.info("batching up to %d requests a pass (this machine's pass costs)", size)
+
+    def _round(self) -> None:
+        """A pass of every running job, batched by verifier; the ones that ended leave."""
+        groups = collections.defaultdict(list)
+        for job, passes in self._running.items():
+            groups[job.model if job.model in self.batches else self.info.id].append(passes)
+        jobs = {passes: job for job, passes in self._running.items()}
+        for model_id, lanes in groups.items():
+            for passes, error in self.batches[model_id].round(lanes).items():
+                self._ended(jobs[passes], error)
 
     def _admit(self) -> bool:
         """Wait for work; waiting jobs start while there is room. False: closed, none running."""
@@ -257,19 +287,16 @@ class GenerationQueue:
                 self._cv.wait()
             if self._closed and not self._running:
                 return False
-            while self._waiting and len(self._running) < self.parallel and not self._closed:
+            while self._waiting and len(self._running) < self.running_limit and not self._closed:
                 job = self._waiting.popleft()
                 job.started = time.monotonic()
                 self._running[job] = self._serve(job)
             return True
 
-    def _advance(self, job: Job, passes) -> None:
-        """A pass of a running job (its first plans and prefills); at its end it leaves."""
-        try:
-            if next(passes, StopIteration) is not StopIteration:
-                return
-        except Exception as e:           # the worker outlives any one request
-            log.error("request failed on the worker: %s", type(e).__name__)
+    def _ended(self, job: Job, error) -> None:
+        """A running job's generation ended (`error`: the exception it raised): it leaves."""
+        if error is not None:            # the worker outlives any one request
+            log.error("request failed on the worker: %s", type(error).__name__)
             job.emit(Failed(500, "the generation failed on the server (see its log)", "server_error"))
         job.done = True
         with self._cv:
@@ -278,7 +305,8 @@ class GenerationQueue:
         self._service_s = dt if self._service_s is None else 0.8 * self._service_s + 0.2 * dt
 
     def _serve(self, job: Job):
-        """The job's generation: a generator that yields after each verifier pass."""
+        """The job's generation: a generator of its verifier passes (engine.forward's events, for
+        the batch to run; a sharded verifier's run here: None after each)."""
         if job.should_stop():          # it left, or its deadline passed, while it waited
             self._record(job, job.reason, 0, 0)
             if job.reason == "deadline":
@@ -294,15 +322,19 @@ class GenerationQueue:
         request = prediction_length(request, drafters[job.drafter], job.prediction_k)
         queue_s = time.monotonic() - job.created
         job.emit(Started(len(request.ids), queue_s))
-        last, found = None, []
+        last, found, batched = None, [], session.shard is None
         try:
-            for r in session.stream(request, should_stop=job.should_stop):
+            for r in session.stream(request, should_stop=job.should_stop, batched=batched):
+                if not hasattr(r, "finish_reason"):   # a pass (engine.forward): the batch runs it
+                    yield r
+                    job.batches.append(getattr(r, "batch", 0))
+                    continue
                 job.passes += 1
                 if r.text:
                     job.emit(Delta(r.text))
                 found += r.sources
                 last = r
-                if r.finish_reason is None:
+                if r.finish_reason is None and not batched:
                     yield                # the other running jobs' passes
         except Exception as e:
             # the type and where, never the message (it could quote the prompt)
@@ -316,48 +348,16 @@ class GenerationQueue:
         used = request.precedents
         job.emit(Finished(FINISH.get(stats.stop_reason, "stop"),
                           usage(stats, last.energy, len(request.ids), job.drafter, stop, queue_s, info.meter_label,
-                                job.prediction is not None),
+                                job.prediction is not None, [b for b in job.batches if b]),
                           response_sources(found, "precedents" if request.traced else request.library),
                           used.as_list() if used is not None else None))
 
     def _plan(self, job: Job, session, drafted, info):
-        """The job's engine Request, planned once (the precedents gathered, the prompt encoded
-        and fitted, the provenance library opened); None, the failure sent, when it cannot run."""
-        from olifant_mlx.engine.request import Chat, ContextError, LibraryOptionError, OptionsError
-        from olifant_mlx.structured import SchemaError
-
-        refused = None if job.options.sources is None else unknown_library(job.options.sources)
-        if refused is not None:
-            return self._refuse(job, "bad_sources", refused)
-        cache = None if self.prompt_cache is None else OwnedCache(self.prompt_cache, job.owner)
-        try:
-            # a completion's text is appended to its prompt: it keeps the space before its first word
-            return session.plan(job.prompt, job.options, drafted, cache, not isinstance(job.prompt, Chat),
-                        fit_max_tokens=not job.explicit_max, prediction=job.prediction)
-        except ContextError as e:
-            if e.what == "prediction":
-                return self._refuse(job, "context", Failed(
-                    400, f"prediction: {e.max_tokens:,} tokens, and with the prompt's {e.prompt_tokens:,} that is "
-                         f"more than {info.id}'s context holds ({info.context_length:,}): shorten the prediction",
-                    "context_length_exceeded", "prediction"))
-            return self._refuse(job, "context", Failed(
-                400, f"the prompt is {e.prompt_tokens:,} tokens and {e.max_tokens:,} more are asked for, but "
-                     f"{info.id}'s context holds {info.context_length:,}: shorten the prompt or ask for "
-                     f"fewer tokens (max_tokens)", "context_length_exceeded", job.param))
-        except OptionsError as e:        # precedents or a library that cannot be used
-            from olifant_mlx.server.wording import option_error
-
-            why = "bad_precedents" if (e.option or "").startswith("precedent") else "bad_sources"
-            message, param = option_error(e)
-            if isinstance(e, LibraryOptionError):   # its files and fix are the operator's: in the log
-                log.warning("request %s: %s", job.id, e)
-                return self._refuse(job, why, library_refusal(param or "precedents", e.library))
-            return self._refuse(job, why, Failed(400, message, "invalid_value", param))
-        except SchemaError as e:         # a schema this verifier's tokenizer cannot take
-            return self._refuse(job, "bad_schema", Failed(400, str(e), "invalid_schema", "response_format"))
-        except Exception as e:           # a chat template that refuses the conversation, ...
-            return self._refuse(job, "bad_prompt", Failed(400, f"the prompt cannot be formatted for this "
-                                                               f"model: {e}", "invalid_prompt", job.param))
+        """The job's engine Request (plan_job); None, the failure sent, when it cannot run."""
+        planned = plan_job(job, session, drafted, info, self.prompt_cache)
+        if isinstance(planned, tuple):
+            return self._refuse(job, *planned)
+        return planned
 
     def _refuse(self, job: Job, why: str, failed: Failed) -> None:
         self._record(job, why, 0, 0, refused=failed)
@@ -387,6 +387,71 @@ class GenerationQueue:
                                **audit.fields(job.options, request, tokens, found, outcome, reason)})
         except audit.AuditError as e:
             log.error("%s", e)
+
+
+def plan_job(job: Job, session, drafted, info, prompt_cache):
+    """The job's engine Request, planned once (the precedents gathered, the prompt encoded
+    and fitted, the provenance library opened); or, when it cannot run, why and the Failed to
+    send (GenerationQueue._refuse's arguments)."""
+    from olifant_mlx.engine.request import Chat, ContextError, LibraryOptionError, OptionsError
+    from olifant_mlx.structured import SchemaError
+
+    refused = None if job.options.sources is None else unknown_library(job.options.sources)
+    if refused is not None:
+        return ("bad_sources", refused)
+    cache = None if prompt_cache is None else OwnedCache(prompt_cache, job.owner)
+    try:
+        # a completion's text is appended to its prompt: it keeps the space before its first word
+        return session.plan(job.prompt, job.options, drafted, cache, not isinstance(job.prompt, Chat),
+                    fit_max_tokens=not job.explicit_max, prediction=job.prediction)
+    except ContextError as e:
+        if e.what == "prediction":
+            return ("context", Failed(
+                400, f"prediction: {e.max_tokens:,} tokens, and with the prompt's {e.prompt_tokens:,} that is "
+                     f"more than {info.id}'s context holds ({info.context_length:,}): shorten the prediction",
+                "context_length_exceeded", "prediction"))
+        return ("context", Failed(
+            400, f"the prompt is {e.prompt_tokens:,} tokens and {e.max_tokens:,} more are asked for, but "
+                 f"{info.id}'s context holds {info.context_length:,}: shorten the prompt or ask for "
+                 f"fewer tokens (max_tokens)", "context_length_exceeded", job.param))
+    except OptionsError as e:        # precedents or a library that cannot be used
+        from olifant_mlx.server.wording import option_error
+
+        why = "bad_precedents" if (e.option or "").startswith("precedent") else "bad_sources"
+        message, param = option_error(e)
+        if isinstance(e, LibraryOptionError):   # its files and fix are the operator's: in the log
+            log.warning("request %s: %s", job.id, e)
+            return (why, library_refusal(param or "precedents", e.library))
+        return (why, Failed(400, message, "invalid_value", param))
+    except SchemaError as e:         # a schema this verifier's tokenizer cannot take
+        return ("bad_schema", Failed(400, str(e), "invalid_schema", "response_format"))
+    except Exception as e:           # a chat template that refuses the conversation, ...
+        return ("bad_prompt", Failed(400, f"the prompt cannot be formatted for this "
+                                                           f"model: {e}", "invalid_prompt", job.param))
+
+
+def batches_for(models, max_batch):
+    """({served id: engine.batch.Batch}, the first one's size) for `models` ({id: (session, ...)}):
+    `max_batch` each, or (None) as many as the verifier's pass-cost curve says pay (measured once
+    on this machine and kept); one where its passes cannot be batched (a sharded verifier's, a
+    model whose layers the batch cannot split: said in the log)."""
+    from olifant_mlx.engine.batch import Batch, batchable, max_batch_for, pass_curve
+
+    batches = {}
+    for model_id, (session, _, _) in models.items():
+        model, size, curve = session.verifier.model, max_batch, None
+        why = "it is sharded" if session.shard is not None else None
+        if size != 1 and why is None:
+            why = batchable(model)
+        if why is not None:
+            if size != 1:
+                log.warning("%s: passes run one request at a time (%s)", model_id, why)
+            size = 1
+        else:
+            curve = pass_curve(model, model_id)
+            size = size or max_batch_for(curve)
+        batches[model_id] = Batch(model, size, curve)
+    return batches, next(iter(batches.values())).max_batch
 
 
 def prediction_length(request, drafted, k):
@@ -482,10 +547,12 @@ def make_setup(verifier, choice, defaults, meter=None, warm_up: bool = True):
     return setup
 
 
-def usage(stats, energy, prompt_tokens, drafter, stop_reason, queue_s, meter_label, predicted=False) -> dict:
-    """OpenAI's usage fields, then ours: drafting, speed, energy (None when not measured).
-    `predicted`: the request gave a prediction, whose accepted and rejected tokens
-    (completion_tokens_details, as OpenAI counts them) are then added."""
+def usage(stats, energy, prompt_tokens, drafter, stop_reason, queue_s, meter_label, predicted=False,
+          batches=()) -> dict:
+    """OpenAI's usage fields, then ours: drafting, speed, energy (None when not measured), and
+    the batches its passes ran in (`batches`: how many requests each forward pass held; the
+    largest and the mean). `predicted`: the request gave a prediction, whose accepted and
+    rejected tokens (completion_tokens_details, as OpenAI counts them) are then added."""
     joules = energy.total_j if energy is not None else None
     per_100 = energy.j_per_100_tokens(stats.tokens) if energy is not None else None
     details = {}
@@ -511,6 +578,8 @@ def usage(stats, energy, prompt_tokens, drafter, stop_reason, queue_s, meter_lab
         "seconds": round(stats.seconds, 4),
         "queue_s": round(queue_s, 4),
         "stop_reason": stop_reason,
+        "batch_size": max(batches, default=1),
+        "mean_batch_size": round(sum(batches) / len(batches), 3) if batches else 1.0,
         "energy_j": None if joules is None else round(joules, 4),
         "j_per_100_tokens": None if per_100 is None else round(per_100, 4),
         "energy_meter": energy.info.label if energy is not None else meter_label,
