@@ -155,7 +155,7 @@ def test_the_planner_takes_every_draft_when_rows_are_free_and_none_when_they_cos
 
 
 def test_expected_tokens_and_acceptance():
-    assert Proposal([1], 0, 0).acceptance == 0.5
+    assert Proposal([1], 0, 0).acceptance == 0.8 and Proposal([1], 6, 9).acceptance == 0.5
     assert expected_tokens(0.5, 0) == 1 and expected_tokens(0.5, 2) == 1.75
 
 

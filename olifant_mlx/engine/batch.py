@@ -19,7 +19,6 @@ import json
 import os
 import platform
 import time
-import weakref
 from dataclasses import dataclass
 
 from olifant_mlx.engine.forward import Forward, Proposal, run
@@ -98,19 +97,24 @@ def _twin(module, path):
     return twin
 
 
-_twins = {}
+class _Twin:
+    """The twin, held by its model as a plain attribute (outside the model's parameter tree),
+    so that it lives exactly as long as the model does."""
+
+    def __init__(self, module):
+        self.module = module
 
 
 def segmented(model):
     """The model's batched twin (made once per model; its weights are the model's), or None
     when its layers are not the kind this splits (no `self_attn` in each)."""
-    found = _twins.get(id(model))
-    if found is not None and found[0]() is model:
-        return found[1]
+    held = getattr(model, "_olifant_batched", None)
+    if isinstance(held, _Twin):
+        return held.module
     path = _layers_path(model)
-    twin = None if path is None else _twin(model, path)
-    _twins[id(model)] = (weakref.ref(model), twin)
-    return twin
+    held = _Twin(None if path is None else _twin(model, path))
+    object.__setattr__(model, "_olifant_batched", held)
+    return held.module
 
 
 def layer_count(model) -> int:
@@ -204,7 +208,7 @@ def measure_curve(model, rows=ROWS, rounds: int = 3, context: int = 64, on_progr
 
     layers = kv.make_cache(model)
     kv.prefill(model, layers, [1 + i % 50 for i in range(context)])
-    times = {r: [] for r in rows}
+    times, done = {r: [] for r in rows}, 0
     for k in range(rounds + 1):                # the first round warms up
         for r in (rows if k % 2 == 0 else tuple(reversed(rows))):
             t = time.perf_counter()
@@ -212,8 +216,9 @@ def measure_curve(model, rows=ROWS, rounds: int = 3, context: int = 64, on_progr
             if k:
                 times[r].append(time.perf_counter() - t)
             trim_prompt_cache(layers, r)
+            done += 1
             if on_progress is not None:
-                on_progress(k * len(rows) + rows.index(r) + 1, (rounds + 1) * len(rows))
+                on_progress(done, (rounds + 1) * len(rows))
     return PassCurve(tuple(rows), tuple(sorted(t)[len(t) // 2] for t in times.values()))
 
 
@@ -226,9 +231,9 @@ def curve_key(name: str) -> str:
     return hashlib.sha256(repr(machine).encode()).hexdigest()[:16]
 
 
-def pass_curve(model, name: str, directory=None) -> PassCurve:
+def pass_curve(model, name: str, directory=None, on_measure=None) -> PassCurve:
     """The verifier's PassCurve on this machine: kept in `directory` (the cache's pass-costs
-    folder) after the first measurement."""
+    folder) after the first measurement; `on_measure(done, total)` reports that one's passes."""
     from olifant_mlx.files import cache_dir, write_atomic
 
     directory = directory or os.path.join(cache_dir(), "pass-costs")
@@ -239,7 +244,7 @@ def pass_curve(model, name: str, directory=None) -> PassCurve:
         return PassCurve(tuple(int(r) for r in kept["rows"]), tuple(float(s) for s in kept["seconds"]))
     except (OSError, ValueError, KeyError, TypeError):
         pass
-    curve = measure_curve(model)
+    curve = measure_curve(model, on_progress=on_measure)
     os.makedirs(directory, exist_ok=True)
     write_atomic(path, json.dumps({"verifier": name, **curve.as_dict()}))
     return curve

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 from olifant_mlx.mlx_setup import mx
 
+PRIOR_ACCEPTED = 4          # Proposal.acceptance's prior: 4 accepted drafts to 1 rejection (0.8)
+
 
 @dataclass(eq=False)
 class Forward:
@@ -45,9 +47,12 @@ class Proposal:
 
     @property
     def acceptance(self) -> float:
-        """The chance that a draft is accepted when the one before it was (Laplace's rule over
-        this generation's passes): a run of drafts ends at its first rejection."""
-        return (self.accepted + 1) / (self.accepted + self.rejections + 2)
+        """The chance that a draft is accepted when the one before it was, from this
+        generation's passes (a run of drafts ends at its first rejection), starting from
+        PRIOR_ACCEPTED accepted drafts and one rejection: the drafter proposed these drafts, and
+        one that sizes them has already planned their length, so a few passes must say
+        otherwise before the batch cuts them."""
+        return (self.accepted + PRIOR_ACCEPTED) / (self.accepted + self.rejections + PRIOR_ACCEPTED + 1)
 
 
 def run(model, forward: Forward):

@@ -448,10 +448,20 @@ def batches_for(models, max_batch):
                 log.warning("%s: passes run one request at a time (%s)", model_id, why)
             size = 1
         else:
-            curve = pass_curve(model, model_id)
+            curve = pass_curve(model, model_id, on_measure=measuring(model_id))
             size = size or max_batch_for(curve)
         batches[model_id] = Batch(model, size, curve)
     return batches, next(iter(batches.values())).max_batch
+
+
+def measuring(model_id):
+    """The log's account of a first pass-cost measurement: when it starts, halfway, its end."""
+    def said(done, total):
+        if done == 1:
+            log.info("%s: measuring this machine's pass costs (rows 1..72), once ...", model_id)
+        elif done in (total // 2, total):
+            log.info("%s: pass costs %d/%d", model_id, done, total)
+    return said
 
 
 def prediction_length(request, drafted, k):
