@@ -1,7 +1,8 @@
 """The Plain-vs-speculative tab: the same prompt twice, outputs side by side, the speedup.
 
 ctrl+b (or its button) runs the last prompt of the Chat or Document tab (or what its editor
-holds) plain, then speculative, then measured rounds, on the tab's own worker
+holds) plain and speculative side by side, their passes batched, then measured rounds one at
+a time, on the tab's own worker
 (tui/workers.py: compare); the tab handles what it posts (`on_chunk`, `on_compare_done`,
 `on_failed`)."""
 from __future__ import annotations
@@ -24,7 +25,7 @@ class CompareTab(WritingPane):
         super().__init__("F4 Compare", id="compare")
 
     def compose(self) -> ComposeResult:
-        yield Button("Run plain, then speculative  ^b", id="compare-go", variant="primary", compact=True)
+        yield Button("Run plain and speculative  ^b", id="compare-go", variant="primary", compact=True)
         yield Static("the last prompt of the Chat or Document tab (or what its editor holds), "
                      "with the settings; timings measured here, on this machine", id="compare-result")
         with Horizontal(id="compare-outs"):
@@ -54,7 +55,7 @@ class CompareTab(WritingPane):
 
     @on(Button.Pressed, "#compare-go")
     def action_compare(self) -> None:
-        """The last prompt (or what the Chat or Document editor holds), plain, then speculative."""
+        """The last prompt (or what the Chat or Document editor holds), plain and speculative."""
         s = self.settings()
         if s is None:
             return
@@ -64,7 +65,7 @@ class CompareTab(WritingPane):
             return
         self.app.action_tab("compare")
         self.clear()
-        self.status("running plain, then speculative, then measuring ...")
+        self.status("running plain and speculative side by side, then measuring ...")
         self.start(self.ws.job("compare", None, s, prompt), workers.compare)
 
     # ---- what the worker posts ----------------------------------------------------------

@@ -1,5 +1,5 @@
-"""What the generation workers run: a chat answer or a document continuation, Compare (plain,
-then speculative, then measured rounds), the tokenizer alone. The tab that asks starts each on
+"""What the generation workers run: a chat answer or a document continuation, Compare (plain
+and speculative side by side, then measured rounds), the tokenizer alone. The tab that asks starts each on
 its own Textual thread worker (tui/writing.py, models_tab.py); each call runs on its own thread
 (olifant_mlx.teardown.on_own_thread), never touches widgets, and posts batched messages through
 the `post` it is given. Each plans its engine Request (engine.request.plan) over the Session the
@@ -68,13 +68,28 @@ class Found:
 def stream(post, session, job: Job, cancelled, request, target=None):
     """One planned generation (an engine Request) on the worker thread: (ids, text, Stats,
     Window, finish reason)."""
+    streaming = streamed(post, session, job, cancelled, request, target)
+    while True:
+        try:
+            next(streaming)
+        except StopIteration as done:
+            return done.value
+
+
+def streamed(post, session, job: Job, cancelled, request, target=None, batched=False):
+    """stream's generation as a generator: with `batched`, its verifier passes are yielded
+    (engine.forward's events, for an engine.batch.Batch to run beside another's); it returns
+    stream's answer."""
     tokens, text, pending = [], [], []
     last_flush = time.perf_counter()
     final = None
     run = job.id if target is None else target
     found = Found(request.library, getattr(session.verifier.identity, "decode", None))
     sent = False                     # the precedents (every Response has them): with one chunk
-    for r in session.stream(request, should_stop=cancelled):
+    for r in session.stream(request, should_stop=cancelled, batched=batched):
+        if not hasattr(r, "finish_reason"):          # a pass, for the batch to run
+            yield r
+            continue
         tokens.extend(r.tokens)
         text.append(r.text)
         pending.extend(r.segments)
@@ -125,22 +140,21 @@ def generate(workspace, job: Job, post, cancelled) -> None:
 
 @on_own_thread           # MLX never runs on the pool's thread: see olifant_mlx.teardown
 def compare(workspace, job: Job, post, cancelled) -> None:
-    """Plain, then speculative (each shown: run -job.id, then job.id), then measured rounds:
-    one request, and the same decoded plainly."""
+    """Plain and speculative side by side, their passes batched (each shown: run -job.id and
+    job.id), then measured rounds, one at a time: one request, and the same decoded plainly.
+    The energy ratio is the rounds' (the shown pair ran at once)."""
     try:
         session = workspace.session_for(job.settings, post)
         chat_check(session, job)
         speculative = workspace.last_request = session.plan(job.prompt, job.settings.options)
         plain = without_drafting(speculative)
         job.t0 = time.perf_counter()
-        p_ids, p_text, p_stats, p_win, r1 = stream(post, session, job, cancelled, plain, target=-job.id)
-        if r1 == "stopped":
+        (p_ids, p_text, p_stats, _, r1), (s_ids, s_text, s_stats, _, r2) = side_by_side(
+            session, [streamed(post, session, job, cancelled, plain, -job.id, session.shard is None),
+                      streamed(post, session, job, cancelled, speculative, None, session.shard is None)])
+        if "stopped" in (r1, r2):
             raise InterruptedError("stopped")
-        job.t0 = time.perf_counter()
-        s_ids, s_text, s_stats, s_win, r2 = stream(post, session, job, cancelled, speculative)
-        if r2 == "stopped":
-            raise InterruptedError("stopped")
-        measured, rates = compare_rounds(post, session, (plain, speculative), cancelled)
+        measured, rates, (p_win, s_win) = compare_rounds(post, session, (plain, speculative), cancelled)
         post(CompareDone((p_text, p_stats, p_win), (s_text, s_stats, s_win), p_ids == s_ids, measured, rates))
     except InterruptedError:
         post(Failed("compare", "stopped", job.id))
@@ -148,27 +162,56 @@ def compare(workspace, job: Job, post, cancelled) -> None:
         post(Failed("compare", failure(e), job.id))
 
 
+def side_by_side(session, generations) -> list:
+    """Generations (`streamed(..., batched=True)`) run together, their passes batched
+    (engine.batch); what each returned, in order."""
+    from olifant_mlx.engine.batch import Batch
+
+    answers = [None] * len(generations)
+
+    def lane(i, generation):
+        answers[i] = yield from generation
+
+    lanes = [lane(i, g) for i, g in enumerate(generations)]
+    batch = Batch(session.verifier.model, len(lanes))
+    while lanes:
+        for ended, error in batch.round(lanes).items():
+            if error is not None:
+                raise error
+            lanes.remove(ended)
+    return answers
+
+
 def compare_rounds(post, session, requests, cancelled):
     """After the shown pair (the warm-up), COMPARE_ROUNDS unshown rounds of the (plain,
-    speculative) requests, alternating which runs first: (Speedups, (plain, speculative) median
-    tok/s)."""
+    speculative) requests, one at a time, alternating which runs first: (Speedups, (plain,
+    speculative) median tok/s, (plain, speculative) energy Window of the median run or None)."""
     import statistics
 
     from olifant_mlx.measure import rounds
 
-    def rate(request):
+    def run(request):
         out = list(session.stream(request, should_stop=cancelled))
         last = out[-1] if out else None
         if last is None or last.finish_reason == "stopped":
             raise InterruptedError("stopped")
-        return last.stats.tokens_per_s
+        return last.stats.tokens_per_s, last.energy
 
-    plains, specs = [], []
+    runs = ([], [])
     for i in range(COMPARE_ROUNDS):
         post(Status(f"measuring: round {i + 1} of {COMPARE_ROUNDS} (plain and speculative)"))
         for which in ((0, 1) if i % 2 == 0 else (1, 0)):
-            (plains, specs)[which].append(rate(requests[which]))
-    return rounds.speedups(plains, specs), (statistics.median(plains), statistics.median(specs))
+            runs[which].append(run(requests[which]))
+    plains, specs = ([rate for rate, _ in arm] for arm in runs)
+    windows = tuple(median_window([w for _, w in arm]) for arm in runs)
+    return rounds.speedups(plains, specs), (statistics.median(plains), statistics.median(specs)), windows
+
+
+def median_window(windows):
+    """The energy Window of the median of some runs' (None when any is not measured)."""
+    if not windows or any(w is None or w.total_j is None for w in windows):
+        return None
+    return sorted(windows, key=lambda w: w.total_j)[len(windows) // 2]
 
 
 @on_own_thread           # MLX never runs on the pool's thread: see olifant_mlx.teardown
