@@ -201,7 +201,8 @@ class PassCurve:
 
 def measure_curve(model, rows=ROWS, rounds: int = 3, context: int = 64, on_progress=None) -> PassCurve:
     """A PassCurve measured on `model`: passes of each row count after a `context`-token
-    prompt, in alternating rounds, the median of each."""
+    prompt, in alternating rounds, the fastest of each (the least disturbed by the machine's
+    other work), never falling as rows grow."""
     from mlx_lm.models.cache import trim_prompt_cache
 
     from olifant_mlx.engine import cache as kv
@@ -219,7 +220,17 @@ def measure_curve(model, rows=ROWS, rounds: int = 3, context: int = 64, on_progr
             done += 1
             if on_progress is not None:
                 on_progress(done, (rounds + 1) * len(rows))
-    return PassCurve(tuple(rows), tuple(sorted(t)[len(t) // 2] for t in times.values()))
+    return steady(PassCurve(tuple(rows), tuple(min(t) for t in times.values())))
+
+
+def steady(curve: PassCurve) -> PassCurve:
+    """The curve never falling as rows grow (a pass of more rows is never cheaper: a dip is
+    the machine's noise)."""
+    seconds, top = [], 0.0
+    for s in curve.seconds:
+        top = max(top, s)
+        seconds.append(top)
+    return PassCurve(curve.rows, tuple(seconds))
 
 
 def curve_key(name: str) -> str:
@@ -267,25 +278,33 @@ def expected_tokens(acceptance: float, drafts: int) -> float:
 
 
 def plan_pass(proposals, cost, other_rows: int = 0, other_tokens: int = 0) -> None:
-    """Set each Proposal's `allowed` so the pass's expected tokens per second is highest: from
-    none, the draft that adds most expected tokens is taken while it raises that rate. The
-    pass also holds `other_rows` rows of generations without drafts, yielding `other_tokens`
-    (one each, none for a prefill's); `cost(rows)` is a pass's seconds. Each generation's pass
-    is its drafts plus one."""
+    """Set each Proposal's `allowed` so the pass's expected tokens per second is highest: the
+    drafts taken in the order of what each adds in expected tokens (a draft adds its request's
+    acceptance times what the one before it added), and of those orders' prefixes the one
+    whose pass yields most tokens a second (every prefix is weighed, so a bump in a measured
+    curve does not stop it short). The pass also holds `other_rows` rows of generations
+    without drafts, yielding `other_tokens` (one each, none for a prefill's); `cost(rows)` is a
+    pass's seconds. Each generation's pass is its drafts plus one."""
     taken = [0] * len(proposals)
     gains = [p.acceptance for p in proposals]          # what the next draft of each would add
     tokens = float(len(proposals) + other_tokens)
     rows = len(proposals) + other_rows
+    order, best, best_rate = [], 0, tokens / cost(rows)
     while True:
-        best = max((i for i, p in enumerate(proposals) if taken[i] < len(p.drafts)),
-                   key=lambda i: gains[i], default=None)
-        if best is None or (tokens + gains[best]) / cost(rows + 1) < tokens / cost(rows):
+        i = max((i for i, p in enumerate(proposals) if taken[i] < len(p.drafts)),
+                key=lambda i: gains[i], default=None)
+        if i is None:
             break
-        tokens += gains[best]
-        rows += 1
-        taken[best] += 1
-        gains[best] *= proposals[best].acceptance
-    for p, n in zip(proposals, taken):
+        tokens, rows = tokens + gains[i], rows + 1
+        taken[i] += 1
+        gains[i] *= proposals[i].acceptance
+        order.append(i)
+        if tokens / cost(rows) > best_rate:
+            best, best_rate = len(order), tokens / cost(rows)
+    allowed = [0] * len(proposals)
+    for i in order[:best]:
+        allowed[i] += 1
+    for p, n in zip(proposals, allowed):
         p.allowed = n
 
 
