@@ -127,6 +127,7 @@ def one_run(run, requests, mode: str, size: int) -> dict:
             "tokens": tokens, "aggregate_tps": round(tokens / wall, 3),
             "latencies_s": [round(g["latency_s"], 3) for g in got],
             "passes": [g["usage"]["verifier_passes"] for g in got],
+            "completion_tokens": [g["usage"]["completion_tokens"] for g in got],
             "batch_sizes": [g["usage"].get("batch_size", 1) for g in got],
             "mean_batch_sizes": [g["usage"].get("mean_batch_size", 1.0) for g in got],
             "texts": [g["text"] for g in got]}
@@ -231,7 +232,8 @@ def main():
     print(table(rows))
     texts = ROOT / "benchmarks" / "out" / f"batched-serving-texts-{verifier.name}.json"   # not committed
     texts.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(texts, json.dumps([{k: r[k] for k in ("clients", "round", "mode", "texts", "passes")}
+    write_atomic(texts, json.dumps([{k: r[k] for k in ("clients", "round", "mode", "texts", "passes",
+                                                       "completion_tokens")}
                                     for r in runs], indent=1) + "\n", 0o644)
     out = Path(args.out)
     kept = json.loads(out.read_text()) if out.exists() else {"summary": [], "runs": []}
