@@ -98,30 +98,34 @@ def _twin(module, path):
 
 
 class _Twin:
-    """The twin, held by its model as a plain attribute (outside the model's parameter tree),
-    so that it lives exactly as long as the model does."""
+    """The twin and its layer count, held by its model as a plain attribute (outside the
+    model's parameter tree), so that it lives exactly as long as the model does and every
+    batched pass finds it without walking the model's modules again."""
 
-    def __init__(self, module):
-        self.module = module
+    def __init__(self, module, layers: int):
+        self.module, self.layers = module, layers
+
+
+def _held(model) -> _Twin:
+    held = getattr(model, "_olifant_batched", None)
+    if isinstance(held, _Twin):
+        return held
+    path = _layers_path(model)
+    if path is None:
+        held = _Twin(None, 0)
+    else:
+        inner = model
+        for name in path:
+            inner = inner[name]
+        held = _Twin(_twin(model, path), len(inner["layers"]))
+    object.__setattr__(model, "_olifant_batched", held)
+    return held
 
 
 def segmented(model):
     """The model's batched twin (made once per model; its weights are the model's), or None
     when its layers are not the kind this splits (no `self_attn` in each)."""
-    held = getattr(model, "_olifant_batched", None)
-    if isinstance(held, _Twin):
-        return held.module
-    path = _layers_path(model)
-    held = _Twin(None if path is None else _twin(model, path))
-    object.__setattr__(model, "_olifant_batched", held)
-    return held.module
-
-
-def layer_count(model) -> int:
-    module = model
-    for name in _layers_path(model):
-        module = module[name]
-    return len(module["layers"])
+    return _held(model).module
 
 
 def forward_batch(model, forwards) -> None:
@@ -137,7 +141,7 @@ def forward_batch(model, forwards) -> None:
         raise ValueError(f"{type(model).__name__}: its layers have no self_attn: passes cannot be batched")
     rows = [f.rows for f in forwards]
     caches = [SegmentedCache([None if f.cache is None else f.cache[i] for f in forwards], rows)
-              for i in range(layer_count(model))]
+              for i in range(_held(model).layers)]
     inputs = mx.concatenate([f.inputs().astype(mx.int32) for f in forwards])[None]
     logits = twin(inputs, cache=caches)[0]
     start = 0
