@@ -48,6 +48,42 @@ def test_eos_and_max_tokens_cut_drafts(model, olifant, prompts):
                     assert out == ref[:m] and st.stop_reason == "max_tokens"
 
 
+class Oracle:
+    """Drafts the verifier's own continuation (`ref`, after `prompt`): every draft is accepted."""
+    name = "oracle"
+
+    def __init__(self, prompt, ref):
+        self.prompt, self.ref = prompt, ref
+
+    def start(self, p):
+        pass
+
+    def draft(self, context, k):
+        done = len(context) - len(self.prompt)
+        return self.ref[done:done + k]
+
+    def accept(self, tokens):
+        pass
+
+
+def test_an_eos_past_max_tokens_is_never_reached(model, prompts):
+    # a pass's accepted drafts may run past max_tokens with an EOS beyond it: max_tokens comes
+    # first, as in plain decoding (a batched server request once returned 75 of its 64 tokens)
+    prompt = prompts[2]
+    ref, _ = generate(model, prompt, max_tokens=40)
+    eos = ref[20]
+    first = ref.index(eos)
+    assert first > 3
+    for kv in (True, False):
+        for k in (8, 16, 32):
+            for m in (1, first - 2, first - 1, first):
+                out, st = generate(model, prompt, Oracle(prompt, ref), k=k, max_tokens=m, kv_cache=kv, eos_ids=[eos])
+                assert out == ref[:m] and st.tokens == m and st.stop_reason == "max_tokens", (k, m, kv)
+            out, st = generate(model, prompt, Oracle(prompt, ref), k=k, max_tokens=first + 1, kv_cache=kv,
+                               eos_ids=[eos])
+            assert out == ref[:first] and st.stop_reason == "eos", (k, kv)
+
+
 def test_rotating_cache_after_wrap(model, olifant, prompts):
     """A sliding KV window that wraps many times: rollback never corrupts it."""
     prompt = prompts[3]

@@ -121,3 +121,35 @@ def test_max_batch_must_be_a_whole_number_of_at_least_one():
 
     with pytest.raises(ConfigError, match="max batch"):
         Limits(max_batch=0)
+
+
+def test_a_predicted_answer_ends_at_max_tokens_before_an_eos_past_it():
+    # a prediction's drafts run past max_tokens; an EOS the verifier would give beyond it must
+    # not end the answer there (an 8-client Qwen batch once returned 75 of its 64 tokens)
+    from server_helpers import text_of
+    from tiny_models import Tok
+
+    from olifant_mlx.engine import Session
+
+    prompt = "the clause reads: "
+    ref = Session(tiny_verifier(), "none", DEFAULTS).generate(prompt, DEFAULTS.replace(max_tokens=40)).tokens
+    first = ref.index(ref[24])
+    assert first > 6
+    verifier = tiny_verifier()
+    verifier.tokenizer = Tok()
+    verifier.tokenizer.eos_token_ids = [ref[first]]
+    limits = LIMITS.__class__(**{**LIMITS.__dict__, "max_batch": 4, "prompt_cache_size": 0})
+    run = start(verifier, DrafterChoice({"adaptive": parse_spec("adaptive:hybrid")}, "adaptive"), DEFAULTS, limits)
+    try:
+        bodies = [{"prompt": prompt, "max_tokens": m, "prediction": {"type": "content", "content": text_of(ref)}}
+                  for m in (first - 4, first - 1, first, first + 3)]
+        with httpx.Client(base_url=run.url, timeout=120) as http:
+            solo = [ask(http, body) for body in bodies]
+        together, _ = run_together(run, bodies)
+    finally:
+        run.stop()
+    lengths = [first - 4, first - 1, first, first]        # the last one ends at the EOS
+    for got in (solo, together):
+        assert [u["completion_tokens"] for _, u in got] == lengths
+        assert [text for text, _ in got] == [Tok().decode(ref[:n]) for n in lengths]
+        assert [u["completion_tokens_details"]["accepted_prediction_tokens"] for _, u in got] == lengths

@@ -460,8 +460,10 @@ def _drafts(plan: Plan, verifier, seq) -> list:
 
 
 def _cut(emitted, eos, room):
-    """Emitted tokens cut at the first EOS (not emitted) or at `room`; (kept, stop reason)."""
-    for i, t in enumerate(emitted):
+    """Emitted tokens cut at the first EOS (not emitted) or at `room`, whichever comes first;
+    (kept, stop reason). An EOS past the room is never reached: the drafts a pass verifies may
+    run past max_tokens, and plain decoding stops at max_tokens first."""
+    for i, t in enumerate(emitted[:room]):
         if t in eos:
             return emitted[:i], "eos"
     if len(emitted) >= room:
