@@ -6,9 +6,12 @@
 One server on loopback (olifant_mlx.server.app.start, the verifier loaded once), real HTTP clients
 on threads. For each number of clients, in alternating rounds, the same requests go out at once
 twice: with the server batching (`--max-batch` = the clients) and one at a time (max batch 1,
-the rest queued), both speculative (the server's default drafter, `auto`, each revision with its
-clause as the prediction). Each client's text must equal its text in the one-at-a-time runs, where
-every request ran alone. Reported per run: aggregate tokens per second (all completion tokens over
+the rest queued), both speculative (the server's default drafter, `auto`). Two workloads:
+`revision` (docs/workload/revisions.jsonl: each clause sent with its instruction and as the
+prediction) and `precedent` (the legal drafting instructions of docs/workload/precedents.jsonl,
+the server's default precedents the workload's library, built once as precedent_workload.py
+builds it). Each client's text and token count must equal its own in the one-at-a-time runs,
+where every request ran alone. Reported per run: aggregate tokens per second (all completion tokens over
 the wall time from the first request sent to the last token), each client's latency to its last
 token, the passes and the batch sizes the usage says, the load average. Also measured once: the
 pass-cost curve of rows 1..72 (engine.batch.measure_curve) into docs/results/curves/
@@ -53,19 +56,30 @@ def revision_requests(verifier, n: int, max_tokens: int) -> list:
 
 
 def precedent_requests(verifier, n: int, max_tokens: int) -> list:
-    """The precedent workload's first `n` drafting instructions (docs/workload/precedents.jsonl),
-    sent as they are, without the precedent library: fresh drafting, where drafts are rarely
-    right (the hard case for batching speculative passes)."""
+    """The precedent workload's first `n` legal drafting instructions (docs/workload/
+    precedents.jsonl), sent as a client types them: the server puts its precedent library's best
+    passages into each prompt (its default `precedents`: precedent_library) and drafts from them."""
     path = ROOT / "docs" / "workload" / "precedents.jsonl"
     items = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     out = []
-    for it in items[:n]:
+    for it in [it for it in items if it["scenario"] == "legal"][:n]:
         body = {"max_tokens": max_tokens, "temperature": 0}
         if verifier.has_chat_template:
             out.append(("/v1/chat/completions", {**body, "messages": [{"role": "user", "content": it["instruction"]}]}))
         else:
             out.append(("/v1/completions", {**body, "prompt": it["instruction"] + "\n\n"}))
     return out
+
+
+def precedent_library(verifier) -> str:
+    """The precedent workload's legal library for this verifier, as `precedent_workload.py recall`
+    builds it (the first 40 acts of EUR-Lex-Sum's validation split; built once, kept): its name."""
+    import subprocess
+
+    script = Path(__file__).resolve().parent / "precedent_workload.py"
+    subprocess.run([sys.executable, str(script), "recall", "--model", verifier.name], check=True,
+                   stdout=subprocess.DEVNULL)
+    return f"workload-{verifier.name}"            # precedent_workload.workload_library's name
 
 
 def ask(http, path, body) -> dict:
@@ -128,18 +142,20 @@ def one_run(run, requests, mode: str, size: int) -> dict:
             "latencies_s": [round(g["latency_s"], 3) for g in got],
             "passes": [g["usage"]["verifier_passes"] for g in got],
             "completion_tokens": [g["usage"]["completion_tokens"] for g in got],
+            "prompt_tokens": [g["usage"]["prompt_tokens"] for g in got],
             "batch_sizes": [g["usage"].get("batch_size", 1) for g in got],
             "mean_batch_sizes": [g["usage"].get("mean_batch_size", 1.0) for g in got],
             "texts": [g["text"] for g in got]}
 
 
-def summarize(verifier, runs) -> list:
+def summarize(verifier, workload, runs) -> list:
     """Per number of clients: the median aggregate tokens/s of each mode and their ratio, the
-    mean and largest client latency of each, and whether every text equals its solo run's."""
+    mean and largest client latency of each, and whether every text and token count equals its
+    solo run's (the first one-at-a-time run's)."""
     solo = {}
     for r in runs:
         if r["mode"] == "one-at-a-time":
-            for i, t in enumerate(r["texts"]):
+            for i, t in enumerate(zip(r["texts"], r["completion_tokens"])):
                 solo.setdefault(i, t)
     out = []
     for n in sorted({r["clients"] for r in runs}):
@@ -147,8 +163,9 @@ def summarize(verifier, runs) -> list:
         tps = {m: statistics.median(r["aggregate_tps"] for r in rs) for m, rs in mine.items()}
         lat = {m: [statistics.mean(r["latencies_s"]) for r in rs] for m, rs in mine.items()}
         worst = {m: [max(r["latencies_s"]) for r in rs] for m, rs in mine.items()}
-        same = all(t == solo[i] for rs in mine.values() for r in rs for i, t in enumerate(r["texts"]))
-        out.append({"verifier": verifier, "clients": n, "batched_tps": tps["batched"],
+        same = all(t == solo[i][0] and c == solo[i][1] for rs in mine.values() for r in rs
+                   for i, (t, c) in enumerate(zip(r["texts"], r["completion_tokens"])))
+        out.append({"verifier": verifier, "workload": workload, "clients": n, "batched_tps": tps["batched"],
                     "one_at_a_time_tps": tps["one-at-a-time"], "ratio": round(tps["batched"] / tps["one-at-a-time"], 3),
                     "batched_mean_latency_s": round(statistics.median(lat["batched"]), 3),
                     "one_at_a_time_mean_latency_s": round(statistics.median(lat["one-at-a-time"]), 3),
@@ -161,10 +178,11 @@ def summarize(verifier, runs) -> list:
 
 
 def table(rows) -> str:
-    lines = ["| verifier | clients | batched tok/s | one at a time tok/s | ratio | mean latency s (b / 1) | "
-             "last client s (b / 1) | mean batch | identical |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| verifier | workload | clients | batched tok/s | one at a time tok/s | ratio | mean latency s (b / 1) | "
+             "last client s (b / 1) | mean batch | identical |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['verifier']} | {r['clients']} | {r['batched_tps']:.2f} | {r['one_at_a_time_tps']:.2f} | "
+        lines.append(f"| {r['verifier']} | {r['workload']} | {r['clients']} | {r['batched_tps']:.2f} | "
+                     f"{r['one_at_a_time_tps']:.2f} | "
                      f"{r['ratio']:.2f}x | {r['batched_mean_latency_s']:.1f} / "
                      f"{r['one_at_a_time_mean_latency_s']:.1f} | "
                      f"{r['batched_max_latency_s']:.1f} / {r['one_at_a_time_max_latency_s']:.1f} | "
@@ -196,7 +214,7 @@ def main():
     ap.add_argument("--k", type=int, default=16)
     ap.add_argument("--no-curve", action="store_true", help="skip the rows 1..72 pass-cost curve")
     ap.add_argument("--out", default=str(ROOT / "docs" / "results" / "batched-serving.json"),
-                    help="results JSON (this verifier's rows replace its earlier ones)")
+                    help="results JSON (this verifier's rows for this workload replace its earlier ones)")
     args = ap.parse_args()
 
     from olifant_mlx.engine import GenerationOptions
@@ -210,12 +228,15 @@ def main():
         curve = rows_curve(verifier.model, verifier.name)
         write_atomic(CURVES / f"{verifier.name}-rows72.json", json.dumps(curve, indent=1) + "\n", 0o644)
         print(f"rows 1..72: {curve['relative']} x one row ({curve['seconds'][0]:.3f} s)", file=sys.stderr)
-    make = revision_requests if args.workload == "revision" else precedent_requests
-    requests = make(verifier, max(args.clients), args.max_tokens)
+    options = GenerationOptions(k=args.k, max_tokens=args.max_tokens)
+    if args.workload == "revision":
+        requests = revision_requests(verifier, max(args.clients), args.max_tokens)
+    else:
+        requests = precedent_requests(verifier, max(args.clients), args.max_tokens)
+        options = options.replace(precedents=precedent_library(verifier))
     limits = Limits(max_tokens=4096, default_max_tokens=args.max_tokens, max_batch=max(args.clients),
                     prompt_cache_size=0, queue_size=64, timeout_s=3600)
-    run = start(verifier, DrafterChoice({"auto": parse_spec("auto")}, "auto"),
-                GenerationOptions(k=args.k, max_tokens=args.max_tokens), limits, access_log=False)
+    run = start(verifier, DrafterChoice({"auto": parse_spec("auto")}, "auto"), options, limits, access_log=False)
     runs = []
     try:
         for n in args.clients:
@@ -228,17 +249,18 @@ def main():
                           f"wall {r['wall_s']:.1f} s, load {r['load_average']}", file=sys.stderr)
     finally:
         run.stop()
-    rows = summarize(verifier.name, runs)
+    rows = summarize(verifier.name, args.workload, runs)
     print(table(rows))
-    texts = ROOT / "benchmarks" / "out" / f"batched-serving-texts-{verifier.name}.json"   # not committed
+    texts = ROOT / "benchmarks" / "out" / f"batched-serving-texts-{verifier.name}-{args.workload}.json"  # not committed
     texts.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(texts, json.dumps([{k: r[k] for k in ("clients", "round", "mode", "texts", "passes",
                                                        "completion_tokens")}
                                     for r in runs], indent=1) + "\n", 0o644)
     out = Path(args.out)
     kept = json.loads(out.read_text()) if out.exists() else {"summary": [], "runs": []}
-    kept["summary"] = [r for r in kept["summary"] if r["verifier"] != verifier.name] + rows
-    kept["runs"] = [r for r in kept["runs"] if r["verifier"] != verifier.name] + \
+    mine = (verifier.name, args.workload)
+    kept["summary"] = [r for r in kept["summary"] if (r["verifier"], r.get("workload", "revision")) != mine] + rows
+    kept["runs"] = [r for r in kept["runs"] if (r["verifier"], r.get("workload", "revision")) != mine] + \
         [{k: v for k, v in r.items() if k != "texts"} for r in runs]
     write_atomic(out, json.dumps(kept, indent=1) + "\n", 0o644)
     print(f"wrote {out}", file=sys.stderr)

@@ -100,3 +100,24 @@ def test_the_committed_drafting_workload_is_what_its_script_builds(tmp_path):
     acts = {f"act-{n:03d}.txt" for n in range(40)}
     assert all(it["intended"]["path"] in acts and it["intended"]["paragraphs"] for it in items
                if it["scenario"] == "legal")
+
+
+def test_batched_serving_calls_an_output_identical_only_with_its_solo_text_and_token_count():
+    import runpy
+
+    summarize = runpy.run_path(str(BENCHMARKS / "batched_serving.py"))["summarize"]
+
+    def run(mode, tps, texts, counts, latencies=(1.0, 2.0)):
+        return {"mode": mode, "clients": 2, "aggregate_tps": tps, "latencies_s": list(latencies), "texts": texts,
+                "completion_tokens": counts, "mean_batch_sizes": [2.0, 2.0] if mode == "batched" else [1, 1]}
+
+    solo = run("one-at-a-time", 10.0, ["a b", "c d"], [64, 64], (2.0, 4.0))
+    same = summarize("v", "revision", [solo, run("batched", 15.0, ["a b", "c d"], [64, 64])])
+    assert same == [{"verifier": "v", "workload": "revision", "clients": 2, "batched_tps": 15.0,
+                     "one_at_a_time_tps": 10.0, "ratio": 1.5, "batched_mean_latency_s": 1.5,
+                     "one_at_a_time_mean_latency_s": 3.0, "batched_max_latency_s": 2.0,
+                     "one_at_a_time_max_latency_s": 4.0, "mean_batch_size": 2.0, "identical": True}]
+    longer = summarize("v", "revision", [solo, run("batched", 15.0, ["a b", "c d e"], [64, 75])])
+    assert longer[0]["identical"] is False
+    counted = summarize("v", "revision", [solo, run("batched", 15.0, ["a b", "c d"], [64, 63])])
+    assert counted[0]["identical"] is False
