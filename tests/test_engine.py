@@ -84,20 +84,6 @@ def test_an_eos_past_max_tokens_is_never_reached(model, prompts):
             assert out == ref[:first] and st.stop_reason == "eos", (k, kv)
 
 
-def test_no_pass_verifies_drafts_past_max_tokens(model, prompts):
-    # rows past the tokens max_tokens leaves could only be thrown away
-    prompt = prompts[2]
-    ref, _ = generate(model, prompt, max_tokens=40)
-    for kv in (True, False):
-        for m in (1, 5, 13):
-            steps = list(generate_steps(model, prompt, Oracle(prompt, ref), script_options(k=8, max_tokens=m,
-                                                                                           kv_cache=kv)))
-            left = [m - sum(len(s.emitted) for s in steps[:i]) for i in range(len(steps))]
-            assert all(len(s.drafted) <= n for s, n in zip(steps, left)), [len(s.drafted) for s in steps]
-            assert max(len(s.drafted) for s in steps) == min(8, m)
-            assert [t for s in steps for t in s.emitted] == ref[:m]
-
-
 def test_rotating_cache_after_wrap(model, olifant, prompts):
     """A sliding KV window that wraps many times: rollback never corrupts it."""
     prompt = prompts[3]

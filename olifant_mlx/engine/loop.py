@@ -445,13 +445,11 @@ class Plan:
     kv_cache: bool
 
 
-def _drafts(plan: Plan, verifier, seq, left: int) -> list:
-    """This pass's drafts: the drafter's, cut to k and to the `left` tokens max_tokens allows
-    (a pass emits at most as many tokens as it has drafts: rows past that would be verified
-    and thrown away), before the first id outside the vocabulary and at a quantized cache's
-    switch; none after a correction the lead rule feeds alone (the next step checks them for
-    free)."""
-    drafts = [int(t) for t in plan.drafter.draft(seq[plan.skip:], plan.k)[:min(plan.k, left)]] if plan.k else []
+def _drafts(plan: Plan, verifier, seq) -> list:
+    """This pass's drafts: the drafter's, cut to k, before the first id outside the vocabulary
+    and at a quantized cache's switch; none after a correction the lead rule feeds alone (the
+    next step checks them for free)."""
+    drafts = [int(t) for t in plan.drafter.draft(seq[plan.skip:], plan.k)[:plan.k]] if plan.k else []
     drafts = _in_vocabulary(drafts, plan.vocab_size)
     room = verifier.draft_room(seq)
     if room is not None:
@@ -479,7 +477,7 @@ def _steps(verifier, plan: Plan, seq, stats):
     while True:
         ts = time.perf_counter()
         led = verifier.led
-        drafts = _drafts(plan, verifier, seq, plan.max_tokens - produced)
+        drafts = _drafts(plan, verifier, seq)
         if drafts:                           # the pass's planner may take fewer of them
             proposal = Proposal(drafts, stats.accepted, rejections)
             yield proposal
